@@ -1,0 +1,36 @@
+// Subcommands of the `laminar` binary register themselves here, one file per command.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace laminar::cli {
+
+// Adds the command's options to `app` and returns the function that runs it (exit code).
+using CommandSetup = std::function<std::function<int()>(CLI::App* app)>;
+
+struct Command {
+  std::string name;
+  std::string description;
+  CommandSetup setup;
+};
+
+std::vector<Command>& CommandRegistry();
+
+struct CommandRegistrar {
+  CommandRegistrar(std::string name, std::string description, CommandSetup setup) {
+    CommandRegistry().push_back({std::move(name), std::move(description), std::move(setup)});
+  }
+};
+
+}  // namespace laminar::cli
+
+#define LAMINAR_CLI_CONCAT_INNER(a, b) a##b
+#define LAMINAR_CLI_CONCAT(a, b) LAMINAR_CLI_CONCAT_INNER(a, b)
+// LAMINAR_REGISTER_COMMAND("inspect", "print a checkpoint's ...", SetupInspect);
+#define LAMINAR_REGISTER_COMMAND(name, description, setup)                                     \
+  static ::laminar::cli::CommandRegistrar LAMINAR_CLI_CONCAT(laminar_cmd_registrar_, __LINE__)( \
+      name, description, setup)

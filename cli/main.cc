@@ -1,0 +1,58 @@
+// The `laminar` binary: dispatches to the registered subcommands.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "cli/command.h"
+#include "core/cuda/device.h"
+#include "core/logging.h"
+
+namespace laminar::cli {
+
+std::vector<Command>& CommandRegistry() {
+  static std::vector<Command> registry;
+  return registry;
+}
+
+namespace {
+
+std::function<int()> SetupVersion(CLI::App*) {
+  return [] {
+    std::printf("laminar %s\n", "0.1.0");
+    std::printf("cuda: %s", BuiltWithCuda() ? "built" : "not built");
+    int n = CudaDeviceCount();
+    if (BuiltWithCuda()) std::printf(", %d device(s)", n);
+    std::printf("\n");
+    for (int i = 0; i < n; ++i) std::printf("  gpu %d: %s\n", i, CudaDeviceName(i).c_str());
+    return 0;
+  };
+}
+LAMINAR_REGISTER_COMMAND("version", "print the version and the GPUs this build can use",
+                         SetupVersion);
+
+}  // namespace
+}  // namespace laminar::cli
+
+int main(int argc, char** argv) {
+  using laminar::cli::CommandRegistry;
+  CLI::App app{"laminar: asynchronous RL post-training for LLMs"};
+  app.require_subcommand(1);
+  auto& commands = CommandRegistry();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::map<CLI::App*, std::function<int()>> runners;
+  for (auto& cmd : commands) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.description);
+    runners[sub] = cmd.setup(sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  laminar::SetLogRole(app.get_subcommands().front()->get_name());
+  for (auto& [sub, run] : runners) {
+    if (sub->parsed()) return run();
+  }
+  return 1;
+}

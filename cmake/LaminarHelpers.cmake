@@ -1,0 +1,28 @@
+# laminar_library(NAME SOURCES ... DEPS ...): one library per folder with the project's warnings.
+function(laminar_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${LAMINAR_WARNINGS}>)
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# laminar_placeholder_library(NAME ISSUE): a folder whose code a later issue builds; an INTERFACE
+# library so that dependents can already name it.
+function(laminar_placeholder_library name)
+  add_library(${name} INTERFACE)
+endfunction()
+
+# laminar_test(NAME LABEL l SOURCES ... DEPS ...): one GoogleTest binary; each test is a CTest test
+# carrying the label (unit, integration, e2e, gpu).
+function(laminar_test name)
+  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${LAMINAR_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+      LAMINAR_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+      LAMINAR_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  include(GoogleTest)
+  gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,86 @@
+// ThreadPool implementation.
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace laminar {
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  workers_.reserve(static_cast<size_t>(num_threads));
+  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::Submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      ++active_;
+    }
+    task();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --active_;
+      if (active_ == 0 && queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [this] { return active_ == 0 && queue_.empty(); });
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  int64_t max_chunks = std::max<int64_t>(1, n / min_chunk);
+  int64_t num_chunks = std::min<int64_t>(num_threads() + 1, max_chunks);
+  if (num_chunks == 1) {
+    fn(0, n);
+    return;
+  }
+  int64_t per = (n + num_chunks - 1) / num_chunks;
+  std::atomic<int64_t> remaining{num_chunks - 1};
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  for (int64_t c = 1; c < num_chunks; ++c) {
+    int64_t b = c * per, e = std::min(n, b + per);
+    Submit([&, b, e] {
+      if (b < e) fn(b, e);
+      if (remaining.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(done_mu);
+        done_cv.notify_all();
+      }
+    });
+  }
+  fn(0, std::min(n, per));
+  std::unique_lock<std::mutex> lock(done_mu);
+  done_cv.wait(lock, [&] { return remaining.load() == 0; });
+}
+
+}  // namespace laminar

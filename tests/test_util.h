@@ -1,0 +1,37 @@
+// Helpers shared by the tests: locating ../shared/data and temporary folders.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace laminar::testing {
+
+// Root of the shared test data: $LAMINAR_SHARED_DATA, else <repo>/../shared/data.
+inline std::filesystem::path SharedDataDir() {
+  if (const char* env = std::getenv("LAMINAR_SHARED_DATA")) return env;
+  return std::filesystem::path(LAMINAR_SOURCE_DIR) / ".." / "shared" / "data";
+}
+
+// Full path of `relative` under the shared data; empty if it does not exist.
+inline std::string SharedData(const std::string& relative) {
+  auto p = SharedDataDir() / relative;
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
+// A fresh folder under the build tree for one test; removed and recreated on each call.
+inline std::filesystem::path TempDir(const std::string& name) {
+  auto p = std::filesystem::path(LAMINAR_BINARY_DIR) / "test_tmp" / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+}  // namespace laminar::testing
+
+// Declares `var` as the path of a shared data file, or skips the test when it is absent.
+#define LAMINAR_SHARED_OR_SKIP(var, relative)                                      \
+  const std::string var = ::laminar::testing::SharedData(relative);                \
+  if (var.empty()) GTEST_SKIP() << "shared test data absent: " << (relative)
