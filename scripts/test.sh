@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Configures, builds and runs the test suite (CTest labels unit, integration, e2e; gpu tests skip
+# without a device). Extra arguments go to ctest, e.g. scripts/test.sh -L unit.
+# Environment: BUILD_DIR (default build), LAMINAR_WERROR (default ON), JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${BUILD_DIR:-build}"
+JOBS="${JOBS:-$(nproc)}"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAMINAR_WERROR="${LAMINAR_WERROR:-ON}" >/dev/null
+cmake --build "$BUILD_DIR" -j "$JOBS"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300 "$@"
