@@ -143,10 +143,11 @@ Status AsStatus(const StatusOr<T>& s) {
     if (!_laminar_st.ok()) return _laminar_st.WithContext(std::string(__VA_ARGS__)); \
   } while (0)
 
-// LAMINAR_ASSIGN_OR_RETURN(auto x, FunctionReturningStatusOr());
-#define LAMINAR_ASSIGN_OR_RETURN(lhs, expr) \
-  LAMINAR_ASSIGN_OR_RETURN_IMPL(LAMINAR_STATUS_CONCAT(_laminar_so_, __LINE__), lhs, expr)
-#define LAMINAR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  if (!tmp.ok()) return tmp.status();                 \
+// LAMINAR_ASSIGN_OR_RETURN(auto x, FunctionReturningStatusOr()); an optional third argument is
+// prefixed to the error as context, as in LAMINAR_RETURN_IF_ERROR.
+#define LAMINAR_ASSIGN_OR_RETURN(lhs, expr, ...) \
+  LAMINAR_ASSIGN_OR_RETURN_IMPL(LAMINAR_STATUS_CONCAT(_laminar_so_, __LINE__), lhs, expr, __VA_ARGS__)
+#define LAMINAR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr, ...)                            \
+  auto tmp = (expr);                                                                 \
+  if (!tmp.ok()) return tmp.status().WithContext(std::string(__VA_ARGS__)); \
   lhs = std::move(tmp).value()

@@ -1,0 +1,202 @@
+// Llama-family forward pass over packed sequences, on the reference kernels.
+#include "engine/llama_model.h"
+
+#include <algorithm>
+#include <string>
+
+namespace laminar::engine {
+namespace {
+
+std::string LayerName(int64_t i, const char* suffix) {
+  return "model.layers." + std::to_string(i) + "." + suffix;
+}
+
+kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
+  kernels::RopeScalingParams p;
+  if (!c.rope_scaling) return p;
+  p.type = c.rope_scaling->type;
+  p.factor = c.rope_scaling->factor;
+  p.low_freq_factor = c.rope_scaling->low_freq_factor;
+  p.high_freq_factor = c.rope_scaling->high_freq_factor;
+  p.original_max_position_embeddings =
+      static_cast<double>(c.rope_scaling->original_max_position_embeddings);
+  return p;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfig& config,
+                                                         const model::WeightStore& weights) {
+  LAMINAR_RETURN_IF_ERROR(config.Validate("model"));
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->config_ = config;
+  LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
+  m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
+  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config), m->inv_freq_);
+  return m;
+}
+
+StatusOr<std::span<const float>> LlamaModel::Tensor2D(const model::WeightStore& weights,
+                                                      const std::string& name, int64_t rows,
+                                                      int64_t cols) {
+  LAMINAR_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
+  Shape want = rows == 0 ? Shape{cols} : Shape{rows, cols};
+  if (view.shape() != want) {
+    return InvalidArgumentError("tensor '" + name + "' has shape " + view.shape().ToString() +
+                                ", the config implies " + want.ToString());
+  }
+  if (view.dtype() == DType::kF32) {
+    return std::span<const float>(view.data_as<const float>(), static_cast<size_t>(view.num_elements()));
+  }
+  LAMINAR_ASSIGN_OR_RETURN(Tensor f32, ToF32(view), "tensor '" + name + "'");
+  owned_.push_back(std::move(f32));
+  const Tensor& t = owned_.back();
+  return std::span<const float>(t.data_as<const float>(), static_cast<size_t>(t.num_elements()));
+}
+
+Status LlamaModel::Bind(const model::WeightStore& w) {
+  const auto& c = config_;
+  int64_t q_dim = c.num_attention_heads * c.head_dim, kv_dim = c.num_key_value_heads * c.head_dim;
+  LAMINAR_ASSIGN_OR_RETURN(embed_, Tensor2D(w, "model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  LAMINAR_ASSIGN_OR_RETURN(final_norm_, Tensor2D(w, "model.norm.weight", 0, c.hidden_size));
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    LAMINAR_ASSIGN_OR_RETURN(lm_head_, Tensor2D(w, "lm_head.weight", c.vocab_size, c.hidden_size));
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    Layer l;
+    LAMINAR_ASSIGN_OR_RETURN(l.attn_norm, Tensor2D(w, LayerName(i, "input_layernorm.weight"), 0, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wq, Tensor2D(w, LayerName(i, "self_attn.q_proj.weight"), q_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wk, Tensor2D(w, LayerName(i, "self_attn.k_proj.weight"), kv_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wv, Tensor2D(w, LayerName(i, "self_attn.v_proj.weight"), kv_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wo, Tensor2D(w, LayerName(i, "self_attn.o_proj.weight"), c.hidden_size, q_dim));
+    if (c.attention_bias) {
+      LAMINAR_ASSIGN_OR_RETURN(l.bq, Tensor2D(w, LayerName(i, "self_attn.q_proj.bias"), 0, q_dim));
+      LAMINAR_ASSIGN_OR_RETURN(l.bk, Tensor2D(w, LayerName(i, "self_attn.k_proj.bias"), 0, kv_dim));
+      LAMINAR_ASSIGN_OR_RETURN(l.bv, Tensor2D(w, LayerName(i, "self_attn.v_proj.bias"), 0, kv_dim));
+    }
+    LAMINAR_ASSIGN_OR_RETURN(l.ffn_norm, Tensor2D(w, LayerName(i, "post_attention_layernorm.weight"), 0, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_gate, Tensor2D(w, LayerName(i, "mlp.gate_proj.weight"), c.intermediate_size, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_up, Tensor2D(w, LayerName(i, "mlp.up_proj.weight"), c.intermediate_size, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_down, Tensor2D(w, LayerName(i, "mlp.down_proj.weight"), c.hidden_size, c.intermediate_size));
+    layers_.push_back(l);
+  }
+  return OkStatus();
+}
+
+KvCache LlamaModel::NewCache(int64_t num_slots, int64_t max_positions) const {
+  return KvCache(config_.num_hidden_layers, num_slots, max_positions, config_.num_key_value_heads,
+                 config_.head_dim);
+}
+
+void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int32_t> positions,
+                                std::span<const SequenceSpan> spans, KvCache* cache,
+                                std::vector<float>& x) const {
+  const auto& c = config_;
+  const int64_t t = static_cast<int64_t>(positions.size()), dm = c.hidden_size, d = c.head_dim;
+  const int64_t h = c.num_attention_heads, hkv = c.num_key_value_heads;
+  auto layout = c.rope_layout == model::RopeLayout::kInterleaved ? kernels::RopeLayout::kInterleaved
+                                                                 : kernels::RopeLayout::kRotateHalf;
+  std::vector<float> hn(x.size()), q(t * h * d), k(t * hkv * d), v(t * hkv * d), att(t * h * d);
+  kernels::ref::RmsNorm(x, l.attn_norm, t, dm, c.rms_norm_eps, hn);
+  kernels::ref::MatMul(hn, l.wq, l.bq, t, h * d, dm, q);
+  kernels::ref::MatMul(hn, l.wk, l.bk, t, hkv * d, dm, k);
+  kernels::ref::MatMul(hn, l.wv, l.bv, t, hkv * d, dm, v);
+  kernels::ref::Rope(q, positions, t, h, d, inv_freq_, layout);
+  kernels::ref::Rope(k, positions, t, hkv, d, inv_freq_, layout);
+  int64_t row = 0;
+  for (const auto& s : spans) {
+    auto kc = cache->Keys(li, s.slot), vc = cache->Values(li, s.slot);
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      int64_t pos = s.start_position + i;
+      std::copy_n(&k[(row + i) * hkv * d], hkv * d, &kc[pos * hkv * d]);
+      std::copy_n(&v[(row + i) * hkv * d], hkv * d, &vc[pos * hkv * d]);
+    }
+    int64_t cached = s.start_position + s.num_tokens;
+    kernels::ref::CausalAttention(
+        std::span<const float>(&q[row * h * d], s.num_tokens * h * d),
+        std::span<const float>(kc.data(), cached * hkv * d),
+        std::span<const float>(vc.data(), cached * hkv * d), positions.subspan(row, s.num_tokens),
+        s.num_tokens, h, hkv, d, cached, std::span<float>(&att[row * h * d], s.num_tokens * h * d));
+    row += s.num_tokens;
+  }
+  std::vector<float> out(x.size());
+  kernels::ref::MatMul(att, l.wo, {}, t, dm, h * d, out);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
+}
+
+void LlamaModel::FeedForwardBlock(const Layer& l, std::vector<float>& x) const {
+  const auto& c = config_;
+  const int64_t dm = c.hidden_size, f = c.intermediate_size;
+  const int64_t t = static_cast<int64_t>(x.size()) / dm;
+  std::vector<float> hn(x.size()), g(t * f), u(t * f), out(x.size());
+  kernels::ref::RmsNorm(x, l.ffn_norm, t, dm, c.rms_norm_eps, hn);
+  kernels::ref::MatMul(hn, l.w_gate, {}, t, f, dm, g);
+  kernels::ref::MatMul(hn, l.w_up, {}, t, f, dm, u);
+  kernels::ref::SwiGlu(g, u, g);
+  kernels::ref::MatMul(g, l.w_down, {}, t, dm, f, out);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                           KvCache* cache, LogitsFor which, std::vector<float>* logits) const {
+  const auto& c = config_;
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> positions;
+  positions.reserve(tokens.size());
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const auto& s = spans[si];
+    if (s.slot < 0 || s.slot >= cache->num_slots()) {
+      return InvalidArgumentError("sequence " + std::to_string(si) + ": KV slot " +
+                                  std::to_string(s.slot) + " outside the cache's " +
+                                  std::to_string(cache->num_slots()) + " slots");
+    }
+    if (s.num_tokens <= 0 || s.start_position < 0 ||
+        s.start_position + s.num_tokens > cache->max_positions()) {
+      return InvalidArgumentError(
+          "sequence " + std::to_string(si) + ": positions " + std::to_string(s.start_position) +
+          ".." + std::to_string(s.start_position + s.num_tokens - 1) + " do not fit the context of " +
+          std::to_string(cache->max_positions()) + " tokens");
+    }
+    for (int64_t i = 0; i < s.num_tokens; ++i) positions.push_back(static_cast<int32_t>(s.start_position + i));
+  }
+  if (static_cast<int64_t>(positions.size()) != t) {
+    return InvalidArgumentError("sequence spans cover " + std::to_string(positions.size()) +
+                                " tokens but the batch has " + std::to_string(t));
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      return InvalidArgumentError("token " + std::to_string(i) + " has id " +
+                                  std::to_string(tokens[i]) + " outside the vocabulary of " +
+                                  std::to_string(c.vocab_size));
+    }
+  }
+  std::vector<float> x(t * c.hidden_size);
+  kernels::ref::Embedding(embed_, tokens, c.hidden_size, x);
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    AttentionBlock(layers_[li], static_cast<int64_t>(li), positions, spans, cache, x);
+    FeedForwardBlock(layers_[li], x);
+  }
+  // Select rows, then the final norm and the output head on those rows only.
+  std::vector<float> rows;
+  int64_t n = 0;
+  if (which == LogitsFor::kAllTokens) {
+    rows = std::move(x);
+    n = t;
+  } else {
+    int64_t end = 0;
+    for (const auto& s : spans) {
+      end += s.num_tokens;
+      rows.insert(rows.end(), x.begin() + (end - 1) * c.hidden_size, x.begin() + end * c.hidden_size);
+      ++n;
+    }
+  }
+  std::vector<float> normed(rows.size());
+  kernels::ref::RmsNorm(rows, final_norm_, n, c.hidden_size, c.rms_norm_eps, normed);
+  logits->assign(static_cast<size_t>(n * c.vocab_size), 0.f);
+  kernels::ref::MatMul(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
+  return OkStatus();
+}
+
+}  // namespace laminar::engine

@@ -1,0 +1,73 @@
+// The Llama-family forward pass (Llama 2/3, Qwen2/2.5, SmolLM2, Mistral) over a packed batch of
+// variable-length sequences with a KV cache: prefill many sequences at once, then decode one token
+// per sequence per step. The trainer and the rollout run this same code, so the logprob a rollout
+// records equals the one the trainer recomputes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/kv_cache.h"
+#include "kernels/reference/ops.h"
+#include "model/model_config.h"
+#include "model/weight_store.h"
+
+namespace laminar::engine {
+
+// One sequence's part of a packed batch: `num_tokens` consecutive tokens of the batch, written
+// to KV-cache `slot` at positions start_position .. start_position + num_tokens - 1.
+struct SequenceSpan {
+  int64_t slot = 0;
+  int64_t start_position = 0;
+  int64_t num_tokens = 0;
+};
+
+// Which rows of logits Forward returns.
+enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
+
+// Holds f32 copies (or views) of the weights; immutable after Create, so Forward may run on
+// several threads with distinct caches.
+class LlamaModel {
+ public:
+  // Checks every tensor the config implies is present with the right shape (errors name the
+  // tensor and both shapes) and converts f16/bf16 weights to f32.
+  static StatusOr<std::unique_ptr<LlamaModel>> Create(const model::ModelConfig& config,
+                                                      const model::WeightStore& weights);
+
+  const model::ModelConfig& config() const { return config_; }
+
+  // A cache with room for `num_slots` sequences of up to `max_positions` tokens.
+  KvCache NewCache(int64_t num_slots, int64_t max_positions) const;
+
+  // Runs the packed batch `tokens` [T] (int32 ids in [0, V)) split into `spans` (in order, their
+  // num_tokens summing to T). Logits out: [T, V] or [B, V] f32 by `which`.
+  // Errors: InvalidArgument for an id out of range, spans that do not add up, a slot out of
+  // range, or positions beyond the cache (naming the sequence and its length).
+  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                 KvCache* cache, LogitsFor which, std::vector<float>* logits) const;
+
+ private:
+  struct Layer {
+    std::span<const float> attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+  };
+  LlamaModel() = default;
+  Status Bind(const model::WeightStore& weights);
+  StatusOr<std::span<const float>> Tensor2D(const model::WeightStore& weights,
+                                            const std::string& name, int64_t rows, int64_t cols);
+  void AttentionBlock(const Layer& layer, int64_t li, std::span<const int32_t> positions,
+                      std::span<const SequenceSpan> spans, KvCache* cache,
+                      std::vector<float>& x) const;
+  void FeedForwardBlock(const Layer& layer, std::vector<float>& x) const;
+
+  model::ModelConfig config_;
+  std::vector<Tensor> owned_;  // f32 conversions of f16/bf16 weights
+  std::span<const float> embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  std::vector<double> inv_freq_;
+};
+
+}  // namespace laminar::engine

@@ -1,0 +1,144 @@
+// Forward pass: batched prefill equals one-at-a-time, KV-cache decode equals full recomputation,
+// and bad input is refused with a clear error.
+#include "engine/llama_model.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace laminar::engine {
+namespace {
+
+model::ModelConfig TinyConfig(bool qkv_bias, model::RopeLayout layout) {
+  model::ModelConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.max_position_embeddings = 64;
+  c.attention_bias = qkv_bias;
+  c.rope_layout = layout;
+  c.tie_word_embeddings = !qkv_bias;
+  return c;
+}
+
+void PutRandom(model::WeightStore* w, const std::string& name, Shape shape, std::mt19937* rng) {
+  Tensor t(DType::kF32, shape);
+  std::normal_distribution<float> dist(0.f, 0.3f);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = dist(*rng);
+  w->Put(name, std::move(t));
+}
+
+model::WeightStore RandomWeights(const model::ModelConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  model::WeightStore w;
+  int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  PutRandom(&w, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, &rng);
+  PutRandom(&w, "model.norm.weight", {c.hidden_size}, &rng);
+  if (!c.tie_word_embeddings) PutRandom(&w, "lm_head.weight", {c.vocab_size, c.hidden_size}, &rng);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    PutRandom(&w, p + "input_layernorm.weight", {c.hidden_size}, &rng);
+    PutRandom(&w, p + "post_attention_layernorm.weight", {c.hidden_size}, &rng);
+    PutRandom(&w, p + "self_attn.q_proj.weight", {q, c.hidden_size}, &rng);
+    PutRandom(&w, p + "self_attn.k_proj.weight", {kv, c.hidden_size}, &rng);
+    PutRandom(&w, p + "self_attn.v_proj.weight", {kv, c.hidden_size}, &rng);
+    PutRandom(&w, p + "self_attn.o_proj.weight", {c.hidden_size, q}, &rng);
+    if (c.attention_bias) {
+      PutRandom(&w, p + "self_attn.q_proj.bias", {q}, &rng);
+      PutRandom(&w, p + "self_attn.k_proj.bias", {kv}, &rng);
+      PutRandom(&w, p + "self_attn.v_proj.bias", {kv}, &rng);
+    }
+    PutRandom(&w, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, &rng);
+    PutRandom(&w, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, &rng);
+    PutRandom(&w, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, &rng);
+  }
+  return w;
+}
+
+class LlamaModelTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
+  bool bias = GetParam();
+  auto cfg = TinyConfig(bias, bias ? model::RopeLayout::kRotateHalf : model::RopeLayout::kInterleaved);
+  auto weights = RandomWeights(cfg, 7);
+  auto m = LlamaModel::Create(cfg, weights);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2, 30}, {3}, {7, 7, 8}};
+  // Alone: each sequence's full logits.
+  std::vector<std::vector<float>> alone;
+  for (const auto& s : seqs) {
+    KvCache cache = (*m)->NewCache(1, 16);
+    SequenceSpan span{0, 0, static_cast<int64_t>(s.size())};
+    std::vector<float> logits;
+    ASSERT_TRUE((*m)->Forward(s, {&span, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
+    alone.push_back(logits);
+  }
+  // Packed: all three in one batch, in slots 2, 0, 1.
+  std::vector<int32_t> packed;
+  std::vector<SequenceSpan> spans;
+  int64_t slots[] = {2, 0, 1};
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    packed.insert(packed.end(), seqs[i].begin(), seqs[i].end());
+    spans.push_back({slots[i], 0, static_cast<int64_t>(seqs[i].size())});
+  }
+  KvCache cache = (*m)->NewCache(3, 16);
+  std::vector<float> logits;
+  ASSERT_TRUE((*m)->Forward(packed, spans, &cache, LogitsFor::kAllTokens, &logits).ok());
+  size_t off = 0;
+  for (const auto& a : alone) {
+    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(logits[off + j], a[j], 1e-5) << j;
+    off += a.size();
+  }
+  // Decode: feed sequence 0 one token at a time; the last-token logits equal the full pass.
+  const auto& s0 = seqs[0];
+  KvCache dc = (*m)->NewCache(1, 16);
+  const int64_t v = cfg.vocab_size;
+  for (size_t i = 0; i < s0.size(); ++i) {
+    SequenceSpan span{0, static_cast<int64_t>(i), 1};
+    std::vector<float> step;
+    ASSERT_TRUE((*m)->Forward({&s0[i], 1}, {&span, 1}, &dc, LogitsFor::kLastTokenOfEachSequence, &step).ok());
+    for (int64_t j = 0; j < v; ++j) ASSERT_NEAR(step[j], alone[0][i * v + j], 1e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BiasAndLayout, LlamaModelTest, ::testing::Values(false, true));
+
+TEST(LlamaModelErrorsTest, BadInput) {
+  auto cfg = TinyConfig(false, model::RopeLayout::kInterleaved);
+  auto weights = RandomWeights(cfg, 1);
+  auto m = LlamaModel::Create(cfg, weights);
+  ASSERT_TRUE(m.ok());
+  KvCache cache = (*m)->NewCache(1, 4);
+  std::vector<float> logits;
+  std::vector<int32_t> too_long = {1, 2, 3, 4, 5};
+  SequenceSpan span{0, 0, 5};
+  auto st = (*m)->Forward(too_long, {&span, 1}, &cache, LogitsFor::kAllTokens, &logits);
+  EXPECT_NE(st.message().find("do not fit the context of 4"), std::string::npos) << st;
+  std::vector<int32_t> bad_id = {99};
+  SequenceSpan one{0, 0, 1};
+  EXPECT_FALSE((*m)->Forward(bad_id, {&one, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
+  SequenceSpan bad_slot{3, 0, 1};
+  std::vector<int32_t> ok_id = {1};
+  EXPECT_FALSE((*m)->Forward(ok_id, {&bad_slot, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
+  // Missing and misshapen tensors.
+  model::WeightStore missing = RandomWeights(cfg, 1);
+  model::WeightStore partial;
+  for (const auto& name : missing.Names()) {
+    if (name != "model.layers.1.mlp.up_proj.weight") partial.PutView(name, *missing.Get(name), nullptr);
+  }
+  auto r = LlamaModel::Create(cfg, partial);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos);
+  auto wrong = cfg;
+  wrong.intermediate_size = 25;
+  auto r2 = LlamaModel::Create(wrong, weights);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("shape [24, 16]"), std::string::npos) << r2.status();
+}
+
+}  // namespace
+}  // namespace laminar::engine
