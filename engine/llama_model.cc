@@ -1,6 +1,8 @@
 // Llama-family forward pass over packed sequences, on the reference kernels.
 #include "engine/llama_model.h"
 
+#include "kernels/cpu/matmul.h"
+
 #include <algorithm>
 #include <string>
 
@@ -26,10 +28,12 @@ kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
 }  // namespace
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfig& config,
-                                                         const model::WeightStore& weights) {
+                                                         const model::WeightStore& weights,
+                                                         Backend backend) {
   LAMINAR_RETURN_IF_ERROR(config.Validate("model"));
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = config;
+  m->backend_ = backend;
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
   kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config), m->inv_freq_);
@@ -85,6 +89,16 @@ Status LlamaModel::Bind(const model::WeightStore& w) {
   return OkStatus();
 }
 
+void LlamaModel::Linear(std::span<const float> x, std::span<const float> w,
+                        std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                        std::span<float> out) const {
+  if (backend_ == Backend::kReference) {
+    kernels::ref::MatMul(x, w, bias, m, n, k, out);
+    return;
+  }
+  LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, w, bias, m, n, k, out));
+}
+
 KvCache LlamaModel::NewCache(int64_t num_slots, int64_t max_positions) const {
   return KvCache(config_.num_hidden_layers, num_slots, max_positions, config_.num_key_value_heads,
                  config_.head_dim);
@@ -100,9 +114,9 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
                                                                  : kernels::RopeLayout::kRotateHalf;
   std::vector<float> hn(x.size()), q(t * h * d), k(t * hkv * d), v(t * hkv * d), att(t * h * d);
   kernels::ref::RmsNorm(x, l.attn_norm, t, dm, c.rms_norm_eps, hn);
-  kernels::ref::MatMul(hn, l.wq, l.bq, t, h * d, dm, q);
-  kernels::ref::MatMul(hn, l.wk, l.bk, t, hkv * d, dm, k);
-  kernels::ref::MatMul(hn, l.wv, l.bv, t, hkv * d, dm, v);
+  Linear(hn, l.wq, l.bq, t, h * d, dm, q);
+  Linear(hn, l.wk, l.bk, t, hkv * d, dm, k);
+  Linear(hn, l.wv, l.bv, t, hkv * d, dm, v);
   kernels::ref::Rope(q, positions, t, h, d, inv_freq_, layout);
   kernels::ref::Rope(k, positions, t, hkv, d, inv_freq_, layout);
   int64_t row = 0;
@@ -122,7 +136,7 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
     row += s.num_tokens;
   }
   std::vector<float> out(x.size());
-  kernels::ref::MatMul(att, l.wo, {}, t, dm, h * d, out);
+  Linear(att, l.wo, {}, t, dm, h * d, out);
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
 
@@ -132,10 +146,10 @@ void LlamaModel::FeedForwardBlock(const Layer& l, std::vector<float>& x) const {
   const int64_t t = static_cast<int64_t>(x.size()) / dm;
   std::vector<float> hn(x.size()), g(t * f), u(t * f), out(x.size());
   kernels::ref::RmsNorm(x, l.ffn_norm, t, dm, c.rms_norm_eps, hn);
-  kernels::ref::MatMul(hn, l.w_gate, {}, t, f, dm, g);
-  kernels::ref::MatMul(hn, l.w_up, {}, t, f, dm, u);
+  Linear(hn, l.w_gate, {}, t, f, dm, g);
+  Linear(hn, l.w_up, {}, t, f, dm, u);
   kernels::ref::SwiGlu(g, u, g);
-  kernels::ref::MatMul(g, l.w_down, {}, t, dm, f, out);
+  Linear(g, l.w_down, {}, t, dm, f, out);
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
 
@@ -195,7 +209,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   std::vector<float> normed(rows.size());
   kernels::ref::RmsNorm(rows, final_norm_, n, c.hidden_size, c.rms_norm_eps, normed);
   logits->assign(static_cast<size_t>(n * c.vocab_size), 0.f);
-  kernels::ref::MatMul(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
+  Linear(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
   return OkStatus();
 }
 

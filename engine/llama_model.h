@@ -26,6 +26,9 @@ struct SequenceSpan {
   int64_t num_tokens = 0;
 };
 
+// Which kernels run the dense projections: the reference loops (the truth) or oneDNN.
+enum class Backend { kReference, kCpu };
+
 // Which rows of logits Forward returns.
 enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
 
@@ -36,7 +39,8 @@ class LlamaModel {
   // Checks every tensor the config implies is present with the right shape (errors name the
   // tensor and both shapes) and converts f16/bf16 weights to f32.
   static StatusOr<std::unique_ptr<LlamaModel>> Create(const model::ModelConfig& config,
-                                                      const model::WeightStore& weights);
+                                                      const model::WeightStore& weights,
+                                                      Backend backend = Backend::kCpu);
 
   const model::ModelConfig& config() const { return config_; }
 
@@ -62,8 +66,12 @@ class LlamaModel {
                       std::span<const SequenceSpan> spans, KvCache* cache,
                       std::vector<float>& x) const;
   void FeedForwardBlock(const Layer& layer, std::vector<float>& x) const;
+  // out[M, N] = x[M, K] · w[N, K]^T (+ bias) on the chosen backend.
+  void Linear(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
+              int64_t m, int64_t n, int64_t k, std::span<float> out) const;
 
   model::ModelConfig config_;
+  Backend backend_ = Backend::kCpu;
   std::vector<Tensor> owned_;  // f32 conversions of f16/bf16 weights
   std::span<const float> embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;

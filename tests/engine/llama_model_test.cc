@@ -105,6 +105,21 @@ TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
   }
 }
 
+TEST(LlamaModelBackendTest, CpuEqualsReference) {
+  auto cfg = TinyConfig(true, model::RopeLayout::kRotateHalf);
+  auto weights = RandomWeights(cfg, 3);
+  auto ref = LlamaModel::Create(cfg, weights, Backend::kReference);
+  auto cpu = LlamaModel::Create(cfg, weights, Backend::kCpu);
+  ASSERT_TRUE(ref.ok() && cpu.ok());
+  std::vector<int32_t> ids = {4, 8, 15, 16, 23, 36};
+  SequenceSpan span{0, 0, 6};
+  KvCache c1 = (*ref)->NewCache(1, 8), c2 = (*cpu)->NewCache(1, 8);
+  std::vector<float> a, b;
+  ASSERT_TRUE((*ref)->Forward(ids, {&span, 1}, &c1, LogitsFor::kAllTokens, &a).ok());
+  ASSERT_TRUE((*cpu)->Forward(ids, {&span, 1}, &c2, LogitsFor::kAllTokens, &b).ok());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(BiasAndLayout, LlamaModelTest, ::testing::Values(false, true));
 
 TEST(LlamaModelErrorsTest, BadInput) {

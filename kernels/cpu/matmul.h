@@ -1,0 +1,20 @@
+// Dense matmul on the CPU through oneDNN (DESIGN.md §8): out[M, N] = x[M, K] · w[N, K]^T (+ bias).
+// The reference is kernels/reference/ops.h MatMul; tolerances in kernels/tolerance.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+
+namespace laminar::kernels::cpu {
+
+//   x    [M, K] f32 row-major
+//   w    [N, K] f32 row-major (a Hugging Face linear weight, [out, in])
+//   bias [N] f32 or empty
+//   out  [M, N] f32
+// Thread-safe. Errors: InvalidArgument on size mismatch, Internal naming oneDNN's status.
+Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
+              int64_t m, int64_t n, int64_t k, std::span<float> out);
+
+}  // namespace laminar::kernels::cpu
