@@ -2,6 +2,7 @@
 #include "engine/llama_model.h"
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vec_ops.h"
 
 #include <algorithm>
 #include <string>
@@ -99,6 +100,15 @@ void LlamaModel::Linear(std::span<const float> x, std::span<const float> w,
   LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, w, bias, m, n, k, out));
 }
 
+void LlamaModel::Norm(std::span<const float> x, std::span<const float> weight, int64_t t,
+                      int64_t c, double eps, std::span<float> out) const {
+  if (backend_ == Backend::kReference) {
+    kernels::ref::RmsNorm(x, weight, t, c, eps, out);
+  } else {
+    kernels::cpu::RmsNorm(x, weight, t, c, eps, out);
+  }
+}
+
 KvCache LlamaModel::NewCache(int64_t num_slots, int64_t max_positions) const {
   return KvCache(config_.num_hidden_layers, num_slots, max_positions, config_.num_key_value_heads,
                  config_.head_dim);
@@ -113,7 +123,7 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
   auto layout = c.rope_layout == model::RopeLayout::kInterleaved ? kernels::RopeLayout::kInterleaved
                                                                  : kernels::RopeLayout::kRotateHalf;
   std::vector<float> hn(x.size()), q(t * h * d), k(t * hkv * d), v(t * hkv * d), att(t * h * d);
-  kernels::ref::RmsNorm(x, l.attn_norm, t, dm, c.rms_norm_eps, hn);
+  Norm(x, l.attn_norm, t, dm, c.rms_norm_eps, hn);
   Linear(hn, l.wq, l.bq, t, h * d, dm, q);
   Linear(hn, l.wk, l.bk, t, hkv * d, dm, k);
   Linear(hn, l.wv, l.bv, t, hkv * d, dm, v);
@@ -145,10 +155,14 @@ void LlamaModel::FeedForwardBlock(const Layer& l, std::vector<float>& x) const {
   const int64_t dm = c.hidden_size, f = c.intermediate_size;
   const int64_t t = static_cast<int64_t>(x.size()) / dm;
   std::vector<float> hn(x.size()), g(t * f), u(t * f), out(x.size());
-  kernels::ref::RmsNorm(x, l.ffn_norm, t, dm, c.rms_norm_eps, hn);
+  Norm(x, l.ffn_norm, t, dm, c.rms_norm_eps, hn);
   Linear(hn, l.w_gate, {}, t, f, dm, g);
   Linear(hn, l.w_up, {}, t, f, dm, u);
-  kernels::ref::SwiGlu(g, u, g);
+  if (backend_ == Backend::kReference) {
+    kernels::ref::SwiGlu(g, u, g);
+  } else {
+    kernels::cpu::SwiGlu(g, u, g);
+  }
   Linear(g, l.w_down, {}, t, dm, f, out);
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
@@ -207,7 +221,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     }
   }
   std::vector<float> normed(rows.size());
-  kernels::ref::RmsNorm(rows, final_norm_, n, c.hidden_size, c.rms_norm_eps, normed);
+  Norm(rows, final_norm_, n, c.hidden_size, c.rms_norm_eps, normed);
   logits->assign(static_cast<size_t>(n * c.vocab_size), 0.f);
   Linear(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
   return OkStatus();

@@ -66,6 +66,8 @@ class LlamaModel {
                       std::span<const SequenceSpan> spans, KvCache* cache,
                       std::vector<float>& x) const;
   void FeedForwardBlock(const Layer& layer, std::vector<float>& x) const;
+  void Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
+            double eps, std::span<float> out) const;
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias) on the chosen backend.
   void Linear(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out) const;

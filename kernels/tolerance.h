@@ -13,3 +13,12 @@ struct Tolerance {
 inline constexpr Tolerance kMatMulF32{1e-4, 1e-4};
 
 }  // namespace laminar::kernels
+
+namespace laminar::kernels {
+// Row ops in f32 with the vectorized exp (~2 ulp) against the f64 reference.
+inline constexpr Tolerance kRmsNormF32{1e-6, 1e-5};
+inline constexpr Tolerance kSwiGluF32{1e-6, 1e-5};
+inline constexpr Tolerance kSoftmaxF32{1e-7, 1e-5};
+// Log-sum-exp and logprobs: absolute, in nats (f32 sum over V = 49152 terms).
+inline constexpr Tolerance kLogSumExpF32{2e-5, 1e-6};
+}  // namespace laminar::kernels

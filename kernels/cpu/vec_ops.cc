@@ -1,0 +1,107 @@
+// Dispatch of the vectorized row ops to the ISA-specific builds of vec_ops_impl.inc.
+#include "kernels/cpu/vec_ops.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace laminar::kernels::cpu {
+
+#define LAMINAR_DECLARE_VEC_OPS(ns)                                                 \
+  namespace ns {                                                                    \
+  float SumSquares(const float* x, int64_t n);                                      \
+  void ScaleMul(const float* x, const float* w, float scale, int64_t n, float* out); \
+  void SwiGlu(const float* gate, const float* up, int64_t n, float* out);           \
+  float RowMax(const float* x, int64_t n);                                          \
+  float SumExpShifted(const float* x, int64_t n, float shift);                      \
+  void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out); \
+  }
+LAMINAR_DECLARE_VEC_OPS(scalar)
+LAMINAR_DECLARE_VEC_OPS(avx2)
+LAMINAR_DECLARE_VEC_OPS(avx512)
+#undef LAMINAR_DECLARE_VEC_OPS
+
+namespace {
+
+struct VecOps {
+  float (*sum_squares)(const float*, int64_t);
+  void (*scale_mul)(const float*, const float*, float, int64_t, float*);
+  void (*swiglu)(const float*, const float*, int64_t, float*);
+  float (*row_max)(const float*, int64_t);
+  float (*sum_exp_shifted)(const float*, int64_t, float);
+  void (*exp_shifted_scaled)(const float*, int64_t, float, float, float*);
+};
+
+#define LAMINAR_VEC_TABLE(ns) \
+  VecOps{ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled}
+
+const VecOps& Ops(Isa isa) {
+  static const VecOps kScalar = LAMINAR_VEC_TABLE(scalar);
+  static const VecOps kAvx2 = LAMINAR_VEC_TABLE(avx2);
+  static const VecOps kAvx512 = LAMINAR_VEC_TABLE(avx512);
+  const auto& f = GetCpuFeatures();
+  switch (isa) {
+    case Isa::kScalar: return kScalar;
+    case Isa::kAvx2:
+      LAMINAR_CHECK(f.avx2) << "AVX2 requested on a CPU without it";
+      return kAvx2;
+    case Isa::kAvx512:
+      LAMINAR_CHECK(f.avx512) << "AVX-512 requested on a CPU without it";
+      return kAvx512;
+  }
+  return kScalar;
+}
+
+// log-sum-exp of one row: max pass, then exp-sum pass; both vectorized.
+float RowLogSumExp(const VecOps& ops, const float* row, int64_t v) {
+  float mx = ops.row_max(row, v);
+  if (std::isinf(mx)) return mx;
+  return mx + std::log(ops.sum_exp_shifted(row, v, mx));
+}
+
+}  // namespace
+
+void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
+             double eps, std::span<float> out, Isa isa) {
+  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == t * c && static_cast<int64_t>(weight.size()) == c);
+  const VecOps& ops = Ops(isa);
+  for (int64_t i = 0; i < t; ++i) {
+    float ss = ops.sum_squares(&x[i * c], c);
+    float inv = static_cast<float>(1.0 / std::sqrt(double(ss) / double(c) + eps));
+    ops.scale_mul(&x[i * c], weight.data(), inv, c, &out[i * c]);
+  }
+}
+
+void SwiGlu(std::span<const float> gate, std::span<const float> up, std::span<float> out, Isa isa) {
+  LAMINAR_CHECK(gate.size() == up.size() && up.size() == out.size());
+  Ops(isa).swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), out.data());
+}
+
+void LogSumExp(std::span<const float> logits, int64_t t, int64_t v, std::span<float> out, Isa isa) {
+  LAMINAR_CHECK_EQ(static_cast<int64_t>(logits.size()), t * v);
+  const VecOps& ops = Ops(isa);
+  for (int64_t i = 0; i < t; ++i) out[i] = RowLogSumExp(ops, &logits[i * v], v);
+}
+
+void Softmax(std::span<const float> logits, int64_t t, int64_t v, std::span<float> out, Isa isa) {
+  LAMINAR_CHECK_EQ(static_cast<int64_t>(logits.size()), t * v);
+  const VecOps& ops = Ops(isa);
+  for (int64_t i = 0; i < t; ++i) {
+    const float* row = &logits[i * v];
+    float mx = ops.row_max(row, v);
+    float sum = ops.sum_exp_shifted(row, v, mx);
+    ops.exp_shifted_scaled(row, v, mx, 1.0f / sum, &out[i * v]);
+  }
+}
+
+void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targets, int64_t t,
+                   int64_t v, std::span<float> out, Isa isa) {
+  LAMINAR_CHECK_EQ(static_cast<int64_t>(logits.size()), t * v);
+  const VecOps& ops = Ops(isa);
+  for (int64_t i = 0; i < t; ++i) {
+    LAMINAR_CHECK(targets[i] >= 0 && targets[i] < v) << "target " << targets[i];
+    out[i] = logits[i * v + targets[i]] - RowLogSumExp(ops, &logits[i * v], v);
+  }
+}
+
+}  // namespace laminar::kernels::cpu

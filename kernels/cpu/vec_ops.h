@@ -1,0 +1,27 @@
+// CPU row ops with runtime dispatch (AVX-512, AVX2, scalar): RMSNorm, SwiGLU, log-sum-exp,
+// softmax and token logprobs, computed in f32 with a vectorized exp. References:
+// kernels/reference/ops.h; tolerances: kernels/tolerance.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/cpu/cpu_features.h"
+
+namespace laminar::kernels::cpu {
+
+// Same contracts as the reference ops of the same name. `isa` defaults to BestIsa(); asking for
+// an ISA the CPU lacks CHECK-fails.
+void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
+             double eps, std::span<float> out, Isa isa = BestIsa());
+void SwiGlu(std::span<const float> gate, std::span<const float> up, std::span<float> out,
+            Isa isa = BestIsa());
+// Row-wise over logits [T, V], in one pass of max and one of exp-sum per row: no [T, V] copy.
+void LogSumExp(std::span<const float> logits, int64_t t, int64_t v, std::span<float> out,
+               Isa isa = BestIsa());
+void Softmax(std::span<const float> logits, int64_t t, int64_t v, std::span<float> out,
+             Isa isa = BestIsa());
+void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targets, int64_t t,
+                   int64_t v, std::span<float> out, Isa isa = BestIsa());
+
+}  // namespace laminar::kernels::cpu

@@ -1,0 +1,84 @@
+// Vectorized row ops against the reference, on every ISA path this CPU has.
+#include "kernels/cpu/vec_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/reference/ops.h"
+#include "kernels/tolerance.h"
+
+namespace laminar::kernels {
+namespace {
+
+std::vector<cpu::Isa> AvailableIsas() {
+  std::vector<cpu::Isa> isas = {cpu::Isa::kScalar};
+  if (cpu::GetCpuFeatures().avx2) isas.push_back(cpu::Isa::kAvx2);
+  if (cpu::GetCpuFeatures().avx512) isas.push_back(cpu::Isa::kAvx512);
+  return isas;
+}
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_LE(std::abs(double(got[i]) - want[i]), tol.abs + tol.rel * std::abs(want[i]))
+        << what << " at " << i << ": got " << got[i] << " want " << want[i];
+  }
+}
+
+const int64_t kWidths[] = {1, 7, 17, 576, 1000, 49152};
+
+TEST(CpuVecOpsTest, RmsNormAndSwiGlu) {
+  for (cpu::Isa isa : AvailableIsas()) {
+    for (int64_t c : kWidths) {
+      std::string what = cpu::IsaName(isa) + " C=" + std::to_string(c);
+      auto x = Random(3 * c, 1, 2.f), w = Random(c, 2, 1.f);
+      std::vector<float> want(3 * c), got(3 * c);
+      ref::RmsNorm(x, w, 3, c, 1e-5, want);
+      cpu::RmsNorm(x, w, 3, c, 1e-5, got, isa);
+      ExpectClose(got, want, kRmsNormF32, "rmsnorm " + what);
+      auto g = Random(c, 3, 6.f), u = Random(c, 4, 1.f);
+      std::vector<float> sw_want(c), sw_got(c);
+      ref::SwiGlu(g, u, sw_want);
+      cpu::SwiGlu(g, u, sw_got, isa);
+      ExpectClose(sw_got, sw_want, kSwiGluF32, "swiglu " + what);
+    }
+  }
+}
+
+TEST(CpuVecOpsTest, SoftmaxLogSumExpLogprobs) {
+  for (cpu::Isa isa : AvailableIsas()) {
+    for (int64_t v : kWidths) {
+      std::string what = cpu::IsaName(isa) + " V=" + std::to_string(v);
+      auto logits = Random(2 * v, 5, 8.f);
+      logits[0] = 1000.f;  // extreme values must stay finite
+      if (v > 1) logits[v + 1] = -1e30f;
+      std::vector<float> want(2), got(2), p_want(2 * v), p_got(2 * v);
+      ref::LogSumExp(logits, 2, v, want);
+      cpu::LogSumExp(logits, 2, v, got, isa);
+      ExpectClose(got, want, kLogSumExpF32, "logsumexp " + what);
+      ref::Softmax(logits, 2, v, p_want);
+      cpu::Softmax(logits, 2, v, p_got, isa);
+      ExpectClose(p_got, p_want, kSoftmaxF32, "softmax " + what);
+      std::vector<int32_t> targets = {static_cast<int32_t>(v - 1), 0};
+      std::vector<float> lp_want(2), lp_got(2);
+      ref::TokenLogprobs(logits, targets, 2, v, lp_want);
+      cpu::TokenLogprobs(logits, targets, 2, v, lp_got, isa);
+      ExpectClose(lp_got, lp_want, kLogSumExpF32, "logprobs " + what);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace laminar::kernels
