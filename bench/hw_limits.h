@@ -1,0 +1,17 @@
+// Measured hardware limits that benchmarks report against (STYLE.md: a fraction of a measured
+// limit, not of a datasheet number): DRAM read bandwidth and oneDNN's f32 GEMM peak.
+#pragma once
+
+#include <cstdint>
+
+namespace laminar::bench {
+
+// Read bandwidth in bytes/s: the best of `repeats` passes summing a `size_bytes` buffer (far
+// larger than the last-level cache) on `num_threads` threads.
+double MeasureDramReadBandwidth(int64_t size_bytes = int64_t{1} << 30, int repeats = 5,
+                                int num_threads = 0);
+
+// f32 GEMM FLOP/s through oneDNN at m = n = k = `dim` (best of `repeats`).
+double MeasureGemmPeakF32(int64_t dim = 1024, int repeats = 5);
+
+}  // namespace laminar::bench
