@@ -22,3 +22,8 @@ inline constexpr Tolerance kSoftmaxF32{1e-7, 1e-5};
 // Log-sum-exp and logprobs: absolute, in nats (f32 sum over V = 49152 terms).
 inline constexpr Tolerance kLogSumExpF32{2e-5, 1e-6};
 }  // namespace laminar::kernels
+
+namespace laminar::kernels {
+// bf16-weight matmul against the reference on the same (bf16-rounded) weights: f32 accumulation.
+inline constexpr Tolerance kMatMulBF16{1e-4, 1e-4};
+}  // namespace laminar::kernels

@@ -1,6 +1,7 @@
 // Dispatch of the vectorized row ops to the ISA-specific builds of vec_ops_impl.inc.
 #include "kernels/cpu/vec_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -15,6 +16,8 @@ namespace laminar::kernels::cpu {
   float RowMax(const float* x, int64_t n);                                          \
   float SumExpShifted(const float* x, int64_t n, float shift);                      \
   void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out); \
+  void MatMulBF16Rows(const float* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total, \
+                      int64_t n_begin, int64_t n_end, float* out);                 \
   }
 LAMINAR_DECLARE_VEC_OPS(scalar)
 LAMINAR_DECLARE_VEC_OPS(avx2)
@@ -30,10 +33,13 @@ struct VecOps {
   float (*row_max)(const float*, int64_t);
   float (*sum_exp_shifted)(const float*, int64_t, float);
   void (*exp_shifted_scaled)(const float*, int64_t, float, float, float*);
+  void (*matmul_bf16_rows)(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, float*);
 };
 
 #define LAMINAR_VEC_TABLE(ns) \
-  VecOps{ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled}
+  VecOps{ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled, \
+         ns::MatMulBF16Rows}
 
 const VecOps& Ops(Isa isa) {
   static const VecOps kScalar = LAMINAR_VEC_TABLE(scalar);
@@ -60,6 +66,22 @@ float RowLogSumExp(const VecOps& ops, const float* row, int64_t v) {
 }
 
 }  // namespace
+
+void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m, int64_t n,
+                int64_t k, std::span<float> out, ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k && static_cast<int64_t>(w.size()) == n * k &&
+                static_cast<int64_t>(out.size()) == m * n);
+  const VecOps& ops = Ops(isa);
+  auto run = [&](int64_t b, int64_t e) {
+    ops.matmul_bf16_rows(x.data(), w.data(), m, k, n, b * 4, std::min(n, e * 4), out.data());
+  };
+  int64_t blocks = (n + 3) / 4;
+  if (pool == nullptr) {
+    run(0, blocks);
+  } else {
+    pool->ParallelFor(blocks, 16, run);
+  }
+}
 
 void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
              double eps, std::span<float> out, Isa isa) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace laminar::kernels::cpu {
@@ -23,5 +24,11 @@ void Softmax(std::span<const float> logits, int64_t t, int64_t v, std::span<floa
              Isa isa = BestIsa());
 void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targets, int64_t t,
                    int64_t v, std::span<float> out, Isa isa = BestIsa());
+
+// Small-M matmul with bf16 weights (decode shapes, M = 1..64): out[M, N] = x[M, K] · w[N, K]^T,
+// x and out f32, w bf16 (uint16 bit patterns), f32 accumulation. Memory-bound at small M, so
+// bf16 weights halve the bytes per token. Splits N over `pool` when given.
+void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m, int64_t n,
+                int64_t k, std::span<float> out, ThreadPool* pool = nullptr, Isa isa = BestIsa());
 
 }  // namespace laminar::kernels::cpu

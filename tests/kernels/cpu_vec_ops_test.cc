@@ -1,6 +1,8 @@
 // Vectorized row ops against the reference, on every ISA path this CPU has.
 #include "kernels/cpu/vec_ops.h"
 
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,6 +78,33 @@ TEST(CpuVecOpsTest, SoftmaxLogSumExpLogprobs) {
       ref::TokenLogprobs(logits, targets, 2, v, lp_want);
       cpu::TokenLogprobs(logits, targets, 2, v, lp_got, isa);
       ExpectClose(lp_got, lp_want, kLogSumExpF32, "logprobs " + what);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace laminar::kernels
+
+namespace laminar::kernels {
+namespace {
+
+TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
+  ThreadPool pool(2);
+  struct Case { int64_t m, n, k; };
+  for (cpu::Isa isa : AvailableIsas()) {
+    for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{3, 17, 31}, Case{1, 1536, 576},
+                   Case{8, 577, 1536}, Case{64, 67, 129}}) {
+      auto x = Random(c.m * c.k, 1, 1.f), wf = Random(c.n * c.k, 2, 1.f);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) {
+        wb[i] = FloatToBF16(wf[i]);
+        wf[i] = BF16ToFloat(wb[i]);
+      }
+      std::vector<float> want(c.m * c.n), got(c.m * c.n);
+      ref::MatMul(x, wf, {}, c.m, c.n, c.k, want);
+      cpu::MatMulBF16(x, wb, c.m, c.n, c.k, got, c.n > 100 ? &pool : nullptr, isa);
+      ExpectClose(got, want, kMatMulBF16,
+                  cpu::IsaName(isa) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n));
     }
   }
 }
