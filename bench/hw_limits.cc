@@ -16,29 +16,31 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Sums a range with 8 independent accumulators so the loop is bound by loads, not adds.
-float SumRange(const float* p, int64_t n) {
-  float acc[8] = {};
+// Reads a range as 64-bit words with independent integer accumulators (integer adds are
+// associative, so the compiler vectorizes them): bound by loads, not by adds.
+uint64_t SumRange(const uint64_t* p, int64_t n) {
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+  for (; i + 4 <= n; i += 4) {
+    a0 += p[i];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
   }
-  for (; i < n; ++i) acc[0] += p[i];
-  float s = 0;
-  for (float a : acc) s += a;
-  return s;
+  for (; i < n; ++i) a0 += p[i];
+  return a0 + a1 + a2 + a3;
 }
 
 }  // namespace
 
 double MeasureDramReadBandwidth(int64_t size_bytes, int repeats, int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int64_t n = size_bytes / static_cast<int64_t>(sizeof(float));
-  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
+  int64_t n = size_bytes / static_cast<int64_t>(sizeof(uint64_t));
+  std::vector<uint64_t> buf(static_cast<size_t>(n), 1);
   double best = 0;
-  volatile float sink = 0;
+  volatile uint64_t sink = 0;
   for (int r = 0; r < repeats; ++r) {
-    std::vector<float> partial(static_cast<size_t>(num_threads));
+    std::vector<uint64_t> partial(static_cast<size_t>(num_threads));
     auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
     int64_t per = (n + num_threads - 1) / num_threads;
@@ -50,8 +52,8 @@ double MeasureDramReadBandwidth(int64_t size_bytes, int repeats, int num_threads
     }
     for (auto& th : threads) th.join();
     auto t1 = std::chrono::steady_clock::now();
-    for (float p : partial) sink = sink + p;
-    best = std::max(best, double(n) * sizeof(float) / Seconds(t0, t1));
+    for (uint64_t p : partial) sink = sink + p;
+    best = std::max(best, double(n) * sizeof(uint64_t) / Seconds(t0, t1));
   }
   return best;
 }
