@@ -3,6 +3,7 @@
 // over a linked list of symbols.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>

@@ -87,7 +87,13 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& pat
     }
     std::string piece(reinterpret_cast<const char*>(p + pos), static_cast<size_t>(len));
     pos += static_cast<size_t>(len);
-    vocab.types.push_back(Llama2cTokenType(id, &piece));
+    TokenType type = Llama2cTokenType(id, &piece);
+    if (type == TokenType::kNormal) {  // llama2.c's export wrote SentencePiece's "▁" as ' '
+      for (size_t k = piece.find(' '); k != std::string::npos; k = piece.find(' ', k + 3)) {
+        piece.replace(k, 1, kSpmSpace);
+      }
+    }
+    vocab.types.push_back(type);
     vocab.pieces.push_back(std::move(piece));
     vocab.scores.push_back(score);
   }
