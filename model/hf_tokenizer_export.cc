@@ -11,7 +11,7 @@ namespace laminar::model {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = nlohmann::json;  // sorted keys: ordered_json looks keys up linearly
 
 Json AddedTokens(const Tokenizer& tok) {
   Json out = Json::array();

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "model/tokenizer.h"
+#include "model/tokenizer_loader.h"
+#include "tests/test_util.h"
 
 namespace laminar::model::testing {
 
@@ -74,6 +76,44 @@ inline std::string IdsToString(const std::vector<int32_t>& ids) {
   std::string s;
   for (int32_t id : ids) s += " " + std::to_string(id);
   return s;
+}
+
+// Exports `tok` as Hugging Face files, reloads the folder and checks the test inputs encode and
+// decode the same.
+inline void ExpectExportRoundTrip(const Tokenizer& tok, const std::string& name,
+                           const std::vector<std::string>& inputs) {
+  auto files = ExportHfTokenizerFiles(tok, "{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 3u);
+  auto dir = ::laminar::testing::TempDir("tokenizer_export_" + name);
+  for (const auto& [file, content] : *files) std::ofstream(dir / file) << content;
+  auto back = LoadTokenizer(dir.string());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->kind(), tok.kind());
+  EXPECT_EQ((*back)->vocab_size(), tok.vocab_size());
+  EXPECT_EQ((*back)->bos_id(), tok.bos_id());
+  EXPECT_EQ((*back)->eos_id(), tok.eos_id());
+  EXPECT_EQ((*back)->SpecialTokens(), tok.SpecialTokens());
+  EXPECT_EQ((*back)->vocab().chat_template, "{% for m in messages %}{{ m.content }}{% endfor %}");
+  for (const std::string& text : inputs) {
+    for (bool add_special : {false, true}) {
+      auto a = tok.Encode(text, {.add_special = add_special});
+      auto b = (*back)->Encode(text, {.add_special = add_special});
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(IdsToString(*b), IdsToString(*a)) << name << ": '" << text << "'";
+      EXPECT_EQ(*(*back)->Decode(*b), *tok.Decode(*a));
+    }
+  }
+}
+
+// The inputs of a llama.cpp .inp file plus special-token text.
+inline std::vector<std::string> VocabTestInputs(const std::string& inp) {
+  std::vector<std::string> texts;
+  for (auto& [text, ids] : ReadVocabTestCases(inp, inp.substr(0, inp.size() - 3) + "out")) {
+    texts.push_back(text);
+  }
+  texts.push_back("<s>special</s> and <|endoftext|> text");
+  return texts;
 }
 
 }  // namespace laminar::model::testing
