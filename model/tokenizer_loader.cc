@@ -222,4 +222,25 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
                               "holding one");
 }
 
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_path,
+                                                           const std::string& tokenizer_path) {
+  if (!tokenizer_path.empty()) return LoadTokenizer(tokenizer_path);
+  auto direct = LoadTokenizer(model_path);
+  if (direct.ok() || !EndsWith(model_path, ".bin") || fs::is_directory(model_path)) return direct;
+  // A llama2.c checkpoint: look for its tokenizer beside it.
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  fs::path model(model_path);
+  for (const auto& entry : fs::directory_iterator(model.parent_path().empty() ? "." : model.parent_path(), ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.path() == model || !EndsWith(name, ".bin")) continue;
+    if (name == "tokenizer.bin" || name.rfind("tok", 0) == 0) candidates.push_back(entry.path());
+  }
+  if (candidates.size() == 1) return LoadTokenizer(candidates[0].string());
+  return InvalidArgumentError(model_path + ": holds no tokenizer and " +
+                              (candidates.empty() ? std::string("no tokenizer.bin/tok*.bin is beside it")
+                                                  : std::string("several tok*.bin are beside it")) +
+                              "; pass the tokenizer explicitly (--tokenizer PATH)");
+}
+
 }  // namespace laminar::model

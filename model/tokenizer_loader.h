@@ -23,6 +23,13 @@ namespace laminar::model {
 // of these or is malformed; Unimplemented for a recognized format we do not support.
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
 
+// The tokenizer of a model checkpoint: `tokenizer_path` when non-empty, else LoadTokenizer of
+// `model_path` (GGUF, HF folder, ...). A llama2.c model file (e.g. stories260K.bin) holds no
+// vocabulary: then the one tokenizer.bin or tok*.bin beside it is used (tok512.bin). Errors: as
+// LoadTokenizer, with a hint to pass the tokenizer explicitly when none is found.
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_path,
+                                                           const std::string& tokenizer_path);
+
 // Individual loaders (LoadTokenizer dispatches to these).
 StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path);
 StatusOr<std::unique_ptr<Tokenizer>> LoadEncoderJsonTokenizer(const std::string& encoder_json_path);
