@@ -37,6 +37,7 @@ StatusOr<Vocab> ReadGgufVocab(const GgufFile& gguf, bool spm) {
   }
   auto id = [&](const char* key) -> StatusOr<int32_t> {
     LAMINAR_ASSIGN_OR_RETURN(int64_t v, gguf.GetIntOr(key, -1));
+    if (v == 0xFFFFFFFFll) v = -1;  // u32 -1: converters write it for "no such token"
     if (v < -1 || v >= static_cast<int64_t>(n)) {
       return InvalidArgumentError(name + ": " + key + " = " + std::to_string(v) +
                                   " outside the vocabulary of " + std::to_string(n));

@@ -116,6 +116,23 @@ TEST(TokenizerSpm, Stories260KTokenizerLoadsAndRoundTrips) {
   }
 }
 
+TEST(TokenizerSpm, Stories260KGgufVocabEqualsTok512) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/tok512.bin");
+  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  auto a = LoadTokenizer(bin);
+  auto b = LoadTokenizer(gguf);  // a full model GGUF: the vocabulary is in its metadata
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ((*b)->vocab_size(), 512);
+  EXPECT_EQ((*b)->vocab().pad_id, -1);  // stored as u32 0xFFFFFFFF
+  for (int32_t id = 0; id < 512; ++id) EXPECT_EQ((*a)->TokenToPiece(id), (*b)->TokenToPiece(id));
+  std::string text = "Once upon a time, Lily saw a big dog. 🐶 She said \"hi\"!";
+  auto ia = (*a)->Encode(text, {.add_special = true});
+  auto ib = (*b)->Encode(text, {.add_special = true});
+  ASSERT_TRUE(ia.ok() && ib.ok());
+  EXPECT_EQ(*ia, *ib);
+}
+
 TEST(TokenizerSpm, TruncatedTokenizerBinIsAnError) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/tok512.bin");
   std::string bytes = testing::ReadAll(bin);
