@@ -121,7 +121,8 @@ class GgufParser {
       return Fail(StatusCode::kUnimplemented, "GGUF version 1 (32-bit counts) is not supported");
     }
     if (f->version_ != 2 && f->version_ != 3) {
-      bool big_endian = (f->version_ & 0xffffu) == 0 && (f->version_ >> 24) <= 3;
+      bool big_endian = (f->version_ & 0xffffffu) == 0 && (f->version_ >> 24) >= 1 &&
+                        (f->version_ >> 24) <= 3;
       return Fail(StatusCode::kUnimplemented,
                   big_endian ? std::string("big-endian GGUF is not supported")
                              : "unknown GGUF version " + std::to_string(f->version_) +
