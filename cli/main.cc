@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help prints and exits 0; any other parse error is a usage error: exit code 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   laminar::SetLogRole(app.get_subcommands().front()->get_name());
   for (auto& [sub, run] : runners) {

@@ -1,0 +1,93 @@
+// `laminar tokenize` run as a process on shared-data tokenizers: encode, decode, special tokens,
+// the llama2.c model + sibling tokenizer case, and errors with their exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/test_util.h"
+
+namespace laminar {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string Slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs `laminar tokenize <args>` with `input` on stdin.
+Result RunTokenize(const std::string& args, const std::string& input) {
+  auto dir = testing::TempDir("cli_tokenize");
+  std::ofstream(dir / "in", std::ios::binary) << input;
+  std::string cmd = std::string(LAMINAR_BINARY) + " tokenize " + args + " < " +
+                    (dir / "in").string() + " > " + (dir / "out").string() + " 2> " +
+                    (dir / "err").string();
+  int status = std::system(cmd.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(dir / "out");
+  r.err = Slurp(dir / "err");
+  return r;
+}
+
+TEST(CliTokenize, EncodesAndDecodesLlama3) {
+  LAMINAR_SHARED_OR_SKIP(enc, "tokenizers/llama3-bpe/encoder.json");
+  Result r = RunTokenize("--model " + enc, "hello world");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "15339 1917\n");
+  r = RunTokenize("--model " + enc + " --add-special", "hello <|end_of_text|>");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "128000 15339 220 128001\n");
+  r = RunTokenize("--model " + enc + " --no-parse-special", "<|end_of_text|>");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("128001"), std::string::npos) << r.out;
+  r = RunTokenize("--model " + enc + " --decode", "128000 15339 1917\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "<|begin_of_text|>hello world");
+  r = RunTokenize("--model " + enc + " --decode --skip-special", "128000 15339 1917");
+  EXPECT_EQ(r.out, "hello world");
+}
+
+TEST(CliTokenize, Llama2cModelUsesTokenizerBesideIt) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  Result by_model = RunTokenize("--model " + model + " --add-special", "Once upon a time");
+  ASSERT_EQ(by_model.exit_code, 0) << by_model.err;
+  EXPECT_EQ(by_model.out.rfind("1 ", 0), 0u) << by_model.out;  // BOS first
+  Result by_override = RunTokenize("--model " + model + " --tokenizer " + tok + " --add-special",
+                                   "Once upon a time");
+  ASSERT_EQ(by_override.exit_code, 0) << by_override.err;
+  EXPECT_EQ(by_override.out, by_model.out);
+  Result back = RunTokenize("--model " + tok + " --decode --skip-special", by_model.out);
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_EQ(back.out, "Once upon a time");
+}
+
+TEST(CliTokenize, ErrorsNameTheProblem) {
+  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  Result bad_utf8 = RunTokenize("--model " + gguf, "ok \xFF\xFE");
+  EXPECT_EQ(bad_utf8.exit_code, 1);
+  EXPECT_NE(bad_utf8.err.find("invalid UTF-8 at byte offset 3"), std::string::npos) << bad_utf8.err;
+  Result bad_id = RunTokenize("--model " + gguf + " --decode", "1 2 99999999");
+  EXPECT_EQ(bad_id.exit_code, 1);
+  EXPECT_NE(bad_id.err.find("99999999"), std::string::npos) << bad_id.err;
+  Result missing = RunTokenize("--model /nonexistent/model.gguf", "x");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+  EXPECT_EQ(RunTokenize("", "x").exit_code, 2);
+  EXPECT_EQ(RunTokenize("--model " + gguf + " --no-such-flag", "x").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace laminar
