@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "model/model_path.h"
 #include "model/tokenizer_loader.h"
 
 namespace laminar::cli {
@@ -66,7 +67,7 @@ int RunDecode(const model::Tokenizer& tok, const TokenizeArgs& args, const std::
 std::function<int()> SetupTokenize(CLI::App* app) {
   auto args = std::make_shared<TokenizeArgs>();
   app->add_option("--model", args->model,
-                  "checkpoint file or folder (GGUF, Hugging Face folder, llama2.c .bin) or a "
+                  "model name (smollm2-135m-instruct), checkpoint file or folder (GGUF, Hugging Face folder, llama2.c .bin) or a "
                   "tokenizer file (tokenizer.json, encoder.json, tokenizer.bin)");
   app->add_option("--tokenizer", args->tokenizer,
                   "tokenizer file overriding the model's (e.g. tok512.bin for a llama2.c model; "
@@ -85,8 +86,14 @@ std::function<int()> SetupTokenize(CLI::App* app) {
     if (args->model.empty() && args->tokenizer.empty()) {
       return Fail("--model PATH is required (or --tokenizer PATH)", 2);
     }
-    auto tok = model::LoadTokenizerForModel(
-        args->model.empty() ? args->tokenizer : args->model, args->tokenizer);
+    std::string model_path = args->model;
+    if (!model_path.empty()) {
+      auto resolved = model::ResolveModelPath(model_path);
+      if (!resolved.ok()) return Fail(resolved.status().message());
+      model_path = *resolved;
+    }
+    auto tok = model::LoadTokenizerForModel(model_path.empty() ? args->tokenizer : model_path,
+                                            args->tokenizer);
     if (!tok.ok()) return Fail(tok.status().message());
     std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     return args->decode ? RunDecode(**tok, *args, input) : RunEncode(**tok, *args, input);
