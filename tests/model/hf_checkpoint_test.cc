@@ -29,7 +29,7 @@ ModelConfig TinyLlama() {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.head_dim = 4;
-  c.max_position_embeddings = 64;
+  c.max_position_embeddings = 16384;
   c.rope_theta = 500000.0;
   c.rope_scaling = RopeScaling{"llama3", 8.0, 1.0, 4.0, 8192};
   c.rms_norm_eps = 1e-5;
@@ -150,6 +150,9 @@ TEST(HfCheckpointTest, ShardedFolderLoads) {
   ExpectSameWeights(loaded->weights, weights);
 
   // An index that maps a tensor to a shard lacking it is an error naming the tensor.
+  std::string good_dir = dir;
+  dir = (root / "corrupt").string();
+  fs::copy(good_dir, dir);
   std::string index = ReadFileToString(dir + "/model.safetensors.index.json").value();
   std::string needle = "\"model.norm.weight\": \"";
   size_t at = index.find(needle);
@@ -171,6 +174,10 @@ TEST(HfCheckpointTest, InterleavedStoreIsSavedRotateHalf) {
   WeightStore weights = RandomWeights(config, 4);
   std::string dir = (root / "ckpt").string();
   ASSERT_TRUE(SaveHfCheckpoint(dir, config, weights, HfSaveOptions{}).ok());
+  // The interleaved original, for scripts/check_hf_export.py --interleaved-source.
+  std::map<std::string, TensorView> views;
+  for (const std::string& name : weights.Names()) views[name] = weights.Get(name).value();
+  ASSERT_TRUE(WriteSafetensors((root / "interleaved.safetensors").string(), views).ok());
   auto loaded = LoadHfCheckpoint(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto q = ConvertRopeRows(weights.Get("model.layers.1.self_attn.q_proj.weight").value(), 4, 4,
