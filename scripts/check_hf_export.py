@@ -6,11 +6,16 @@ missing / unexpected / mismatched weights, checks that the loaded parameters equ
 bytes, prints the logits of a few token ids, and optionally compares them with a JSON file.
 
   check_hf_export.py DIR [--tokens 1,2,3] [--expected-logits F.json] [--write-logits F.json]
-                         [--interleaved-source F.safetensors] [--atol 1e-4]
+                         [--interleaved-source F.safetensors] [--trace F.json] [--atol 1e-4]
 
 --interleaved-source: a safetensors file with the same weights in the interleaved RoPE layout
 (llama2.c / GGUF); each q/k weight and bias must equal transformers' convert_llama_weights_to_hf
 `permute` of it, every other tensor must be equal.
+
+--trace: a per-position logits trace of llama2.c's run.c (../shared/data/models/stories260K/
+derived_greedy_trace_*.json: positions[i].input, .top5 [[id, logit]...], .logits at some
+positions); the folder's logits for the same inputs must match within --atol. Positions > 0 check
+that the RoPE conversion computes the same function.
 
 Needs: pip install torch transformers safetensors (e.g. in a venv outside the repo).
 Exit status 0 when every check passes.
@@ -101,6 +106,30 @@ def check_interleaved(tensors, source, config):
     return bad
 
 
+def check_trace(model, trace_path, atol):
+    with open(trace_path) as f:
+        positions = json.load(f)["positions"]
+    tokens = [p["input"] for p in positions]
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0]
+    worst, compared = 0.0, 0
+    for p in positions:
+        row = logits[p["pos"]]
+        pairs = [(i, v) for i, v in p["top5"]]
+        if "logits" in p:
+            pairs += list(enumerate(p["logits"]))
+        for i, v in pairs:
+            worst = max(worst, abs(row[i].item() - v))
+            compared += 1
+        if row.argmax().item() != p["next"]:
+            print(f"FAIL trace pos {p['pos']}: argmax {row.argmax().item()} != {p['next']}")
+            return 1
+    ok = worst <= atol
+    print(f"{'ok  ' if ok else 'FAIL'} trace: {len(tokens)} positions, {compared} logits, "
+          f"max |diff| {worst:.3g} (atol {atol}), argmax equal everywhere")
+    return 0 if ok else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("folder")
@@ -108,6 +137,7 @@ def main():
     p.add_argument("--expected-logits")
     p.add_argument("--write-logits")
     p.add_argument("--interleaved-source")
+    p.add_argument("--trace")
     p.add_argument("--atol", type=float, default=1e-4)
     args = p.parse_args()
 
@@ -122,6 +152,8 @@ def main():
     bad = check_parameters(model, tensors, config)
     if args.interleaved_source:
         bad += check_interleaved(tensors, args.interleaved_source, config)
+    if args.trace:
+        bad += check_trace(model, args.trace, args.atol)
 
     tokens = [int(t) % config.vocab_size for t in args.tokens.split(",")]
     with torch.no_grad():

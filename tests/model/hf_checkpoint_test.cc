@@ -10,6 +10,7 @@
 
 #include "core/mapped_file.h"
 #include "model/hf_config.h"
+#include "model/llama2c.h"
 #include "model/rope_permute.h"
 #include "model/safetensors.h"
 #include "tests/test_util.h"
@@ -343,6 +344,34 @@ TEST(HfCheckpointTest, TensorErrorsNameTheTensorAndShapes) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("'model.norm.weight'"), std::string::npos) << st;
   EXPECT_FALSE(fs::exists(root / "partial"));
+}
+
+// The real stories260K (llama2.c, interleaved RoPE): saved as an HF folder (q/k permuted to
+// rotate-half), reloaded, and permuted back, every tensor is bit-identical to the original.
+// The folder is left in the build tree for scripts/check_hf_export.py.
+TEST(HfCheckpointTest, Stories260KThroughHfFolderIsBitIdentical) {
+  LAMINAR_SHARED_OR_SKIP(path, "models/stories260K/stories260K.bin");
+  ModelConfig config;
+  WeightStore original;
+  ASSERT_TRUE(LoadLlama2c(path, &config, &original).ok());
+  ASSERT_EQ(config.rope_layout, RopeLayout::kInterleaved);
+  auto root = testing::TempDir("hf_stories260k");
+  std::string dir = (root / "ckpt").string();
+  Status st = SaveHfCheckpoint(dir, config, original, HfSaveOptions{});
+  ASSERT_TRUE(st.ok()) << st;
+  std::map<std::string, TensorView> views;
+  for (const std::string& name : original.Names()) views[name] = original.Get(name).value();
+  ASSERT_TRUE(WriteSafetensors((root / "interleaved.safetensors").string(), views).ok());
+
+  auto loaded = LoadHfCheckpoint(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.rope_layout, RopeLayout::kRotateHalf);
+  ModelConfig expected = config;
+  ExpectSameConfig(loaded->config, expected);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_FALSE(SameBytes(loaded->weights.Get(q).value(), original.Get(q).value()));
+  ASSERT_TRUE(ConvertRopeLayout(&loaded->config, &loaded->weights, RopeLayout::kInterleaved).ok());
+  ExpectSameWeights(loaded->weights, original);
 }
 
 }  // namespace
