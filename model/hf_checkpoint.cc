@@ -114,7 +114,8 @@ StatusOr<Tensor> ConvertFloat(const TensorView& src, DType to) {
   const float* in = f32.data_as<float>();
   auto* dst = out.data_as<uint16_t>();
   int64_t n = src.num_elements();
-  for (int64_t i = 0; i < n; ++i) dst[i] = to == DType::kBF16 ? FloatToBF16(in[i]) : FloatToHalf(in[i]);
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = to == DType::kBF16 ? FloatToBF16(in[i]) : FloatToHalf(in[i]);
   return out;
 }
 
@@ -131,9 +132,9 @@ std::vector<SafetensorsWriteItem> SaveItems(const ModelConfig& config, const Wei
     auto produce = [view, out_dtype, heads, &config](Tensor* scratch) -> StatusOr<TensorView> {
       TensorView current = view;
       if (heads > 0) {
-        LAMINAR_ASSIGN_OR_RETURN(*scratch, ConvertRopeRows(view, heads, config.head_dim,
-                                                           RopeLayout::kInterleaved,
-                                                           RopeLayout::kRotateHalf));
+        LAMINAR_ASSIGN_OR_RETURN(
+            *scratch, ConvertRopeRows(view, heads, config.head_dim, RopeLayout::kInterleaved,
+                                      RopeLayout::kRotateHalf));
         current = scratch->view();
       }
       if (out_dtype != current.dtype()) {
@@ -208,8 +209,8 @@ Status InstallFolder(const std::string& tmp, const std::string& dir, bool overwr
 }
 
 // Everything that can be checked before touching the disk.
-Status CheckSaveInputs(const std::string& dir, const ModelConfig& config, const WeightStore& weights,
-                       const HfSaveOptions& options) {
+Status CheckSaveInputs(const std::string& dir, const ModelConfig& config,
+                       const WeightStore& weights, const HfSaveOptions& options) {
   LAMINAR_RETURN_IF_ERROR(config.Validate(dir));
   LAMINAR_RETURN_IF_ERROR(ValidateHfWeights(config, weights, dir));
   if (options.dtype && !IsFloat(*options.dtype)) {
@@ -296,7 +297,8 @@ Status ValidateHfWeights(const ModelConfig& config, const WeightStore& weights,
     }
     if (!IsFloat(view->dtype())) {
       return InvalidArgumentError(source + ": tensor '" + name + "' has dtype " +
-                                  std::string(DTypeName(view->dtype())) + ", expected f32/bf16/f16");
+                                  std::string(DTypeName(view->dtype())) +
+                                  ", expected f32/bf16/f16");
     }
   }
   for (const std::string& name : weights.Names()) {

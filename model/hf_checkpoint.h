@@ -18,7 +18,7 @@
 namespace laminar::model {
 
 struct HfCheckpoint {
-  ModelConfig config;       // rope_layout = kRotateHalf
+  ModelConfig config;  // rope_layout = kRotateHalf
   WeightStore weights;
   std::string torch_dtype;  // from config.json ("" when absent)
 };
@@ -32,8 +32,8 @@ struct HfCheckpoint {
 // tensor its shard lacks), Unimplemented (unsupported architecture).
 StatusOr<HfCheckpoint> LoadHfCheckpoint(const std::string& dir);
 
-// The tensors a Llama-family model must have, with their shapes: embed [V, C], per layer q [H*D, C],
-// k/v [Hkv*D, C], o [C, H*D], gate/up [F, C], down [C, F], norms [C], biases [H*D]/[Hkv*D] when
+// The tensors a Llama-family model must have, with their shapes: embed [V, C], per layer q [H*D,
+// C], k/v [Hkv*D, C], o [C, H*D], gate/up [F, C], down [C, F], norms [C], biases [H*D]/[Hkv*D] when
 // attention_bias; model.norm [C]; lm_head [V, C] unless tied. Sorted by name.
 std::vector<std::pair<std::string, Shape>> ExpectedHfTensors(const ModelConfig& config);
 
@@ -58,8 +58,8 @@ struct HfSaveOptions {
 };
 
 // Writes `dir`: model.safetensors (or shards and model.safetensors.index.json), config.json,
-// generation_config.json and options.tokenizer_files. The folder is built as a sibling temporary and
-// renamed into place, so a crash never leaves a half-written checkpoint under `dir`. When
+// generation_config.json and options.tokenizer_files. The folder is built as a sibling temporary
+// and renamed into place, so a crash never leaves a half-written checkpoint under `dir`. When
 // config.rope_layout is kInterleaved the q/k weights and biases are permuted to rotate-half while
 // streaming (the store is not modified), so the folder computes the same function in transformers.
 // Errors: the config/weight validation above, Unimplemented (config transformers cannot express),

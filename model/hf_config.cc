@@ -93,7 +93,8 @@ class Fields {
 StatusOr<std::optional<RopeScaling>> ParseRopeScaling(const json& v, const std::string& source,
                                                       const std::string& field) {
   if (!v.is_object()) {
-    return InvalidArgumentError(source + ": field '" + field + "' must be an object, got " + v.dump());
+    return InvalidArgumentError(source + ": field '" + field + "' must be an object, got " +
+                                v.dump());
   }
   Fields f(v, source, field + ".");
   LAMINAR_ASSIGN_OR_RETURN(std::string type, f.String("type", "default"));
@@ -152,7 +153,8 @@ Status ParseTokenIds(const Fields& f, const ArchInfo& arch, ModelConfig* m) {
   const json& eos = f.At("eos_token_id");
   if (eos.is_array()) {
     for (const json& e : eos) {
-      if (!e.is_number_integer()) return f.Error("eos_token_id", "list holds a non-integer " + e.dump());
+      if (!e.is_number_integer())
+        return f.Error("eos_token_id", "list holds a non-integer " + e.dump());
       m->eos_token_ids.push_back(e.get<int64_t>());
     }
     return OkStatus();
@@ -172,8 +174,8 @@ Status ParseRope(const Fields& f, const std::string& source, ModelConfig* m) {
   if (f.Has("rope_parameters")) {  // transformers 5 spelling; takes priority
     const json& p = f.At("rope_parameters");
     LAMINAR_ASSIGN_OR_RETURN(m->rope_scaling, ParseRopeScaling(p, source, "rope_parameters"));
-    LAMINAR_ASSIGN_OR_RETURN(m->rope_theta,
-                             Fields(p, source, "rope_parameters.").Double("rope_theta", m->rope_theta));
+    LAMINAR_ASSIGN_OR_RETURN(
+        m->rope_theta, Fields(p, source, "rope_parameters.").Double("rope_theta", m->rope_theta));
   }
   return OkStatus();
 }
@@ -182,13 +184,16 @@ Status ParseRope(const Fields& f, const std::string& source, ModelConfig* m) {
 Status RejectUnsupported(const Fields& f, const ArchInfo& arch, const std::string& source) {
   LAMINAR_ASSIGN_OR_RETURN(std::string act, f.String("hidden_act", "silu"));
   if (act != "silu") {
-    return UnimplementedError(source + ": field 'hidden_act': '" + act + "' is not supported (silu)");
+    return UnimplementedError(source + ": field 'hidden_act': '" + act +
+                              "' is not supported (silu)");
   }
   LAMINAR_ASSIGN_OR_RETURN(bool mlp_bias, f.Bool("mlp_bias", false));
-  if (mlp_bias) return UnimplementedError(source + ": field 'mlp_bias': MLP biases are not supported");
+  if (mlp_bias)
+    return UnimplementedError(source + ": field 'mlp_bias': MLP biases are not supported");
   LAMINAR_ASSIGN_OR_RETURN(bool sliding, f.Bool("use_sliding_window", false));
   if (arch.name == "qwen2" && sliding) {
-    return UnimplementedError(source + ": field 'use_sliding_window': sliding-window attention is "
+    return UnimplementedError(source +
+                              ": field 'use_sliding_window': sliding-window attention is "
                               "not supported");
   }
   return OkStatus();
@@ -198,10 +203,14 @@ Status RejectUnsupported(const Fields& f, const ArchInfo& arch, const std::strin
 
 std::string_view TorchDTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float32";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    default: return "";
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    default:
+      return "";
   }
 }
 

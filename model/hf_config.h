@@ -22,10 +22,11 @@ struct HfConfig {
 // num_key_value_heads (default H), head_dim (default C/H), max_position_embeddings, rope_theta,
 // rope_scaling ("llama3" | "linear"; or transformers 5's rope_parameters), rms_norm_eps,
 // tie_word_embeddings, attention_bias (Qwen2: always true), bos/eos_token_id (int, list or null),
-// torch_dtype (or "dtype"). Absent optional fields take transformers' defaults for the architecture.
-// Errors name `source` and the field: InvalidArgument (missing or wrong type, invalid values),
-// Unimplemented (unknown architecture, rope type, hidden_act other than silu, mlp_bias, o_proj bias).
-// Mistral's sliding_window is ignored (we attend to the whole context).
+// torch_dtype (or "dtype"). Absent optional fields take transformers' defaults for the
+// architecture. Errors name `source` and the field: InvalidArgument (missing or wrong type, invalid
+// values), Unimplemented (unknown architecture, rope type, hidden_act other than silu, mlp_bias,
+// o_proj bias). Mistral's sliding_window is ignored (we attend to the whole context). An absent
+// num_key_value_heads means H for every architecture (Qwen2Config's own default would be 32).
 StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& source);
 
 // config.json text for `config` (architectures, model_type, torch_dtype and the fields above;

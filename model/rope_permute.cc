@@ -38,8 +38,8 @@ Status PermuteRopeRows(const TensorView& src, const TensorView& dst, int64_t num
         int64_t rotate_half = h * head_dim + j * half + i;
         int64_t s = to_half ? interleaved : rotate_half;
         int64_t d = to_half ? rotate_half : interleaved;
-        std::memcpy(out + static_cast<size_t>(d) * row_bytes, in + static_cast<size_t>(s) * row_bytes,
-                    row_bytes);
+        std::memcpy(out + static_cast<size_t>(d) * row_bytes,
+                    in + static_cast<size_t>(s) * row_bytes, row_bytes);
       }
     }
   }

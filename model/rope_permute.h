@@ -25,8 +25,8 @@ Status PermuteRopeRows(const TensorView& src, const TensorView& dst, int64_t num
 StatusOr<Tensor> ConvertRopeRows(const TensorView& src, int64_t num_heads, int64_t head_dim,
                                  RopeLayout from, RopeLayout to);
 
-// Number of heads whose rows `name` permutes: H for model.layers.{i}.self_attn.q_proj.{weight,bias},
-// Hkv for k_proj, 0 for every other tensor.
+// Number of heads whose rows `name` permutes: H for
+// model.layers.{i}.self_attn.q_proj.{weight,bias}, Hkv for k_proj, 0 for every other tensor.
 int64_t RopeHeadsOfTensor(const std::string& name, const ModelConfig& config);
 
 // Converts every q/k weight and bias of `store` from config->rope_layout to `to` and sets

@@ -23,8 +23,8 @@ struct DTypeNameEntry {
   DType dtype;
 };
 constexpr DTypeNameEntry kDTypeNames[] = {
-    {"BOOL", DType::kBool}, {"U8", DType::kU8},   {"I8", DType::kI8},   {"U16", DType::kU16},
-    {"I16", DType::kI16},   {"U32", DType::kU32}, {"I32", DType::kI32}, {"I64", DType::kI64},
+    {"BOOL", DType::kBool}, {"U8", DType::kU8},     {"I8", DType::kI8},   {"U16", DType::kU16},
+    {"I16", DType::kI16},   {"U32", DType::kU32},   {"I32", DType::kI32}, {"I64", DType::kI64},
     {"F16", DType::kF16},   {"BF16", DType::kBF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
 };
 
@@ -160,7 +160,8 @@ Status CheckLayout(std::vector<RawEntry>* entries, uint64_t buffer_size) {
   }
   if (covered != buffer_size) {
     return InvalidArgumentError("bytes [" + std::to_string(covered) + ", " +
-                                std::to_string(buffer_size) + ") of the buffer belong to no tensor");
+                                std::to_string(buffer_size) +
+                                ") of the buffer belong to no tensor");
   }
   return OkStatus();
 }
@@ -185,8 +186,9 @@ std::string_view SafetensorsDTypeName(DType dtype) {
 }
 
 const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {
-  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
-                             [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
+  auto it =
+      std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                       [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
   return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
@@ -207,12 +209,14 @@ StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::span<const uint8_t> bytes,
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<size_t>(i)];
   if (n > kSafetensorsMaxHeaderBytes) {
-    return fail(InvalidArgumentError("header length " + std::to_string(n) + " exceeds the limit of " +
+    return fail(InvalidArgumentError("header length " + std::to_string(n) +
+                                     " exceeds the limit of " +
                                      std::to_string(kSafetensorsMaxHeaderBytes) + " bytes"));
   }
   if (n > bytes.size() - 8) {
-    return fail(DataLossError("header length " + std::to_string(n) + " runs past the end of the file (" +
-                              std::to_string(bytes.size()) + " bytes)"));
+    return fail(DataLossError("header length " + std::to_string(n) +
+                              " runs past the end of the file (" + std::to_string(bytes.size()) +
+                              " bytes)"));
   }
   std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, n);
   if (text.empty() || text.front() != '{') {
@@ -273,7 +277,8 @@ StatusOr<std::string> SafetensorsHeader(const std::vector<SafetensorsWriteItem>&
     if (item.name.empty() || item.name == "__metadata__") {
       return InvalidArgumentError("invalid tensor name " + Quote(item.name));
     }
-    if (!seen.insert(item.name).second) return InvalidArgumentError("duplicate tensor " + Quote(item.name));
+    if (!seen.insert(item.name).second)
+      return InvalidArgumentError("duplicate tensor " + Quote(item.name));
     auto bytes = CheckedNumBytes(item.shape.dims(), DTypeSize(item.dtype));
     if (!bytes.ok()) return bytes.status().WithContext("tensor " + Quote(item.name));
     nlohmann::ordered_json entry;
@@ -288,7 +293,8 @@ StatusOr<std::string> SafetensorsHeader(const std::vector<SafetensorsWriteItem>&
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + text;
 }
 
@@ -315,8 +321,8 @@ Status StreamItems(int fd, const std::string& tmp, std::vector<SafetensorsWriteI
   for (SafetensorsWriteItem& item : items) {
     std::string where = "tensor " + Quote(item.name);
     Tensor scratch;
-    auto view = item.produce ? item.produce(&scratch)
-                             : StatusOr<TensorView>(InternalError("no producer"));
+    auto view =
+        item.produce ? item.produce(&scratch) : StatusOr<TensorView>(InternalError("no producer"));
     if (!view.ok()) return view.status().WithContext(where);
     if (view->dtype() != item.dtype || view->shape() != item.shape) {
       return InternalError(where + ": produced " + std::string(DTypeName(view->dtype())) + " " +
@@ -336,8 +342,9 @@ Status StreamItems(int fd, const std::string& tmp, std::vector<SafetensorsWriteI
 
 Status WriteSafetensors(const std::string& path, std::vector<SafetensorsWriteItem> items,
                         const std::map<std::string, std::string>& metadata) {
-  std::sort(items.begin(), items.end(),
-            [](const SafetensorsWriteItem& a, const SafetensorsWriteItem& b) { return a.name < b.name; });
+  std::sort(
+      items.begin(), items.end(),
+      [](const SafetensorsWriteItem& a, const SafetensorsWriteItem& b) { return a.name < b.name; });
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create " + tmp, errno);

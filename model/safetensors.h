@@ -41,9 +41,7 @@ struct SafetensorsTensor {
   uint64_t buffer_offset = 0;  // data_offsets[0], relative to the byte buffer
 
   TensorView view() const { return TensorView(static_cast<const void*>(data), dtype, shape); }
-  bool aligned() const {
-    return reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) == 0;
-  }
+  bool aligned() const { return reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) == 0; }
 };
 
 // A validated safetensors file: tensors sorted by name, metadata, and the mapping that keeps the
@@ -100,12 +98,12 @@ StatusOr<std::string> SafetensorsHeader(const std::vector<SafetensorsWriteItem>&
 // Writes `items` to `path`, sorted by name, streaming each tensor's bytes to a temporary file in
 // the same folder that is fsynced and renamed over `path` (a crash leaves no partial file under
 // `path`). Errors from `produce` or a size mismatch abort the write and name the tensor.
-Status WriteSafetensors(const std::string& path, std::vector<SafetensorsWriteItem> items,
-                        const std::map<std::string, std::string>& metadata =
-                            DefaultSafetensorsMetadata());
+Status WriteSafetensors(
+    const std::string& path, std::vector<SafetensorsWriteItem> items,
+    const std::map<std::string, std::string>& metadata = DefaultSafetensorsMetadata());
 // Convenience: writes views as they are.
-Status WriteSafetensors(const std::string& path, const std::map<std::string, TensorView>& tensors,
-                        const std::map<std::string, std::string>& metadata =
-                            DefaultSafetensorsMetadata());
+Status WriteSafetensors(
+    const std::string& path, const std::map<std::string, TensorView>& tensors,
+    const std::map<std::string, std::string>& metadata = DefaultSafetensorsMetadata());
 
 }  // namespace laminar::model

@@ -95,7 +95,8 @@ TEST(HfCheckpointTest, TinyLlamaRoundTrip) {
   ModelConfig config = TinyLlama();
   WeightStore weights = RandomWeights(config, 1);
   HfSaveOptions options;
-  options.tokenizer_files = {{"tokenizer.json", "{\"model\": {}}"}, {"tokenizer_config.json", "{}"}};
+  options.tokenizer_files = {{"tokenizer.json", "{\"model\": {}}"},
+                             {"tokenizer_config.json", "{}"}};
   std::string dir = (root / "ckpt").string();
   Status st = SaveHfCheckpoint(dir, config, weights, options);
   ASSERT_TRUE(st.ok()) << st;
@@ -184,8 +185,8 @@ TEST(HfCheckpointTest, InterleavedStoreIsSavedRotateHalf) {
   auto q = ConvertRopeRows(weights.Get("model.layers.1.self_attn.q_proj.weight").value(), 4, 4,
                            RopeLayout::kInterleaved, RopeLayout::kRotateHalf);
   ASSERT_TRUE(q.ok());
-  EXPECT_TRUE(SameBytes(loaded->weights.Get("model.layers.1.self_attn.q_proj.weight").value(),
-                        q->view()));
+  EXPECT_TRUE(
+      SameBytes(loaded->weights.Get("model.layers.1.self_attn.q_proj.weight").value(), q->view()));
   EXPECT_FALSE(SameBytes(loaded->weights.Get("model.layers.1.self_attn.q_proj.weight").value(),
                          weights.Get("model.layers.1.self_attn.q_proj.weight").value()));
   ModelConfig back = loaded->config;
@@ -325,12 +326,14 @@ TEST(HfCheckpointTest, TensorErrorsNameTheTensorAndShapes) {
             std::string::npos)
       << bad.status();
 
-  views["model.layers.1.mlp.gate_proj.weight"] = weights.Get("model.layers.1.mlp.gate_proj.weight").value();
+  views["model.layers.1.mlp.gate_proj.weight"] =
+      weights.Get("model.layers.1.mlp.gate_proj.weight").value();
   views["model.extra.weight"] = wrong.view();
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", views).ok());
   bad = LoadHfCheckpoint(dir);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("unexpected tensor 'model.extra.weight'"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("unexpected tensor 'model.extra.weight'"),
+            std::string::npos)
       << bad.status();
 
   fs::remove(fs::path(dir) / "model.safetensors");

@@ -54,14 +54,16 @@ TEST(RopePermuteTest, MatchesViewTransposeReshapeAndRoundTripsBitExact) {
     }
   }
   EXPECT_FALSE(SameBytes(half->view(), w.view()));
-  auto back = ConvertRopeRows(half->view(), H, D, RopeLayout::kRotateHalf, RopeLayout::kInterleaved);
+  auto back =
+      ConvertRopeRows(half->view(), H, D, RopeLayout::kRotateHalf, RopeLayout::kInterleaved);
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(SameBytes(back->view(), w.view()));
 
   // Biases (rank 1) and 2-byte dtypes too.
   Tensor bias(DType::kBF16, Shape({H * D}));
   for (int64_t i = 0; i < H * D; ++i) bias.data_as<uint16_t>()[i] = static_cast<uint16_t>(i * 977);
-  auto bias_half = ConvertRopeRows(bias.view(), H, D, RopeLayout::kInterleaved, RopeLayout::kRotateHalf);
+  auto bias_half =
+      ConvertRopeRows(bias.view(), H, D, RopeLayout::kInterleaved, RopeLayout::kRotateHalf);
   ASSERT_TRUE(bias_half.ok());
   EXPECT_EQ(bias_half->data_as<uint16_t>()[1], bias.data_as<uint16_t>()[2]);
   auto bias_back =
@@ -72,10 +74,13 @@ TEST(RopePermuteTest, MatchesViewTransposeReshapeAndRoundTripsBitExact) {
 
 TEST(RopePermuteTest, RejectsBadShapes) {
   Tensor w(DType::kF32, Shape({12, 4}));
-  EXPECT_FALSE(ConvertRopeRows(w.view(), 2, 8, RopeLayout::kInterleaved, RopeLayout::kRotateHalf).ok());
-  EXPECT_FALSE(ConvertRopeRows(w.view(), 4, 3, RopeLayout::kInterleaved, RopeLayout::kRotateHalf).ok());
+  EXPECT_FALSE(
+      ConvertRopeRows(w.view(), 2, 8, RopeLayout::kInterleaved, RopeLayout::kRotateHalf).ok());
+  EXPECT_FALSE(
+      ConvertRopeRows(w.view(), 4, 3, RopeLayout::kInterleaved, RopeLayout::kRotateHalf).ok());
   Tensor cube(DType::kF32, Shape({12, 1, 1}));
-  EXPECT_FALSE(ConvertRopeRows(cube.view(), 3, 4, RopeLayout::kInterleaved, RopeLayout::kRotateHalf).ok());
+  EXPECT_FALSE(
+      ConvertRopeRows(cube.view(), 3, 4, RopeLayout::kInterleaved, RopeLayout::kRotateHalf).ok());
 }
 
 // Reference RoPE on one head vector `x` [D] at position `pos`, in either layout.
@@ -157,8 +162,8 @@ TEST(RopePermuteTest, ConvertsAWholeStoreAndBack) {
   uint32_t seed = 10;
   for (int l = 0; l < 2; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-    for (auto [name, rows] : {std::pair{"q_proj.weight", 16}, {"k_proj.weight", 8},
-                              {"v_proj.weight", 8}}) {
+    for (auto [name, rows] :
+         {std::pair{"q_proj.weight", 16}, {"k_proj.weight", 8}, {"v_proj.weight", 8}}) {
       Tensor t = RandomF32(Shape({rows, 16}), seed++);
       original.Put(p + name, t.Clone());
       store.Put(p + name, std::move(t));

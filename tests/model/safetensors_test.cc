@@ -20,18 +20,30 @@ double ElementAsDouble(const SafetensorsTensor& t, int64_t i) {
     return v;
   };
   switch (t.dtype) {
-    case DType::kU8: return load(uint8_t{});
-    case DType::kI8: return load(int8_t{});
-    case DType::kU16: return load(uint16_t{});
-    case DType::kI16: return load(int16_t{});
-    case DType::kU32: return load(uint32_t{});
-    case DType::kI32: return load(int32_t{});
-    case DType::kI64: return static_cast<double>(load(int64_t{}));
-    case DType::kF16: return HalfToFloat(load(uint16_t{}));
-    case DType::kBF16: return BF16ToFloat(load(uint16_t{}));
-    case DType::kF32: return load(float{});
-    case DType::kF64: return load(double{});
-    case DType::kBool: return load(uint8_t{});
+    case DType::kU8:
+      return load(uint8_t{});
+    case DType::kI8:
+      return load(int8_t{});
+    case DType::kU16:
+      return load(uint16_t{});
+    case DType::kI16:
+      return load(int16_t{});
+    case DType::kU32:
+      return load(uint32_t{});
+    case DType::kI32:
+      return load(int32_t{});
+    case DType::kI64:
+      return static_cast<double>(load(int64_t{}));
+    case DType::kF16:
+      return HalfToFloat(load(uint16_t{}));
+    case DType::kBF16:
+      return BF16ToFloat(load(uint16_t{}));
+    case DType::kF32:
+      return load(float{});
+    case DType::kF64:
+      return load(double{});
+    case DType::kBool:
+      return load(uint8_t{});
   }
   return 0;
 }
@@ -100,15 +112,17 @@ std::string ReadAll(const std::string& path) {
 
 TEST(SafetensorsTest, WriteReadRoundTripAllDTypes) {
   auto dir = testing::TempDir("safetensors_roundtrip");
-  const DType all[] = {DType::kBool, DType::kU8,  DType::kI8,  DType::kU16, DType::kI16, DType::kU32,
-                       DType::kI32,  DType::kI64, DType::kF16, DType::kBF16, DType::kF32, DType::kF64};
+  const DType all[] = {DType::kBool, DType::kU8,   DType::kI8,  DType::kU16,
+                       DType::kI16,  DType::kU32,  DType::kI32, DType::kI64,
+                       DType::kF16,  DType::kBF16, DType::kF32, DType::kF64};
   std::vector<Tensor> owned;
   std::map<std::string, TensorView> views;
   for (DType d : all) {
     Tensor t(d, Shape({2, 3}));
     auto* bytes = t.data_as<uint8_t>();
     for (size_t i = 0; i < t.size_bytes(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
-    if (d == DType::kBool) for (size_t i = 0; i < 6; ++i) bytes[i] = i % 2;
+    if (d == DType::kBool)
+      for (size_t i = 0; i < 6; ++i) bytes[i] = i % 2;
     views["t_" + std::string(DTypeName(d))] = t.view();
     owned.push_back(std::move(t));
   }
@@ -224,18 +238,24 @@ TEST(SafetensorsTest, MalformedHeadersGiveClearErrors) {
   ExpectError(MakeFile(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "'data_offsets'");
   ExpectError(MakeFile(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", 8), "'dtype'");
   ExpectError(MakeFile(R"({"a":[1]})", 8), "not a JSON object");
-  ExpectError(MakeFile(R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
-              "__metadata__ value of 'k' is not a string");
+  ExpectError(
+      MakeFile(R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+               8),
+      "__metadata__ value of 'k' is not a string");
   ExpectError(MakeFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                       R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
+                       R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                       8),
               "duplicate key 'a'");
   ExpectError(MakeFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                       12),
               "'b' [4, 12) overlaps tensor 'a' [0, 8)");
-  ExpectError(MakeFile(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8),
-              "overflows");
-  ExpectError(MakeFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,99999999999999999999]}})", 8),
-              "data_offsets[1]");
+  ExpectError(
+      MakeFile(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8),
+      "overflows");
+  ExpectError(
+      MakeFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,99999999999999999999]}})", 8),
+      "data_offsets[1]");
   ExpectError(std::vector<uint8_t>{1, 2, 3}, "shorter than the 8-byte header length");
 }
 
