@@ -81,7 +81,8 @@ StatusOr<std::map<std::string, std::vector<std::string>>> ReadIndex(const std::s
 Status LoadWeights(const std::string& dir, const ModelConfig& config, WeightStore* store) {
   std::string index_path = dir + "/" + kIndexFile;
   std::string single_path = dir + "/" + kSingleFile;
-  if (fs::exists(index_path)) {
+  std::error_code ec;  // the error_code overloads: no exceptions
+  if (fs::exists(index_path, ec)) {
     LAMINAR_ASSIGN_OR_RETURN(auto by_file, ReadIndex(index_path));
     for (const auto& [file_name, names] : by_file) {
       LAMINAR_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(dir + "/" + file_name));
@@ -96,7 +97,7 @@ Status LoadWeights(const std::string& dir, const ModelConfig& config, WeightStor
     }
     return OkStatus();
   }
-  if (!fs::exists(single_path)) {
+  if (!fs::exists(single_path, ec)) {
     return NotFoundError(dir + ": neither " + kSingleFile + " nor " + kIndexFile + " exists");
   }
   LAMINAR_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(single_path));
