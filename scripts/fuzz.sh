@@ -37,6 +37,7 @@ python3 scripts/make_fuzz_seeds.py "$SEEDS"
 declare -A REAL=(
   [gguf]="models/stories260K/stories260K.gguf tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf"
   [llama2c]=""
+  [safetensors]="safetensors/overall.safetensors safetensors/B.safetensors safetensors/d.safetensors safetensors/e.safetensors"
 )
 
 status=0
