@@ -83,6 +83,27 @@ Status ReadSpecialTokens(const GgufFile& g, ModelConfig* cfg) {
   return OkStatus();
 }
 
+// Bounds every size so that products of two (q = H * D, a [V, C] shape) cannot overflow.
+Status CheckDims(const GgufFile& g, const ModelConfig& c) {
+  constexpr int64_t kMaxDim = int64_t{1} << 31;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"vocab_size", c.vocab_size},
+      {"embedding_length", c.hidden_size},
+      {"feed_forward_length", c.intermediate_size},
+      {"block_count", c.num_hidden_layers},
+      {"attention.head_count", c.num_attention_heads},
+      {"attention.head_count_kv", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"context_length", c.max_position_embeddings}};
+  for (const auto& [name, v] : dims) {
+    if (v > kMaxDim) {
+      return InvalidArgumentError(g.name() + ": " + c.architecture + "." + name + " = " +
+                                  std::to_string(v) + " is implausibly large");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> GgufModelConfig(const GgufFile& g) {
@@ -121,6 +142,7 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufFile& g) {
                               "rope.dimension_count " + std::to_string(rope_dims) +
                               " != head_dim " + std::to_string(cfg.head_dim) + ") not supported");
   }
+  LAMINAR_RETURN_IF_ERROR(CheckDims(g, cfg));
   LAMINAR_RETURN_IF_ERROR(ReadRopeScaling(g, arch, &cfg));
   LAMINAR_RETURN_IF_ERROR(ReadSpecialTokens(g, &cfg));
   cfg.attention_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
@@ -137,33 +159,41 @@ struct Expected {
   Shape shape;  // row-major
 };
 
-std::vector<Expected> ExpectedTensors(const ModelConfig& c) {
+// The non-layer tensors.
+std::vector<Expected> GlobalTensors(const ModelConfig& c) {
+  std::vector<Expected> e = {
+      {"token_embd.weight", "model.embed_tokens.weight", Shape{c.vocab_size, c.hidden_size}},
+      {"output_norm.weight", "model.norm.weight", Shape{c.hidden_size}},
+  };
+  if (!c.tie_word_embeddings) {
+    e.push_back({"output.weight", "lm_head.weight", Shape{c.vocab_size, c.hidden_size}});
+  }
+  return e;
+}
+
+// The tensors of layer `i`. Built one layer at a time so that an absurd block_count fails at
+// the first missing tensor instead of allocating a list for every claimed layer.
+std::vector<Expected> LayerTensors(const ModelConfig& c, int64_t i) {
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const int64_t C = c.hidden_size, F = c.intermediate_size;
-  std::vector<Expected> e = {
-      {"token_embd.weight", "model.embed_tokens.weight", Shape{c.vocab_size, C}},
-      {"output_norm.weight", "model.norm.weight", Shape{C}},
+  std::vector<Expected> e;
+  auto add = [&](const char* gguf, const char* hf, Shape s) {
+    e.push_back({BlockName(i, gguf), LayerName(i, hf), std::move(s)});
   };
-  if (!c.tie_word_embeddings) e.push_back({"output.weight", "lm_head.weight", {c.vocab_size, C}});
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    auto add = [&](const char* gguf, const char* hf, Shape s) {
-      e.push_back({BlockName(i, gguf), LayerName(i, hf), std::move(s)});
-    };
-    add("attn_norm.weight", "input_layernorm.weight", Shape{C});
-    add("attn_q.weight", "self_attn.q_proj.weight", Shape{q, C});
-    add("attn_k.weight", "self_attn.k_proj.weight", Shape{kv, C});
-    add("attn_v.weight", "self_attn.v_proj.weight", Shape{kv, C});
-    add("attn_output.weight", "self_attn.o_proj.weight", Shape{C, q});
-    if (c.attention_bias) {
-      add("attn_q.bias", "self_attn.q_proj.bias", Shape{q});
-      add("attn_k.bias", "self_attn.k_proj.bias", Shape{kv});
-      add("attn_v.bias", "self_attn.v_proj.bias", Shape{kv});
-    }
-    add("ffn_norm.weight", "post_attention_layernorm.weight", Shape{C});
-    add("ffn_gate.weight", "mlp.gate_proj.weight", Shape{F, C});
-    add("ffn_up.weight", "mlp.up_proj.weight", Shape{F, C});
-    add("ffn_down.weight", "mlp.down_proj.weight", Shape{C, F});
+  add("attn_norm.weight", "input_layernorm.weight", Shape{C});
+  add("attn_q.weight", "self_attn.q_proj.weight", Shape{q, C});
+  add("attn_k.weight", "self_attn.k_proj.weight", Shape{kv, C});
+  add("attn_v.weight", "self_attn.v_proj.weight", Shape{kv, C});
+  add("attn_output.weight", "self_attn.o_proj.weight", Shape{C, q});
+  if (c.attention_bias) {
+    add("attn_q.bias", "self_attn.q_proj.bias", Shape{q});
+    add("attn_k.bias", "self_attn.k_proj.bias", Shape{kv});
+    add("attn_v.bias", "self_attn.v_proj.bias", Shape{kv});
   }
+  add("ffn_norm.weight", "post_attention_layernorm.weight", Shape{C});
+  add("ffn_gate.weight", "mlp.gate_proj.weight", Shape{F, C});
+  add("ffn_up.weight", "mlp.up_proj.weight", Shape{F, C});
+  add("ffn_down.weight", "mlp.down_proj.weight", Shape{C, F});
   return e;
 }
 
@@ -210,19 +240,26 @@ Status LoadGgufModel(const GgufFile& g, ModelConfig* config, WeightStore* weight
   WeightStore w;
   std::set<std::string, std::less<>> used;
   if (cfg.tie_word_embeddings) used.insert("output.weight");  // absent, or a copy of token_embd
-  for (const Expected& e : ExpectedTensors(cfg)) {
-    const GgufTensorInfo* t = g.FindTensor(e.gguf_name);
-    if (t == nullptr) {
-      return NotFoundError(g.name() + ": tensor '" + e.gguf_name + "' (for " + e.hf_name +
-                           ") is missing");
+  auto load_all = [&](const std::vector<Expected>& expected) -> Status {
+    for (const Expected& e : expected) {
+      const GgufTensorInfo* t = g.FindTensor(e.gguf_name);
+      if (t == nullptr) {
+        return NotFoundError(g.name() + ": tensor '" + e.gguf_name + "' (for " + e.hf_name +
+                             ") is missing");
+      }
+      if (t->shape() != e.shape) {
+        return InvalidArgumentError(g.name() + ": tensor '" + e.gguf_name + "' has shape " +
+                                    t->shape().ToString() + ", expected " + e.shape.ToString() +
+                                    " from the model config");
+      }
+      LAMINAR_RETURN_IF_ERROR(LoadTensor(g, *t, e.hf_name, &w));
+      used.insert(e.gguf_name);
     }
-    if (t->shape() != e.shape) {
-      return InvalidArgumentError(g.name() + ": tensor '" + e.gguf_name + "' has shape " +
-                                  t->shape().ToString() + ", expected " + e.shape.ToString() +
-                                  " from the model config");
-    }
-    LAMINAR_RETURN_IF_ERROR(LoadTensor(g, *t, e.hf_name, &w));
-    used.insert(e.gguf_name);
+    return OkStatus();
+  };
+  LAMINAR_RETURN_IF_ERROR(load_all(GlobalTensors(cfg)));
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    LAMINAR_RETURN_IF_ERROR(load_all(LayerTensors(cfg, i)));
   }
   for (const GgufTensorInfo& t : g.tensors()) {
     if (used.count(t.name) == 0) {
