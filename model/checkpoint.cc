@@ -3,9 +3,12 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/mapped_file.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
+#include "model/hf_checkpoint.h"
 #include "model/llama2c.h"
 
 namespace laminar::model {
@@ -37,6 +40,19 @@ StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
                               "checkpoint (as llama2.c: " + header.status().message() + ")");
 }
 
+namespace {
+// tokenizer_config.json's "chat_template" when it is a string ("" otherwise; a list of named
+// templates is not supported).
+std::string HfChatTemplate(const std::string& dir) {
+  auto text = ReadFileToString(dir + "/tokenizer_config.json");
+  if (!text.ok()) return "";
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return "";
+  auto it = j.find("chat_template");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+}  // namespace
+
 StatusOr<Checkpoint> LoadCheckpoint(const std::string& path) {
   Checkpoint ckpt;
   ckpt.path = path;
@@ -51,8 +67,13 @@ StatusOr<Checkpoint> LoadCheckpoint(const std::string& path) {
     case CheckpointFormat::kLlama2c:
       LAMINAR_RETURN_IF_ERROR(LoadLlama2c(path, &ckpt.config, &ckpt.weights));
       break;
-    case CheckpointFormat::kHfFolder:
-      return UnimplementedError(path + ": Hugging Face folders are not supported by this build");
+    case CheckpointFormat::kHfFolder: {
+      LAMINAR_ASSIGN_OR_RETURN(HfCheckpoint hf, LoadHfCheckpoint(path));
+      ckpt.config = std::move(hf.config);
+      ckpt.weights = std::move(hf.weights);
+      ckpt.chat_template = HfChatTemplate(path);
+      break;
+    }
   }
   return ckpt;
 }
