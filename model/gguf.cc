@@ -289,9 +289,12 @@ class GgufParser {
         return OkStatus();
       }
       case GgufType::kArray: {
-        std::vector<GgufValue> v(n);
+        // Grown as elements parse (not pre-sized): nested claims overlap, so pre-sizing every
+        // level could allocate several times the file size before failing.
+        std::vector<GgufValue> v;
         for (uint64_t i = 0; i < n; ++i) {
-          LAMINAR_RETURN_IF_ERROR(ReadArray(depth + 1, &v[i]),
+          v.emplace_back();
+          LAMINAR_RETURN_IF_ERROR(ReadArray(depth + 1, &v.back()),
                                   "array element " + std::to_string(i));
         }
         *out = GgufValue(GgufType::kArray, elem, std::move(v));
