@@ -1,44 +1,22 @@
 // `laminar tokenize` run as a process on shared-data tokenizers: encode, decode, special tokens,
 // the llama2.c model + sibling tokenizer case, and errors with their exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
-#include "tests/test_util.h"
+#include "tests/cli/cli_util.h"
 
 namespace laminar {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using Result = testing::CliResult;
 
 // Runs `laminar tokenize <args>` with `input` on stdin.
 Result RunTokenize(const std::string& args, const std::string& input) {
-  auto dir = testing::TempDir("cli_tokenize");
-  std::ofstream(dir / "in", std::ios::binary) << input;
-  std::string cmd = std::string(LAMINAR_BINARY) + " tokenize " + args + " < " +
-                    (dir / "in").string() + " > " + (dir / "out").string() + " 2> " +
-                    (dir / "err").string();
-  int status = std::system(cmd.c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = Slurp(dir / "out");
-  r.err = Slurp(dir / "err");
-  return r;
+  return testing::RunLaminar("tokenize " + args, input);
 }
 
 TEST(CliTokenize, EncodesAndDecodesLlama3) {

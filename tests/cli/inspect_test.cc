@@ -1,0 +1,87 @@
+// `laminar inspect`, `convert` and `chat-template` run as processes on real checkpoints, and
+// their errors on bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/cli/cli_util.h"
+
+namespace laminar {
+namespace {
+
+using testing::RunLaminar;
+
+TEST(CliInspect, DescribesLlama2cAndGguf) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  auto r = RunLaminar("inspect " + bin);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("format         llama2c"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("heads          8 (kv 4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.self_attn.q_proj.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("SentencePiece BPE, 512 tokens"), std::string::npos) << r.out;
+  r = RunLaminar("inspect --metadata " + gguf);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("format         gguf"), std::string::npos);
+  EXPECT_NE(r.out.find("llama.block_count"), std::string::npos) << r.out;
+}
+
+TEST(CliInspect, ConvertsToHuggingFaceAndBack) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  auto dir = testing::TempDir("cli_convert") / "hf";
+  auto r = RunLaminar("convert " + bin + " --out " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
+  }
+  r = RunLaminar("inspect " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("format         hf"), std::string::npos);
+  EXPECT_NE(r.out.find("rotate-half layout"), std::string::npos);
+  // The exported tokenizer encodes like the original.
+  auto a = RunLaminar("tokenize --model " + bin, "Once upon a time");
+  auto b = RunLaminar("tokenize --model " + dir.string(), "Once upon a time");
+  EXPECT_EQ(a.out, b.out);
+  // A second convert refuses to replace the folder; nothing is lost.
+  r = RunLaminar("convert " + bin + " --out " + dir.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors"));
+}
+
+TEST(CliInspect, ChatTemplateByName) {
+  auto r = RunLaminar("chat-template --format smollm2 --user 'What is 2+2?'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+  r = RunLaminar("chat-template --format vicuna --user hi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown chat format 'vicuna'"), std::string::npos) << r.err;
+}
+
+TEST(CliInspect, BadInputGetsClearErrors) {
+  auto dir = testing::TempDir("cli_bad");
+  auto r = RunLaminar("inspect /nonexistent/model.gguf");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+  std::ofstream(dir / "junk.bin") << "definitely not a model";
+  r = RunLaminar("inspect " + (dir / "junk.bin").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("junk.bin"), std::string::npos) << r.err;
+  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  // A truncated GGUF: the error names the file; no crash.
+  std::ifstream in(gguf, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(dir / "cut.gguf", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  r = RunLaminar("inspect " + (dir / "cut.gguf").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cut.gguf"), std::string::npos) << r.err;
+  r = RunLaminar("chat-template --model " + gguf + " --user hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace laminar
