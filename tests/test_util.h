@@ -21,9 +21,17 @@ inline std::string SharedData(const std::string& relative) {
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
-// A fresh folder under the build tree for one test; removed and recreated on each call.
+// A fresh folder under the build tree, private to the running test (CTest runs tests in
+// parallel processes): test_tmp/<Suite.Test>/<name>, removed and recreated on each call.
 inline std::filesystem::path TempDir(const std::string& name) {
-  auto p = std::filesystem::path(LAMINAR_BINARY_DIR) / "test_tmp" / name;
+  std::string owner = "no_test";
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    owner = std::string(info->test_suite_name()) + "." + info->name();
+    for (char& c : owner) {
+      if (c == '/') c = '_';  // parameterized names
+    }
+  }
+  auto p = std::filesystem::path(LAMINAR_BINARY_DIR) / "test_tmp" / owner / name;
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
