@@ -1,0 +1,97 @@
+// Sampler: truncation in the order temperature -> top-k -> top-p -> min-p (as vLLM and HF apply
+// them), then one uniform draw against the renormalized distribution.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace laminar::engine {
+namespace {
+
+uint64_t SplitMix64(uint64_t* x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+}  // namespace
+
+Xoshiro256::Xoshiro256(uint64_t seed) {
+  for (auto& s : s_) s = SplitMix64(&seed);
+}
+
+uint64_t Xoshiro256::Next() {
+  uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+  uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = Rotl(s_[3], 45);
+  return result;
+}
+
+SampledToken Sampler::Sample(std::span<const float> logits) {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  if (params_.temperature <= 0.0f) {
+    int64_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    double mx = logits[best], sum = 0;
+    for (float l : logits) sum += std::exp(double(l) - mx);
+    return {static_cast<int32_t>(best), static_cast<float>(-std::log(sum))};
+  }
+  const double inv_t = 1.0 / params_.temperature;
+  // Candidates sorted by logit, descending (ties by id), truncated by top-k.
+  candidates_.resize(static_cast<size_t>(v));
+  for (int64_t i = 0; i < v; ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  int64_t keep = v;
+  if (params_.top_k > 0 && params_.top_k < v) {
+    keep = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+  } else if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  candidates_.resize(static_cast<size_t>(keep));
+  double mx = -std::numeric_limits<double>::infinity();
+  for (const auto& c : candidates_) mx = std::max(mx, double(c.first) * inv_t);
+  std::vector<double> p(candidates_.size());
+  double z = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) z += (p[i] = std::exp(double(candidates_[i].first) * inv_t - mx));
+  size_t n = candidates_.size();
+  if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (sorted above)
+    double cum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += p[i] / z;
+      if (cum >= params_.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {  // p[0] is the largest when sorted
+    size_t m = 0;
+    while (m < n && p[m] >= params_.min_p * p[0]) ++m;
+    n = std::max<size_t>(m, 1);
+  }
+  double mass = 0;
+  for (size_t i = 0; i < n; ++i) mass += p[i];
+  double r = rng_.Uniform() * mass, cdf = 0;
+  size_t pick = n - 1;
+  for (size_t i = 0; i < n; ++i) {
+    cdf += p[i];
+    if (r < cdf) {
+      pick = i;
+      break;
+    }
+  }
+  return {candidates_[pick].second, static_cast<float>(std::log(p[pick] / mass))};
+}
+
+}  // namespace laminar::engine
