@@ -1,0 +1,199 @@
+// `laminar generate`: streams a continuation of a prompt to stdout. `--sampler llama2c` reproduces
+// llama2.c's run.c exactly (its xorshift64* sampler, its -n step count that includes the prompt
+// positions, and its piece printing) so its published goldens can be checked.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "engine/llama2c_sampler.h"
+#include "engine/llama_model.h"
+#include "engine/sampler.h"
+#include "model/chat_format.h"
+#include "model/checkpoint.h"
+#include "model/model_path.h"
+#include "model/tokenizer_loader.h"
+
+namespace laminar::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  bool chat = false;
+  std::string chat_format;
+  std::string system;
+  int64_t max_tokens = 256;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  std::string sampler = "default";
+  int64_t steps = 256;
+  bool json = false;
+};
+
+int Fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "laminar generate: %s\n", message.c_str());
+  return code;
+}
+
+void Emit(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+// run.c's generate(): the prompt tokens are forced, then sampled; stops at `steps` positions or
+// when BOS is sampled; prints each piece, dropping the space after BOS and unprintable bytes.
+int RunLlama2c(const engine::LlamaModel& lm, const model::Tokenizer& tok, const GenerateArgs& a) {
+  auto prompt = tok.Encode(a.prompt, {.add_special = true, .parse_special = false});
+  if (!prompt.ok()) return Fail("prompt: " + prompt.status().message());
+  if (prompt->empty() || (*prompt)[0] != tok.bos_id()) prompt->insert(prompt->begin(), tok.bos_id());
+  int64_t steps = a.steps;
+  const int64_t ctx = lm.config().max_position_embeddings;
+  if (steps <= 0 || steps > ctx) steps = ctx;
+  if (static_cast<int64_t>(prompt->size()) > steps) {
+    return Fail("prompt of " + std::to_string(prompt->size()) + " tokens is longer than --steps " +
+                std::to_string(steps));
+  }
+  engine::KvCache cache = lm.NewCache(1, steps);
+  engine::Llama2cSampler sampler(a.temperature, a.top_p, a.seed);
+  int32_t token = (*prompt)[0];
+  std::vector<float> logits;
+  for (int64_t pos = 0; pos < steps; ++pos) {
+    engine::SequenceSpan span{0, pos, 1};
+    Status st = lm.Forward({&token, 1}, {&span, 1}, &cache, engine::LogitsFor::kAllTokens, &logits);
+    if (!st.ok()) return Fail(st.message());
+    int32_t next = pos + 1 < static_cast<int64_t>(prompt->size()) ? (*prompt)[pos + 1]
+                                                                 : sampler.Sample(logits);
+    if (next == tok.bos_id()) break;
+    auto piece = tok.TokenBytes(next, /*skip_special=*/false);
+    if (!piece.ok()) return Fail(piece.status().message());
+    std::string p = *piece;
+    if (token == tok.bos_id() && !p.empty() && p[0] == ' ') p.erase(0, 1);
+    bool unprintable = p.size() == 1 && !(std::isprint(static_cast<unsigned char>(p[0])) ||
+                                          std::isspace(static_cast<unsigned char>(p[0])));
+    if (!unprintable) Emit(p);
+    token = next;
+  }
+  Emit("\n");
+  return 0;
+}
+
+StatusOr<std::vector<int32_t>> PromptIds(const model::Checkpoint& ckpt, const model::Tokenizer& tok,
+                                         const GenerateArgs& a) {
+  if (!a.chat) return tok.Encode(a.prompt, {.add_special = true, .parse_special = true});
+  model::ChatFormat format;
+  if (!a.chat_format.empty()) {
+    LAMINAR_ASSIGN_OR_RETURN(format, model::ChatFormatFromName(a.chat_format));
+  } else if (!ckpt.chat_template.empty()) {
+    LAMINAR_ASSIGN_OR_RETURN(format, model::DetectChatFormat(ckpt.chat_template), ckpt.path);
+  } else {
+    return InvalidArgumentError(ckpt.path + " has no chat template; choose one with --chat-format");
+  }
+  std::vector<model::ChatMessage> messages;
+  if (!a.system.empty()) messages.push_back({"system", a.system});
+  messages.push_back({"user", a.prompt});
+  LAMINAR_ASSIGN_OR_RETURN(std::string text, model::RenderChat(format, messages, true));
+  // The rendered text carries any BOS itself, as Hugging Face's apply_chat_template does.
+  return tok.Encode(text, {.add_special = false, .parse_special = true});
+}
+
+int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
+               const model::Tokenizer& tok, const GenerateArgs& a) {
+  auto prompt = PromptIds(ckpt, tok, a);
+  if (!prompt.ok()) return Fail(prompt.status().message());
+  const int64_t ctx = lm.config().max_position_embeddings, n = static_cast<int64_t>(prompt->size());
+  if (n == 0) return Fail("the prompt encodes to no tokens; give --prompt text");
+  if (n >= ctx) {
+    return Fail("prompt of " + std::to_string(n) + " tokens does not fit the model's context of " +
+                std::to_string(ctx));
+  }
+  const int64_t max_new = std::min(a.max_tokens, ctx - n);
+  std::vector<int64_t> stop_ids = lm.config().eos_token_ids;
+  if (tok.eos_id() >= 0) stop_ids.push_back(tok.eos_id());
+  engine::KvCache cache = lm.NewCache(1, n + max_new);
+  engine::Sampler sampler({a.temperature, a.top_k, a.top_p, a.min_p, a.seed});
+  auto decoder = tok.NewStreamingDecoder(/*skip_special=*/true);
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs, logits;
+  std::vector<int32_t> input = *prompt;
+  int64_t pos = 0;
+  std::string finish = "length";
+  while (static_cast<int64_t>(ids.size()) < max_new) {
+    engine::SequenceSpan span{0, pos, static_cast<int64_t>(input.size())};
+    Status st = lm.Forward(input, {&span, 1}, &cache, engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+    if (!st.ok()) return Fail(st.message());
+    pos += static_cast<int64_t>(input.size());
+    engine::SampledToken t = sampler.Sample(logits);
+    ids.push_back(t.id);
+    logprobs.push_back(t.logprob);
+    if (std::find(stop_ids.begin(), stop_ids.end(), t.id) != stop_ids.end()) {
+      finish = "stop";
+      break;
+    }
+    if (!a.json) {
+      auto text = decoder.Next(t.id);
+      if (!text.ok()) return Fail(text.status().message());
+      Emit(*text);
+    }
+    input.assign(1, t.id);
+  }
+  if (!a.json) {
+    Emit(decoder.Finish() + "\n");
+    return 0;
+  }
+  auto text = tok.Decode(ids, /*skip_special=*/true);
+  nlohmann::json out = {{"prompt_ids", *prompt}, {"ids", ids},      {"logprobs", logprobs},
+                        {"text", text.ok() ? *text : ""}, {"finish_reason", finish}};
+  Emit(out.dump() + "\n");
+  return 0;
+}
+
+int Run(const GenerateArgs& a) {
+  auto path = model::ResolveModelPath(a.model);
+  if (!path.ok()) return Fail(path.status().message());
+  auto ckpt = model::LoadCheckpoint(*path);
+  if (!ckpt.ok()) return Fail(ckpt.status().message());
+  auto tok = model::LoadTokenizerForModel(*path, a.tokenizer);
+  if (!tok.ok()) return Fail(tok.status().message());
+  if ((*tok)->vocab_size() > ckpt->config.vocab_size) {
+    return Fail("the tokenizer has " + std::to_string((*tok)->vocab_size()) +
+                " tokens but the model only " + std::to_string(ckpt->config.vocab_size));
+  }
+  auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights);
+  if (!lm.ok()) return Fail(lm.status().message());
+  if (a.sampler == "llama2c") return RunLlama2c(**lm, **tok, a);
+  return RunDefault(*ckpt, **lm, **tok, a);
+}
+
+std::function<int()> SetupGenerate(CLI::App* app) {
+  auto a = std::make_shared<GenerateArgs>();
+  app->add_option("--model", a->model, "checkpoint path or model name")->required();
+  app->add_option("--tokenizer", a->tokenizer, "tokenizer file overriding the checkpoint's");
+  app->add_option("--prompt", a->prompt, "prompt text");
+  app->add_flag("--chat", a->chat, "wrap the prompt as a user turn in the model's chat format");
+  app->add_option("--chat-format", a->chat_format, "chatml, qwen2, smollm2, llama3, llama3.1, llama2");
+  app->add_option("--system", a->system, "system message (with --chat)");
+  app->add_option("--max-tokens", a->max_tokens, "new tokens at most")->check(CLI::PositiveNumber);
+  app->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  app->add_option("--top-p", a->top_p, "nucleus mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--top-k", a->top_k, "0 = off")->check(CLI::NonNegativeNumber);
+  app->add_option("--min-p", a->min_p, "0 = off")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--seed", a->seed, "sampling seed");
+  app->add_option("--sampler", a->sampler, "default, or llama2c (run.c's sampler and output)")
+      ->check(CLI::IsMember({"default", "llama2c"}));
+  app->add_option("--steps", a->steps, "llama2c: total positions including the prompt (run.c -n)");
+  app->add_flag("--json", a->json, "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
+  return [a] { return Run(*a); };
+}
+LAMINAR_REGISTER_COMMAND("generate", "stream a continuation of a prompt", SetupGenerate);
+
+}  // namespace
+}  // namespace laminar::cli
