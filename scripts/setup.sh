@@ -77,8 +77,8 @@ if [ "$want_bench" = 1 ]; then
     say "creating the benchmark virtualenv $VENV"
     python3 -m venv "$VENV"
   fi
-  say "installing benchmark peers into $VENV (torch, transformers, safetensors, gguf, numpy)"
-  "$VENV/bin/pip" install --quiet torch transformers safetensors gguf numpy
+  say "installing benchmark peers into $VENV (torch, transformers, accelerate, safetensors, gguf, numpy)"
+  "$VENV/bin/pip" install --quiet torch transformers accelerate safetensors gguf numpy
 fi
 
 say "done. Build and test with: scripts/test.sh"
