@@ -23,6 +23,7 @@ struct BenchArgs {
   int64_t steps = 16;
   int64_t prompt_tokens = 512;
   int repeats = 3;
+  std::string weights = "f32";
 };
 
 int RunBench(const BenchArgs& a) {
@@ -43,14 +44,15 @@ int RunBench(const BenchArgs& a) {
       std::fprintf(stderr, "laminar bench: %s\n", ckpt.status().ToString().c_str());
       return 1;
     }
-    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights);
+    DType wdtype = a.weights == "bf16" ? DType::kBF16 : DType::kF32;
+    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, wdtype);
     if (!lm.ok()) {
       std::fprintf(stderr, "laminar bench: %s\n", lm.status().ToString().c_str());
       return 1;
     }
     out["model"] = a.model;
-    out["weights_dtype"] = "f32";
-    double step_bytes = bench::WeightBytesPerStep(ckpt->config, 4.0);
+    out["weights_dtype"] = a.weights;
+    double step_bytes = bench::WeightBytesPerStep(ckpt->config, wdtype == DType::kBF16 ? 2.0 : 4.0);
     nlohmann::json rows = nlohmann::json::array();
     if (a.what == "decode") {
       for (int64_t b : a.batches) {
@@ -85,6 +87,8 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--steps", a->steps, "decode steps timed per batch size");
   app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length");
   app->add_option("--repeats", a->repeats, "prefill repetitions");
+  app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   return [a] { return RunBench(*a); };
 }
 LAMINAR_REGISTER_COMMAND("bench", "benchmarks with JSON output: hw, decode, prefill", SetupBench);

@@ -37,6 +37,7 @@ struct GenerateArgs {
   std::string sampler = "default";
   int64_t steps = 256;
   bool json = false;
+  std::string weights = "f32";
 };
 
 int Fail(const std::string& message, int code = 1) {
@@ -167,7 +168,8 @@ int Run(const GenerateArgs& a) {
     return Fail("the tokenizer has " + std::to_string((*tok)->vocab_size()) +
                 " tokens but the model only " + std::to_string(ckpt->config.vocab_size));
   }
-  auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights);
+  auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
+                                       a.weights == "bf16" ? DType::kBF16 : DType::kF32);
   if (!lm.ok()) return Fail(lm.status().message());
   if (a.sampler == "llama2c") return RunLlama2c(**lm, **tok, a);
   return RunDefault(*ckpt, **lm, **tok, a);
@@ -190,6 +192,8 @@ std::function<int()> SetupGenerate(CLI::App* app) {
   app->add_option("--sampler", a->sampler, "default, or llama2c (run.c's sampler and output)")
       ->check(CLI::IsMember({"default", "llama2c"}));
   app->add_option("--steps", a->steps, "llama2c: total positions including the prompt (run.c -n)");
+  app->add_option("--weights", a->weights, "projection weights in f32 (default) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_flag("--json", a->json, "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
   return [a] { return Run(*a); };
 }

@@ -3,9 +3,11 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vec_ops.h"
+#include "core/dtype.h"
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 namespace laminar::engine {
 namespace {
@@ -30,11 +32,21 @@ kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfig& config,
                                                          const model::WeightStore& weights,
-                                                         Backend backend) {
+                                                         Backend backend, DType weight_dtype) {
+  if (weight_dtype != DType::kF32 && weight_dtype != DType::kBF16) {
+    return InvalidArgumentError("weight dtype must be f32 or bf16, got " +
+                                std::string(DTypeName(weight_dtype)));
+  }
+  if (backend == Backend::kReference && weight_dtype != DType::kF32) {
+    return InvalidArgumentError("the reference backend runs f32 weights only");
+  }
   LAMINAR_RETURN_IF_ERROR(config.Validate("model"));
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = config;
   m->backend_ = backend;
+  m->weight_dtype_ = weight_dtype;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads > 1) m->pool_ = std::make_unique<ThreadPool>(threads - 1);
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
   kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config), m->inv_freq_);
@@ -59,45 +71,73 @@ StatusOr<std::span<const float>> LlamaModel::Tensor2D(const model::WeightStore& 
   return std::span<const float>(t.data_as<const float>(), static_cast<size_t>(t.num_elements()));
 }
 
+StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& weights,
+                                                    const std::string& name, int64_t rows,
+                                                    int64_t cols) {
+  Weight w;
+  if (weight_dtype_ == DType::kF32) {
+    LAMINAR_ASSIGN_OR_RETURN(w.f32, Tensor2D(weights, name, rows, cols));
+    return w;
+  }
+  LAMINAR_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
+  if (view.dtype() == DType::kBF16 && view.shape() == Shape{rows, cols}) {
+    w.bf16 = {view.data_as<const uint16_t>(), static_cast<size_t>(view.num_elements())};
+    return w;
+  }
+  LAMINAR_ASSIGN_OR_RETURN(std::span<const float> f32, Tensor2D(weights, name, rows, cols));
+  Tensor bf16(DType::kBF16, {rows, cols});
+  uint16_t* dst = bf16.data_as<uint16_t>();
+  for (size_t i = 0; i < f32.size(); ++i) dst[i] = FloatToBF16(f32[i]);
+  owned_.push_back(std::move(bf16));
+  w.bf16 = {owned_.back().data_as<const uint16_t>(), f32.size()};
+  return w;
+}
+
 Status LlamaModel::Bind(const model::WeightStore& w) {
   const auto& c = config_;
   int64_t q_dim = c.num_attention_heads * c.head_dim, kv_dim = c.num_key_value_heads * c.head_dim;
   LAMINAR_ASSIGN_OR_RETURN(embed_, Tensor2D(w, "model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   LAMINAR_ASSIGN_OR_RETURN(final_norm_, Tensor2D(w, "model.norm.weight", 0, c.hidden_size));
-  if (c.tie_word_embeddings) {
-    lm_head_ = embed_;
-  } else {
-    LAMINAR_ASSIGN_OR_RETURN(lm_head_, Tensor2D(w, "lm_head.weight", c.vocab_size, c.hidden_size));
-  }
+  LAMINAR_ASSIGN_OR_RETURN(lm_head_, Projection(w, c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                                         : "lm_head.weight",
+                                                 c.vocab_size, c.hidden_size));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer l;
     LAMINAR_ASSIGN_OR_RETURN(l.attn_norm, Tensor2D(w, LayerName(i, "input_layernorm.weight"), 0, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wq, Tensor2D(w, LayerName(i, "self_attn.q_proj.weight"), q_dim, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wk, Tensor2D(w, LayerName(i, "self_attn.k_proj.weight"), kv_dim, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wv, Tensor2D(w, LayerName(i, "self_attn.v_proj.weight"), kv_dim, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wo, Tensor2D(w, LayerName(i, "self_attn.o_proj.weight"), c.hidden_size, q_dim));
+    LAMINAR_ASSIGN_OR_RETURN(l.wq, Projection(w, LayerName(i, "self_attn.q_proj.weight"), q_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wk, Projection(w, LayerName(i, "self_attn.k_proj.weight"), kv_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wv, Projection(w, LayerName(i, "self_attn.v_proj.weight"), kv_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.wo, Projection(w, LayerName(i, "self_attn.o_proj.weight"), c.hidden_size, q_dim));
     if (c.attention_bias) {
       LAMINAR_ASSIGN_OR_RETURN(l.bq, Tensor2D(w, LayerName(i, "self_attn.q_proj.bias"), 0, q_dim));
       LAMINAR_ASSIGN_OR_RETURN(l.bk, Tensor2D(w, LayerName(i, "self_attn.k_proj.bias"), 0, kv_dim));
       LAMINAR_ASSIGN_OR_RETURN(l.bv, Tensor2D(w, LayerName(i, "self_attn.v_proj.bias"), 0, kv_dim));
     }
     LAMINAR_ASSIGN_OR_RETURN(l.ffn_norm, Tensor2D(w, LayerName(i, "post_attention_layernorm.weight"), 0, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.w_gate, Tensor2D(w, LayerName(i, "mlp.gate_proj.weight"), c.intermediate_size, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.w_up, Tensor2D(w, LayerName(i, "mlp.up_proj.weight"), c.intermediate_size, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.w_down, Tensor2D(w, LayerName(i, "mlp.down_proj.weight"), c.hidden_size, c.intermediate_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_gate, Projection(w, LayerName(i, "mlp.gate_proj.weight"), c.intermediate_size, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_up, Projection(w, LayerName(i, "mlp.up_proj.weight"), c.intermediate_size, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_down, Projection(w, LayerName(i, "mlp.down_proj.weight"), c.hidden_size, c.intermediate_size));
     layers_.push_back(l);
   }
   return OkStatus();
 }
 
-void LlamaModel::Linear(std::span<const float> x, std::span<const float> w,
-                        std::span<const float> bias, int64_t m, int64_t n, int64_t k,
-                        std::span<float> out) const {
+void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<const float> bias,
+                        int64_t m, int64_t n, int64_t k, std::span<float> out) const {
   if (backend_ == Backend::kReference) {
-    kernels::ref::MatMul(x, w, bias, m, n, k, out);
+    kernels::ref::MatMul(x, w.f32, bias, m, n, k, out);
     return;
   }
-  LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, w, bias, m, n, k, out));
+  if (!w.f32.empty()) {
+    LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, w.f32, bias, m, n, k, out, pool_.get()));
+    return;
+  }
+  kernels::cpu::MatMulBF16(x, w.bf16, m, n, k, out, pool_.get());
+  if (!bias.empty()) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
+    }
+  }
 }
 
 void LlamaModel::Norm(std::span<const float> x, std::span<const float> weight, int64_t t,

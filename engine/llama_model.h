@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "kernels/reference/ops.h"
 #include "model/model_config.h"
@@ -32,15 +33,18 @@ enum class Backend { kReference, kCpu };
 // Which rows of logits Forward returns.
 enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
 
-// Holds f32 copies (or views) of the weights; immutable after Create, so Forward may run on
-// several threads with distinct caches.
+// Holds f32 copies (or views) of the weights and a thread pool for the dense projections.
+// Forward is thread-compatible: calls with distinct caches may not overlap (they share the pool).
 class LlamaModel {
  public:
   // Checks every tensor the config implies is present with the right shape (errors name the
-  // tensor and both shapes) and converts f16/bf16 weights to f32.
+  // tensor and both shapes). Projection weights are held in `weight_dtype`: f32 (converted from
+  // f16/bf16 when needed) or bf16 (half the bytes per decode step; f32 accumulation). Norms and
+  // the embedding table stay f32. The reference backend takes f32 only (InvalidArgument).
   static StatusOr<std::unique_ptr<LlamaModel>> Create(const model::ModelConfig& config,
                                                       const model::WeightStore& weights,
-                                                      Backend backend = Backend::kCpu);
+                                                      Backend backend = Backend::kCpu,
+                                                      DType weight_dtype = DType::kF32);
 
   const model::ModelConfig& config() const { return config_; }
 
@@ -55,13 +59,22 @@ class LlamaModel {
                  KvCache* cache, LogitsFor which, std::vector<float>* logits) const;
 
  private:
+  // A projection weight [N, K] in f32 or bf16 (exactly one span is set).
+  struct Weight {
+    std::span<const float> f32;
+    std::span<const uint16_t> bf16;
+  };
   struct Layer {
-    std::span<const float> attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+    std::span<const float> attn_norm, bq, bk, bv, ffn_norm;
+    Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   };
   LlamaModel() = default;
   Status Bind(const model::WeightStore& weights);
   StatusOr<std::span<const float>> Tensor2D(const model::WeightStore& weights,
                                             const std::string& name, int64_t rows, int64_t cols);
+  // A projection weight in weight_dtype_ (bf16 copies are owned).
+  StatusOr<Weight> Projection(const model::WeightStore& weights, const std::string& name,
+                              int64_t rows, int64_t cols);
   void AttentionBlock(const Layer& layer, int64_t li, std::span<const int32_t> positions,
                       std::span<const SequenceSpan> spans, KvCache* cache,
                       std::vector<float>& x) const;
@@ -69,13 +82,16 @@ class LlamaModel {
   void Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
             double eps, std::span<float> out) const;
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias) on the chosen backend.
-  void Linear(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
+  void Linear(std::span<const float> x, const Weight& w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out) const;
 
   model::ModelConfig config_;
   Backend backend_ = Backend::kCpu;
+  DType weight_dtype_ = DType::kF32;
+  std::unique_ptr<ThreadPool> pool_;  // the caller's thread works too: hardware threads - 1
   std::vector<Tensor> owned_;  // f32 conversions of f16/bf16 weights
-  std::span<const float> embed_, final_norm_, lm_head_;
+  std::span<const float> embed_, final_norm_;
+  Weight lm_head_;
   std::vector<Layer> layers_;
   std::vector<double> inv_freq_;
 };

@@ -2,7 +2,12 @@
 // lookup after the first call with a shape.
 #include "kernels/cpu/matmul.h"
 
+#include <omp.h>
+
 #include <dnnl.hpp>
+
+#include <algorithm>
+#include <vector>
 
 #include <string>
 
@@ -16,32 +21,28 @@ dnnl::engine& CpuEngine() {
 
 }  // namespace
 
-Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
-              int64_t m, int64_t n, int64_t k, std::span<float> out) {
-  if (static_cast<int64_t>(x.size()) != m * k || static_cast<int64_t>(w.size()) != n * k ||
-      static_cast<int64_t>(out.size()) != m * n ||
-      (!bias.empty() && static_cast<int64_t>(bias.size()) != n)) {
-    return InvalidArgumentError("matmul: sizes do not match M=" + std::to_string(m) +
-                                " N=" + std::to_string(n) + " K=" + std::to_string(k));
-  }
-  if (m == 0 || n == 0) return OkStatus();
+namespace {
+
+// out[:, n0:n0+nc] for one slice of weight rows; the caller's thread, one OpenMP thread.
+Status MatMulSlice(const float* x, const float* w, const float* bias, int64_t m, int64_t n,
+                   int64_t k, int64_t n0, int64_t nc, float* out) {
   using dt = dnnl::memory::data_type;
+  omp_set_num_threads(1);
   try {
     auto& engine = CpuEngine();
     dnnl::memory::desc src_md({m, k}, dt::f32, dnnl::memory::dims{k, 1});
-    dnnl::memory::desc wei_md({k, n}, dt::f32, dnnl::memory::dims{1, k});  // [N, K] read as K x N
-    dnnl::memory::desc dst_md({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+    dnnl::memory::desc wei_md({k, nc}, dt::f32, dnnl::memory::dims{1, k});  // rows [n0, n0+nc) of [N, K]
+    dnnl::memory::desc dst_md({m, nc}, dt::f32, dnnl::memory::dims{n, 1});
     dnnl::memory::desc bias_md;
-    if (!bias.empty()) bias_md = dnnl::memory::desc({1, n}, dt::f32, dnnl::memory::dims{n, 1});
+    if (bias != nullptr) bias_md = dnnl::memory::desc({1, nc}, dt::f32, dnnl::memory::dims{nc, 1});
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md), engine);
     dnnl::matmul prim(pd);
-    dnnl::memory src(src_md, engine, const_cast<float*>(x.data()));
-    dnnl::memory wei(wei_md, engine, const_cast<float*>(w.data()));
-    dnnl::memory dst(dst_md, engine, out.data());
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
-    if (!bias.empty()) {
-      args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, engine, const_cast<float*>(bias.data()));
+        {DNNL_ARG_SRC, dnnl::memory(src_md, engine, const_cast<float*>(x))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, engine, const_cast<float*>(w + n0 * k))},
+        {DNNL_ARG_DST, dnnl::memory(dst_md, engine, out + n0)}};
+    if (bias != nullptr) {
+      args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, engine, const_cast<float*>(bias + n0));
     }
     dnnl::stream stream(engine);
     prim.execute(stream, args);
@@ -49,6 +50,33 @@ Status MatMul(std::span<const float> x, std::span<const float> w, std::span<cons
   } catch (const dnnl::error& e) {
     return InternalError(std::string("oneDNN matmul failed: ") + e.what());
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
+              int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
+  if (static_cast<int64_t>(x.size()) != m * k || static_cast<int64_t>(w.size()) != n * k ||
+      static_cast<int64_t>(out.size()) != m * n ||
+      (!bias.empty() && static_cast<int64_t>(bias.size()) != n)) {
+    return InvalidArgumentError("matmul: sizes do not match M=" + std::to_string(m) +
+                                " N=" + std::to_string(n) + " K=" + std::to_string(k));
+  }
+  if (m == 0 || n == 0) return OkStatus();
+  const float* b = bias.empty() ? nullptr : bias.data();
+  // Slices of at least 64 columns, at most one per thread.
+  int64_t parts = pool == nullptr ? 1 : std::min<int64_t>(pool->num_threads() + 1, (n + 63) / 64);
+  if (parts <= 1) return MatMulSlice(x.data(), w.data(), b, m, n, k, 0, n, out.data());
+  int64_t per = ((n + parts - 1) / parts + 15) / 16 * 16;
+  std::vector<Status> status(static_cast<size_t>(parts));
+  pool->ParallelFor(parts, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      int64_t n0 = p * per, nc = std::min(n, n0 + per) - n0;
+      if (nc > 0) status[p] = MatMulSlice(x.data(), w.data(), b, m, n, k, n0, nc, out.data());
+    }
+  });
+  for (const auto& st : status) LAMINAR_RETURN_IF_ERROR(st);
   return OkStatus();
 }
 

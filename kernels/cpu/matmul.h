@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace laminar::kernels::cpu {
 
@@ -13,8 +14,10 @@ namespace laminar::kernels::cpu {
 //   w    [N, K] f32 row-major (a Hugging Face linear weight, [out, in])
 //   bias [N] f32 or empty
 //   out  [M, N] f32
+// Columns of N are split over `pool` (and the caller), each part one single-threaded oneDNN
+// call: oneDNN's own OpenMP team stalls badly when another process shares the cores.
 // Thread-safe. Errors: InvalidArgument on size mismatch, Internal naming oneDNN's status.
 Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
-              int64_t m, int64_t n, int64_t k, std::span<float> out);
+              int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool = nullptr);
 
 }  // namespace laminar::kernels::cpu

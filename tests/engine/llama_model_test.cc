@@ -120,6 +120,33 @@ TEST(LlamaModelBackendTest, CpuEqualsReference) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
 }
 
+TEST(LlamaModelBackendTest, BF16WeightsEqualReferenceOnRoundedWeights) {
+  auto cfg = TinyConfig(true, model::RopeLayout::kInterleaved);
+  auto weights = RandomWeights(cfg, 5);
+  // The reference on weights rounded to bf16 is what the bf16 path must reproduce (f32 sums).
+  model::WeightStore rounded;
+  for (const auto& name : weights.Names()) {
+    Tensor t = Tensor::FromView(*weights.Get(name));
+    bool projection = name.find("_proj.weight") != std::string::npos || name == "lm_head.weight";
+    for (int64_t i = 0; projection && i < t.num_elements(); ++i) {
+      t.data_as<float>()[i] = BF16ToFloat(FloatToBF16(t.data_as<float>()[i]));
+    }
+    rounded.Put(name, std::move(t));
+  }
+  auto ref = LlamaModel::Create(cfg, rounded, Backend::kReference);
+  auto bf16 = LlamaModel::Create(cfg, weights, Backend::kCpu, DType::kBF16);
+  ASSERT_TRUE(ref.ok() && bf16.ok()) << bf16.status();
+  std::vector<int32_t> ids = {4, 8, 15, 16, 23, 36};
+  SequenceSpan span{0, 0, 6};
+  KvCache c1 = (*ref)->NewCache(1, 8), c2 = (*bf16)->NewCache(1, 8);
+  std::vector<float> a, b;
+  ASSERT_TRUE((*ref)->Forward(ids, {&span, 1}, &c1, LogitsFor::kAllTokens, &a).ok());
+  ASSERT_TRUE((*bf16)->Forward(ids, {&span, 1}, &c2, LogitsFor::kAllTokens, &b).ok());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
+  EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kReference, DType::kBF16).ok());
+  EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kCpu, DType::kI8).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(BiasAndLayout, LlamaModelTest, ::testing::Values(false, true));
 
 TEST(LlamaModelErrorsTest, BadInput) {
