@@ -6,6 +6,8 @@
 
 #include <random>
 
+#include "tests/model/random_weights.h"
+
 namespace laminar::engine {
 namespace {
 
@@ -25,38 +27,8 @@ model::ModelConfig TinyConfig(bool qkv_bias, model::RopeLayout layout) {
   return c;
 }
 
-void PutRandom(model::WeightStore* w, const std::string& name, Shape shape, std::mt19937* rng) {
-  Tensor t(DType::kF32, shape);
-  std::normal_distribution<float> dist(0.f, 0.3f);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = dist(*rng);
-  w->Put(name, std::move(t));
-}
-
 model::WeightStore RandomWeights(const model::ModelConfig& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  model::WeightStore w;
-  int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  PutRandom(&w, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, &rng);
-  PutRandom(&w, "model.norm.weight", {c.hidden_size}, &rng);
-  if (!c.tie_word_embeddings) PutRandom(&w, "lm_head.weight", {c.vocab_size, c.hidden_size}, &rng);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    std::string p = "model.layers." + std::to_string(i) + ".";
-    PutRandom(&w, p + "input_layernorm.weight", {c.hidden_size}, &rng);
-    PutRandom(&w, p + "post_attention_layernorm.weight", {c.hidden_size}, &rng);
-    PutRandom(&w, p + "self_attn.q_proj.weight", {q, c.hidden_size}, &rng);
-    PutRandom(&w, p + "self_attn.k_proj.weight", {kv, c.hidden_size}, &rng);
-    PutRandom(&w, p + "self_attn.v_proj.weight", {kv, c.hidden_size}, &rng);
-    PutRandom(&w, p + "self_attn.o_proj.weight", {c.hidden_size, q}, &rng);
-    if (c.attention_bias) {
-      PutRandom(&w, p + "self_attn.q_proj.bias", {q}, &rng);
-      PutRandom(&w, p + "self_attn.k_proj.bias", {kv}, &rng);
-      PutRandom(&w, p + "self_attn.v_proj.bias", {kv}, &rng);
-    }
-    PutRandom(&w, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, &rng);
-    PutRandom(&w, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, &rng);
-    PutRandom(&w, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, &rng);
-  }
-  return w;
+  return testing::RandomWeights(c, seed, 0.3f);
 }
 
 class LlamaModelTest : public ::testing::TestWithParam<bool> {};

@@ -13,12 +13,14 @@
 #include "model/llama2c.h"
 #include "model/rope_permute.h"
 #include "model/safetensors.h"
+#include "tests/model/random_weights.h"
 #include "tests/test_util.h"
 
 namespace laminar::model {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::RandomWeights;
 
 ModelConfig TinyLlama() {
   ModelConfig c;
@@ -37,18 +39,6 @@ ModelConfig TinyLlama() {
   c.bos_token_id = 1;
   c.eos_token_ids = {2, 3};
   return c;
-}
-
-WeightStore RandomWeights(const ModelConfig& c, uint32_t seed) {
-  WeightStore store;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 0.5f);
-  for (const auto& [name, shape] : ExpectedHfTensors(c)) {
-    Tensor t(DType::kF32, shape);
-    for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = dist(rng);
-    store.Put(name, std::move(t));
-  }
-  return store;
 }
 
 void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
