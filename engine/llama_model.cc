@@ -178,11 +178,15 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
       std::copy_n(&v[(row + i) * hkv * d], hkv * d, &vc[pos * hkv * d]);
     }
     int64_t cached = s.start_position + s.num_tokens;
-    kernels::ref::CausalAttention(
-        std::span<const float>(&q[row * h * d], s.num_tokens * h * d),
-        std::span<const float>(kc.data(), cached * hkv * d),
-        std::span<const float>(vc.data(), cached * hkv * d), positions.subspan(row, s.num_tokens),
-        s.num_tokens, h, hkv, d, cached, std::span<float>(&att[row * h * d], s.num_tokens * h * d));
+    std::span<const float> qs(&q[row * h * d], s.num_tokens * h * d);
+    std::span<const float> ks(kc.data(), cached * hkv * d), vs(vc.data(), cached * hkv * d);
+    std::span<float> os(&att[row * h * d], s.num_tokens * h * d);
+    auto pos = positions.subspan(row, s.num_tokens);
+    if (backend_ == Backend::kReference) {
+      kernels::ref::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os);
+    } else {
+      kernels::cpu::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os, pool_.get());
+    }
     row += s.num_tokens;
   }
   std::vector<float> out(x.size());

@@ -27,3 +27,8 @@ namespace laminar::kernels {
 // bf16-weight matmul against the reference on the same (bf16-rounded) weights: f32 accumulation.
 inline constexpr Tolerance kMatMulBF16{1e-4, 1e-4};
 }  // namespace laminar::kernels
+
+namespace laminar::kernels {
+// Attention in f32 (dot products over D, softmax over S) against the f64 reference.
+inline constexpr Tolerance kAttentionF32{1e-5, 1e-4};
+}  // namespace laminar::kernels

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 
@@ -18,6 +19,8 @@ namespace laminar::kernels::cpu {
   void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out); \
   void MatMulBF16Rows(const float* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total, \
                       int64_t n_begin, int64_t n_end, float* out);                 \
+  float Dot(const float* a, const float* b, int64_t n);                               \
+  void Axpy(float alpha, const float* x, float* y, int64_t n);                        \
   }
 LAMINAR_DECLARE_VEC_OPS(scalar)
 LAMINAR_DECLARE_VEC_OPS(avx2)
@@ -35,11 +38,13 @@ struct VecOps {
   void (*exp_shifted_scaled)(const float*, int64_t, float, float, float*);
   void (*matmul_bf16_rows)(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t,
                            int64_t, float*);
+  float (*dot)(const float*, const float*, int64_t);
+  void (*axpy)(float, const float*, float*, int64_t);
 };
 
 #define LAMINAR_VEC_TABLE(ns) \
   VecOps{ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled, \
-         ns::MatMulBF16Rows}
+         ns::MatMulBF16Rows, ns::Dot, ns::Axpy}
 
 const VecOps& Ops(Isa isa) {
   static const VecOps kScalar = LAMINAR_VEC_TABLE(scalar);
@@ -80,6 +85,42 @@ void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m
     run(0, blocks);
   } else {
     pool->ParallelFor(blocks, 16, run);
+  }
+}
+
+void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
+                     std::span<const float> v_cache, std::span<const int32_t> positions, int64_t t,
+                     int64_t h, int64_t hkv, int64_t d, int64_t s, std::span<float> out,
+                     ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK_EQ(h % hkv, 0);
+  LAMINAR_CHECK(static_cast<int64_t>(k_cache.size()) == s * hkv * d &&
+                static_cast<int64_t>(v_cache.size()) == s * hkv * d &&
+                static_cast<int64_t>(q.size()) == t * h * d &&
+                static_cast<int64_t>(out.size()) == t * h * d);
+  const VecOps& ops = Ops(isa);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  auto run = [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(static_cast<size_t>(s));
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t i = job / h, head = job % h, kvh = head / (h / hkv);
+      const int64_t last = positions[i];
+      LAMINAR_CHECK(last >= 0 && last < s) << "position " << last << " outside cache of " << s;
+      const float* qv = &q[(i * h + head) * d];
+      for (int64_t p = 0; p <= last; ++p) {
+        scores[p] = ops.dot(qv, &k_cache[(p * hkv + kvh) * d], d) * scale;
+      }
+      float mx = ops.row_max(scores.data(), last + 1);
+      float sum = ops.sum_exp_shifted(scores.data(), last + 1, mx);
+      ops.exp_shifted_scaled(scores.data(), last + 1, mx, 1.0f / sum, scores.data());
+      float* o = &out[(i * h + head) * d];
+      std::fill(o, o + d, 0.0f);
+      for (int64_t p = 0; p <= last; ++p) ops.axpy(scores[p], &v_cache[(p * hkv + kvh) * d], o, d);
+    }
+  };
+  if (pool == nullptr) {
+    run(0, t * h);
+  } else {
+    pool->ParallelFor(t * h, 4, run);
   }
 }
 

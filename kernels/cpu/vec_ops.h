@@ -31,4 +31,11 @@ void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targe
 void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m, int64_t n,
                 int64_t k, std::span<float> out, ThreadPool* pool = nullptr, Isa isa = BestIsa());
 
+// Causal grouped-query attention, same contract as kernels::ref::CausalAttention, in f32 with
+// vectorized dot products, softmax and value accumulation; (token, head) pairs split over `pool`.
+void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
+                     std::span<const float> v_cache, std::span<const int32_t> positions, int64_t t,
+                     int64_t h, int64_t hkv, int64_t d, int64_t s, std::span<float> out,
+                     ThreadPool* pool = nullptr, Isa isa = BestIsa());
+
 }  // namespace laminar::kernels::cpu
