@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Decode and prefill throughput of laminar and llama.cpp on the same GGUF file, measured in the
+# same run, with the ratio. Needs scripts/setup.sh --bench (builds the llama.cpp peer).
+#   bench/compare_llamacpp.sh [MODEL.gguf] [THREADS]     (default: the SmolLM2 default model, nproc)
+# Writes a JSON summary to stdout; human-readable lines to stderr.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL="${1:-$HOME/.cache/laminar/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+THREADS="${2:-$(nproc)}"
+PEER="${LAMINAR_PEERS:-$HOME/.cache/laminar/peers}/llama.cpp/build/bin/llama-bench"
+LAMINAR="${LAMINAR_BIN:-build/cli/laminar}"
+[ -x "$PEER" ] || { echo "llama.cpp peer missing: run scripts/setup.sh --bench" >&2; exit 1; }
+[ -x "$LAMINAR" ] || { echo "laminar missing: run scripts/test.sh (or build) first" >&2; exit 1; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+"$PEER" -m "$MODEL" -t "$THREADS" -p 512 -n 64 -r 3 -o json > "$tmp/peer.json"
+for w in f32 bf16; do
+  "$LAMINAR" bench decode --model "$MODEL" --weights "$w" --batch 1 --steps 32 > "$tmp/decode_$w.json" 2>/dev/null
+  "$LAMINAR" bench prefill --model "$MODEL" --weights "$w" --prompt-tokens 512 --repeats 2 > "$tmp/prefill_$w.json" 2>/dev/null
+done
+python3 - "$tmp" "$MODEL" <<'PY'
+import json, os, sys
+tmp, model = sys.argv[1], sys.argv[2]
+peer = json.load(open(os.path.join(tmp, "peer.json")))
+peer_pp = next(r["avg_ts"] for r in peer if r["n_prompt"] > 0)
+peer_tg = next(r["avg_ts"] for r in peer if r["n_gen"] > 0)
+out = {"model": model, "llama_cpp": {"prefill_512_tok_s": peer_pp, "decode_tok_s": peer_tg}, "laminar": {}}
+for w in ("f32", "bf16"):
+    d = json.load(open(os.path.join(tmp, f"decode_{w}.json")))
+    p = json.load(open(os.path.join(tmp, f"prefill_{w}.json")))
+    dec, pre = d["decode"][0]["tokens_per_s"], p["prefill"][0]["tokens_per_s"]
+    out["laminar"][w] = {"decode_tok_s": dec, "prefill_512_tok_s": pre,
+                         "decode_ratio_vs_llama_cpp": dec / peer_tg,
+                         "prefill_ratio_vs_llama_cpp": pre / peer_pp,
+                         "decode_dram_fraction": d["decode"][0]["dram_fraction"],
+                         "dram_read_gb_per_s": d["dram_read_gb_per_s"]}
+    print(f"{w:5s} decode {dec:7.1f} tok/s ({dec/peer_tg:.2f}x llama.cpp {peer_tg:.1f}); "
+          f"prefill {pre:7.1f} tok/s ({pre/peer_pp:.2f}x llama.cpp {peer_pp:.1f})", file=sys.stderr)
+print(json.dumps(out, indent=2))
+PY
