@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json_util.h"
 #include "core/mapped_file.h"
 #include "model/hf_config.h"
 #include "model/rope_permute.h"
@@ -71,7 +72,7 @@ StatusOr<std::map<std::string, std::vector<std::string>>> ReadIndex(const std::s
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string() || !IsPlainFileName(file.get<std::string>())) {
       return InvalidArgumentError(path + ": weight_map entry '" + name +
-                                  "' is not a plain file name: " + file.dump());
+                                  "' is not a plain file name: " + JsonSnippet(file));
     }
     by_file[file.get<std::string>()].push_back(name);
   }

@@ -1,6 +1,8 @@
 // config.json parsing with typed field access, and config.json / generation_config.json writing.
 #include "model/hf_config.h"
 
+#include "core/json_util.h"
+
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -54,7 +56,7 @@ class Fields {
   StatusOr<double> Double(const char* name) const {
     if (!Has(name)) return Error(name, "missing required field");
     const json& v = obj_.at(name);
-    if (!v.is_number()) return Error(name, "must be a number, got " + v.dump());
+    if (!v.is_number()) return Error(name, "must be a number, got " + JsonSnippet(v));
     return v.get<double>();
   }
   StatusOr<double> Double(const char* name, double fallback) const {
@@ -63,13 +65,13 @@ class Fields {
   StatusOr<bool> Bool(const char* name, bool fallback) const {
     if (!Has(name)) return fallback;
     const json& v = obj_.at(name);
-    if (!v.is_boolean()) return Error(name, "must be true or false, got " + v.dump());
+    if (!v.is_boolean()) return Error(name, "must be true or false, got " + JsonSnippet(v));
     return v.get<bool>();
   }
   StatusOr<std::string> String(const char* name, std::string fallback) const {
     if (!Has(name)) return fallback;
     const json& v = obj_.at(name);
-    if (!v.is_string()) return Error(name, "must be a string, got " + v.dump());
+    if (!v.is_string()) return Error(name, "must be a string, got " + JsonSnippet(v));
     return v.get<std::string>();
   }
   Status Error(const std::string& name, const std::string& what) const {
@@ -78,9 +80,9 @@ class Fields {
 
  private:
   StatusOr<int64_t> IntValue(const json& v, const std::string& name) const {
-    if (!v.is_number_integer()) return Error(name, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) return Error(name, "must be an integer, got " + JsonSnippet(v));
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{1} << 62) {
-      return Error(name, "is too large: " + v.dump());
+      return Error(name, "is too large: " + JsonSnippet(v));
     }
     return v.get<int64_t>();
   }
@@ -94,7 +96,7 @@ StatusOr<std::optional<RopeScaling>> ParseRopeScaling(const json& v, const std::
                                                       const std::string& field) {
   if (!v.is_object()) {
     return InvalidArgumentError(source + ": field '" + field + "' must be an object, got " +
-                                v.dump());
+                                JsonSnippet(v));
   }
   Fields f(v, source, field + ".");
   LAMINAR_ASSIGN_OR_RETURN(std::string type, f.String("type", "default"));
@@ -121,7 +123,7 @@ StatusOr<const ArchInfo*> ParseArchitecture(const Fields& f, const std::string& 
   if (f.Has("architectures")) {
     const json& a = f.At("architectures");
     if (!a.is_array() || a.empty() || !a[0].is_string()) {
-      return f.Error("architectures", "must be a non-empty list of strings, got " + a.dump());
+      return f.Error("architectures", "must be a non-empty list of strings, got " + JsonSnippet(a));
     }
     name = a[0].get<std::string>();
   } else {
@@ -154,7 +156,7 @@ Status ParseTokenIds(const Fields& f, const ArchInfo& arch, ModelConfig* m) {
   if (eos.is_array()) {
     for (const json& e : eos) {
       if (!e.is_number_integer())
-        return f.Error("eos_token_id", "list holds a non-integer " + e.dump());
+        return f.Error("eos_token_id", "list holds a non-integer " + JsonSnippet(e));
       m->eos_token_ids.push_back(e.get<int64_t>());
     }
     return OkStatus();

@@ -18,6 +18,26 @@ Status ModelConfig::Validate(const std::string& source) const {
   LAMINAR_RETURN_IF_ERROR(positive("num_attention_heads", num_attention_heads));
   LAMINAR_RETURN_IF_ERROR(positive("num_key_value_heads", num_key_value_heads));
   LAMINAR_RETURN_IF_ERROR(positive("head_dim", head_dim));
+  // Bounds far above any real model, so that shapes and tensor lists derived from a config read
+  // from a file can neither overflow int64 nor exhaust memory before the tensors are checked.
+  auto at_most = [&](const char* name, int64_t v, int64_t limit) -> Status {
+    if (v > limit) {
+      return bad(std::string(name) + " = " + std::to_string(v) + " exceeds the supported maximum " +
+                 std::to_string(limit));
+    }
+    return OkStatus();
+  };
+  LAMINAR_RETURN_IF_ERROR(at_most("vocab_size", vocab_size, int64_t{1} << 24));
+  LAMINAR_RETURN_IF_ERROR(at_most("hidden_size", hidden_size, int64_t{1} << 20));
+  LAMINAR_RETURN_IF_ERROR(at_most("intermediate_size", intermediate_size, int64_t{1} << 22));
+  LAMINAR_RETURN_IF_ERROR(at_most("num_hidden_layers", num_hidden_layers, 4096));
+  LAMINAR_RETURN_IF_ERROR(at_most("num_attention_heads", num_attention_heads, 4096));
+  LAMINAR_RETURN_IF_ERROR(at_most("head_dim", head_dim, 4096));
+  LAMINAR_RETURN_IF_ERROR(at_most("max_position_embeddings", max_position_embeddings, int64_t{1} << 26));
+  if (num_key_value_heads > num_attention_heads) {
+    return bad("num_key_value_heads (" + std::to_string(num_key_value_heads) +
+               ") exceeds num_attention_heads (" + std::to_string(num_attention_heads) + ")");
+  }
   if (num_attention_heads % num_key_value_heads != 0) {
     return bad("num_attention_heads (" + std::to_string(num_attention_heads) +
                ") is not a multiple of num_key_value_heads (" +

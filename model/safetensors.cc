@@ -1,6 +1,8 @@
 // safetensors parsing (header validation, zero-copy views) and streaming, atomic writing.
 #include "model/safetensors.h"
 
+#include "core/json_util.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -45,7 +47,7 @@ StatusOr<uint64_t> JsonUnsigned(const json& v, const std::string& what) {
   if (v.is_number_integer()) {
     return InvalidArgumentError(what + " is negative (" + std::to_string(v.get<int64_t>()) + ")");
   }
-  return InvalidArgumentError(what + " must be a non-negative integer, got " + v.dump());
+  return InvalidArgumentError(what + " must be a non-negative integer, got " + JsonSnippet(v));
 }
 
 StatusOr<RawEntry> ParseEntry(const std::string& name, const json& v) {

@@ -31,3 +31,35 @@ TEST(ModelPathTest, ResolvesPathsAndNames) {
 
 }  // namespace
 }  // namespace laminar::model
+
+#include "model/model_config.h"
+
+namespace laminar::model {
+namespace {
+
+TEST(ModelConfigTest, AbsurdSizesAreRefusedByName) {
+  ModelConfig c;
+  c.vocab_size = 32;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.max_position_embeddings = 64;
+  ASSERT_TRUE(c.Validate("cfg").ok());
+  ModelConfig huge = c;
+  huge.num_hidden_layers = int64_t{1} << 62;
+  auto st = huge.Validate("x/config.json");
+  EXPECT_NE(st.message().find("num_hidden_layers"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("x/config.json"), std::string::npos) << st;
+  huge = c;
+  huge.head_dim = int64_t{1} << 62;
+  EXPECT_FALSE(huge.Validate("cfg").ok());
+  huge = c;
+  huge.num_key_value_heads = 8;
+  EXPECT_FALSE(huge.Validate("cfg").ok());
+}
+
+}  // namespace
+}  // namespace laminar::model
