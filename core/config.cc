@@ -2,6 +2,7 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/check.h"
@@ -88,10 +89,21 @@ class Validator {
       : schema_(schema), prov_(prov), source_(std::move(source)) {}
 
   Status Walk(const YAML::Node& node, const std::string& prefix) {
+    std::map<std::string, int> seen;  // key -> line, for duplicates (yaml-cpp keeps the first)
     for (auto it = node.begin(); it != node.end(); ++it) {
       std::string key = it->first.Scalar();
       std::string path = prefix.empty() ? key : prefix + "." + key;
       std::string where = WhereIs(path, it->first.Mark());
+      if (!prov_.count(path) && key.find('.') != std::string::npos) {
+        return InvalidArgumentError(where + ": dotted key '" + key +
+                                    "' inside a recipe; write nested sections instead (dotted "
+                                    "keys are for command-line overrides)");
+      }
+      auto [dup, fresh] = seen.emplace(key, it->first.Mark().line + 1);
+      if (!fresh) {
+        return InvalidArgumentError(where + ": key '" + path + "' appears twice (first at line " +
+                                    std::to_string(dup->second) + ")");
+      }
       if (const ConfigField* f = schema_.Find(path)) {
         LAMINAR_RETURN_IF_ERROR(CheckValue(*f, it->second, where));
         continue;
@@ -131,7 +143,17 @@ class Validator {
                                   ConfigTypeName(f.type) + ", got " + Describe(n));
     }
     if (f.type == ConfigType::kInt || f.type == ConfigType::kFloat) {
-      double v = n.as<double>();
+      double v = 0;
+      if (f.type == ConfigType::kInt) {
+        int64_t i = 0;
+        YAML::convert<int64_t>::decode(n, i);
+        v = static_cast<double>(i);
+      } else {
+        YAML::convert<double>::decode(n, v);
+      }
+      if (std::isnan(v)) {
+        return InvalidArgumentError(where + ": key '" + f.path + "' is NaN");
+      }
       if ((f.min && v < *f.min) || (f.max && v > *f.max)) {
         std::ostringstream os;
         os << where << ": key '" << f.path << "' = " << n.Scalar() << " is outside ["
@@ -297,7 +319,12 @@ StatusOr<Config> Config::FromString(const std::string& yaml, const std::string& 
   Config cfg;
   cfg.source_ = source;
   try {
-    cfg.root_ = YAML::Load(yaml);
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    if (docs.size() > 1) {
+      return InvalidArgumentError(source + ": holds " + std::to_string(docs.size()) +
+                                  " YAML documents ('---'); a recipe is one document");
+    }
+    cfg.root_ = docs.empty() ? YAML::Node() : docs[0];
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(Where(source, e.mark) + ": YAML syntax error: " + e.msg);
   }

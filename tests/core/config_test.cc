@@ -138,6 +138,33 @@ TEST(ConfigTest, LoadFromFileAndReference) {
   EXPECT_NE(ref.find("model.path: <required>"), std::string::npos);
 }
 
+TEST(ConfigTest, DottedAndDuplicateKeysInAFileAreErrors) {
+  auto dotted = Config::FromString("model: {path: m}\nactor.lr: 5e-6\n", "r.yaml", {}, TestSchema());
+  ASSERT_FALSE(dotted.ok());
+  EXPECT_NE(dotted.status().message().find("r.yaml:2: dotted key 'actor.lr'"), std::string::npos)
+      << dotted.status();
+  auto dup = Config::FromString("model: {path: m}\nactor: {lr: 1e-5, lr: 2e-5}\n", "r.yaml", {},
+                                TestSchema());
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("'actor.lr' appears twice"), std::string::npos) << dup.status();
+  auto dup_section = Config::FromString(
+      "model: {path: m}\nactor:\n  lr: 1e-5\nactor:\n  ppo_epochs: 3\n", "r.yaml", {}, TestSchema());
+  ASSERT_FALSE(dup_section.ok());
+  EXPECT_NE(dup_section.status().message().find("r.yaml:4"), std::string::npos) << dup_section.status();
+  auto two_docs = Config::FromString("model: {path: m}\n---\nactor: {lr: 1}\n", "r.yaml", {}, TestSchema());
+  ASSERT_FALSE(two_docs.ok());
+  EXPECT_NE(two_docs.status().message().find("2 YAML documents"), std::string::npos);
+}
+
+TEST(ConfigTest, HexIntsAndNaN) {
+  auto hex = Config::FromString(kRecipe, "r.yaml", {"rollout.num_workers=0x10"}, TestSchema());
+  ASSERT_TRUE(hex.ok()) << hex.status();
+  EXPECT_EQ(hex->GetInt("rollout.num_workers"), 16);
+  auto nan = Config::FromString(kRecipe, "r.yaml", {"actor.lr=.nan"}, TestSchema());
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.status().message().find("'actor.lr' is NaN"), std::string::npos) << nan.status();
+}
+
 TEST(ConfigTest, EditDistance) {
   EXPECT_EQ(EditDistance("kitten", "sitting"), 3u);
   EXPECT_EQ(EditDistance("", "abc"), 3u);
