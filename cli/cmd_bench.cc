@@ -83,10 +83,10 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("what", a->what, "hw (limits only), decode or prefill")
       ->check(CLI::IsMember({"hw", "decode", "prefill"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
-  app->add_option("--batch", a->batches, "decode batch sizes");
-  app->add_option("--steps", a->steps, "decode steps timed per batch size");
-  app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length");
-  app->add_option("--repeats", a->repeats, "prefill repetitions");
+  app->add_option("--batch", a->batches, "decode batch sizes")->check(CLI::Range(1, 4096));
+  app->add_option("--steps", a->steps, "decode steps timed per batch size")->check(CLI::Range(1, 100000));
+  app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--repeats", a->repeats, "prefill repetitions")->check(CLI::Range(1, 1000));
   app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
   return [a] { return RunBench(*a); };

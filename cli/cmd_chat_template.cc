@@ -19,6 +19,7 @@ struct ChatArgs {
   std::string format;
   std::string system;
   std::vector<std::string> user;
+  std::vector<std::string> assistant;
   bool no_generation_prompt = false;
 };
 
@@ -58,7 +59,14 @@ int Run(const ChatArgs& a) {
   }
   std::vector<model::ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
-  for (const auto& u : a.user) messages.push_back({"user", u});
+  // Turns alternate: user[0], assistant[0], user[1], ...
+  if (a.assistant.size() > a.user.size()) {
+    return Fail("more --assistant turns than --user turns; turns alternate user, assistant, ...", 2);
+  }
+  for (size_t i = 0; i < a.user.size(); ++i) {
+    messages.push_back({"user", a.user[i]});
+    if (i < a.assistant.size()) messages.push_back({"assistant", a.assistant[i]});
+  }
   auto text = model::RenderChat(format, messages, !a.no_generation_prompt);
   if (!text.ok()) return Fail(text.status().message());
   std::fwrite(text->data(), 1, text->size(), stdout);
@@ -71,6 +79,8 @@ std::function<int()> SetupChatTemplate(CLI::App* app) {
   app->add_option("--format", a->format, "chatml, qwen2, smollm2, llama3, llama3.1 or llama2 (overrides the model's)");
   app->add_option("--system", a->system, "system message");
   app->add_option("--user", a->user, "user message (repeat for several turns)")->required();
+  app->add_option("--assistant", a->assistant,
+                  "assistant reply (repeatable); turns alternate user, assistant, user, ...");
   app->add_flag("--no-generation-prompt", a->no_generation_prompt, "omit the assistant header");
   return [a] { return Run(*a); };
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string>
 
 #include "cli/command.h"
 #include "core/cuda/device.h"
@@ -40,6 +41,21 @@ int main(int argc, char** argv) {
   auto& commands = CommandRegistry();
   std::sort(commands.begin(), commands.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
+  // An unknown first word gets its own message (CLI11 would only say a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string word = argv[1];
+    bool known = false;
+    std::string names;
+    for (const auto& cmd : commands) {
+      known = known || cmd.name == word;
+      names += (names.empty() ? "" : ", ") + cmd.name;
+    }
+    if (!known) {
+      std::fprintf(stderr, "laminar: unknown command '%s'; commands: %s (laminar --help)\n",
+                   word.c_str(), names.c_str());
+      return 2;
+    }
+  }
   std::map<CLI::App*, std::function<int()>> runners;
   for (auto& cmd : commands) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.description);

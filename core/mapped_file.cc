@@ -13,7 +13,8 @@
 namespace laminar {
 
 StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; non-regular files are refused below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoError("cannot open " + path, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -24,6 +25,10 @@ StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return InvalidArgumentError(path + " is a directory, expected a file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(path + " is not a regular file (a pipe, socket or device)");
   }
   size_t size = static_cast<size_t>(st.st_size);
   const uint8_t* data = nullptr;
@@ -48,6 +53,9 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return ErrnoError("cannot open " + path, errno);
   if (S_ISDIR(st.st_mode)) return InvalidArgumentError(path + " is a directory, expected a file");
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgumentError(path + " is not a regular file (a pipe, socket or device)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoError("cannot open " + path, errno);
   std::ostringstream ss;

@@ -30,6 +30,10 @@ StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
     if (fs::exists(fs::path(path) / "config.json", ec)) return CheckpointFormat::kHfFolder;
     return InvalidArgumentError(path + " is a folder without config.json (not a Hugging Face checkpoint)");
   }
+  if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
+    return InvalidArgumentError(path + " is a bare safetensors file; give the Hugging Face folder "
+                                "that holds it and its config.json");
+  }
   LAMINAR_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   if (file->size() >= 4 && std::string_view(reinterpret_cast<const char*>(file->data()), 4) == "GGUF") {
     return CheckpointFormat::kGguf;

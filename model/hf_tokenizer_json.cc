@@ -248,8 +248,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Build(const Json& root, const Json& config,
 StatusOr<std::unique_ptr<Tokenizer>> ParseHfTokenizer(const std::string& tokenizer_json,
                                                       const std::string& config_json,
                                                       const std::string& source) {
-  Json root = Json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object() || !root.contains("model")) {
+  Json root;
+  try {
+    root = Json::parse(tokenizer_json);
+  } catch (const Json::parse_error& e) {
+    return InvalidArgumentError(source + ": invalid JSON (truncated or corrupted?): " + e.what());
+  }
+  if (!root.is_object() || !root.contains("model")) {
     return InvalidArgumentError(source + ": not a Hugging Face tokenizer.json (no \"model\")");
   }
   Json config;

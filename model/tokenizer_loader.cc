@@ -8,6 +8,7 @@
 
 #include "core/mapped_file.h"
 #include "model/bpe_tokenizer.h"
+#include "model/checkpoint.h"
 #include "model/spm_tokenizer.h"
 
 namespace laminar::model {
@@ -237,6 +238,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& mo
     if (name == "tokenizer.bin" || name.rfind("tok", 0) == 0) candidates.push_back(entry.path());
   }
   if (candidates.size() == 1) return LoadTokenizer(candidates[0].string());
+  // Not a llama2.c model either: the file's own error says more than "no tokenizer beside it".
+  if (!DetectCheckpointFormat(model_path).ok()) return direct;
   return InvalidArgumentError(model_path + ": holds no tokenizer and " +
                               (candidates.empty() ? std::string("no tokenizer.bin/tok*.bin is beside it")
                                                   : std::string("several tok*.bin are beside it")) +

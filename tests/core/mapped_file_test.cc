@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "tests/test_util.h"
@@ -32,6 +34,11 @@ TEST(MappedFileTest, ErrorsNameThePath) {
   EXPECT_NE(missing.status().message().find("/nonexistent/x.gguf"), std::string::npos);
   auto dir = MappedFile::Open("/tmp");
   EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument);
+  // A FIFO with no writer must not block.
+  auto fifo = (testing::TempDir("fifo") / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(MappedFile::Open(fifo).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadFileToString(fifo).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
