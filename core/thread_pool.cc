@@ -2,7 +2,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
+#include <memory>
 
 namespace laminar {
 
@@ -65,22 +65,26 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
     return;
   }
   int64_t per = (n + num_chunks - 1) / num_chunks;
-  std::atomic<int64_t> remaining{num_chunks - 1};
-  std::mutex done_mu;
-  std::condition_variable done_cv;
+  // The completion state lives on the heap, owned by every task: a worker may still be inside
+  // unlock/notify after the caller has seen the count reach zero and returned.
+  struct Completion {
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t remaining = 0;
+  };
+  auto done = std::make_shared<Completion>();
+  done->remaining = num_chunks - 1;
   for (int64_t c = 1; c < num_chunks; ++c) {
     int64_t b = c * per, e = std::min(n, b + per);
-    Submit([&, b, e] {
+    Submit([done, &fn, b, e] {
       if (b < e) fn(b, e);
-      if (remaining.fetch_sub(1) == 1) {
-        std::lock_guard<std::mutex> lock(done_mu);
-        done_cv.notify_all();
-      }
+      std::lock_guard<std::mutex> lock(done->mu);
+      if (--done->remaining == 0) done->cv.notify_all();
     });
   }
   fn(0, std::min(n, per));
-  std::unique_lock<std::mutex> lock(done_mu);
-  done_cv.wait(lock, [&] { return remaining.load() == 0; });
+  std::unique_lock<std::mutex> lock(done->mu);
+  done->cv.wait(lock, [&] { return done->remaining == 0; });
 }
 
 }  // namespace laminar

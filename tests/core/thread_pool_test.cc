@@ -20,6 +20,17 @@ TEST(ThreadPoolTest, ParallelForVisitsEachIndexOnce) {
   }
 }
 
+// Many short ParallelFor calls in a row: the caller returns as soon as the count reaches zero, so
+// completion state must outlive it (a stack-allocated mutex here once aborted in glibc).
+TEST(ThreadPoolTest, ManyShortParallelForsInARow) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  for (int i = 0; i < 5000; ++i) {
+    pool.ParallelFor(4, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  }
+  EXPECT_EQ(sum.load(), 5000 * 4);
+}
+
 TEST(ThreadPoolTest, SubmitAndWait) {
   ThreadPool pool(2);
   std::atomic<int> count{0};
