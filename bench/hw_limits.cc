@@ -35,7 +35,8 @@ uint64_t SumRange(const uint64_t* p, int64_t n) {
 }  // namespace
 
 double MeasureDramReadBandwidth(int64_t size_bytes, int repeats, int num_threads) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads <= 0)
+    num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t n = size_bytes / static_cast<int64_t>(sizeof(uint64_t));
   std::vector<uint64_t> buf(static_cast<size_t>(n), 1);
   double best = 0;
@@ -62,7 +63,8 @@ double MeasureDramReadBandwidth(int64_t size_bytes, int repeats, int num_threads
 double MeasureGemmPeakF32(int64_t dim, int repeats) {
   std::vector<float> a(dim * dim, 0.5f), b(dim * dim, 0.25f), c(dim * dim);
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ThreadPool pool(threads - 1);  // with the caller: one part per hardware thread, as the engine runs
+  ThreadPool pool(threads -
+                  1);  // with the caller: one part per hardware thread, as the engine runs
   LAMINAR_CHECK_OK(kernels::cpu::MatMul(a, b, {}, dim, dim, dim, c, &pool));  // warm up
   double best = 0;
   for (int r = 0; r < repeats; ++r) {

@@ -12,11 +12,11 @@
 namespace laminar::bench {
 
 struct ThroughputResult {
-  std::string mode;          // "decode" or "prefill"
-  int64_t batch = 0;         // sequences
-  int64_t tokens = 0;        // tokens processed per timed repetition
-  double median_s = 0;       // median time per repetition
-  double spread_s = 0;       // max - min over repetitions
+  std::string mode;     // "decode" or "prefill"
+  int64_t batch = 0;    // sequences
+  int64_t tokens = 0;   // tokens processed per timed repetition
+  double median_s = 0;  // median time per repetition
+  double spread_s = 0;  // max - min over repetitions
   double tokens_per_s = 0;
 };
 

@@ -18,6 +18,7 @@ python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$
 tar -xzf "$tmp"/llama_cpp_python-"$VERSION".tar.gz -C "$tmp"
 rm -rf "$PEERS/llama.cpp"
 mv "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp" "$PEERS/llama.cpp"
+rm -f "$PEERS/llama.cpp/.git"  # a submodule pointer into the sdist's own tree
 echo "[bench-setup] building llama-bench and llama-batched-bench (CPU, native ISA)"
 cmake -S "$PEERS/llama.cpp" -B "$PEERS/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \

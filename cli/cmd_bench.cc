@@ -1,9 +1,8 @@
 // `laminar bench hw|decode|prefill`: throughput with JSON output, reported against measured
 // hardware limits (bench/hw_limits.h).
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "bench/hw_limits.h"
 #include "bench/model_bench.h"
@@ -45,7 +44,8 @@ int RunBench(const BenchArgs& a) {
       return 1;
     }
     DType wdtype = a.weights == "bf16" ? DType::kBF16 : DType::kF32;
-    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, wdtype);
+    auto lm =
+        engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, wdtype);
     if (!lm.ok()) {
       std::fprintf(stderr, "laminar bench: %s\n", lm.status().ToString().c_str());
       return 1;
@@ -58,16 +58,21 @@ int RunBench(const BenchArgs& a) {
       for (int64_t b : a.batches) {
         auto r = bench::BenchDecode(**lm, b, a.steps);
         double frac = step_bytes / r.median_s / bw;
-        rows.push_back({{"batch", b}, {"tokens_per_s", r.tokens_per_s}, {"median_step_s", r.median_s},
-                        {"spread_s", r.spread_s}, {"dram_fraction", frac}});
+        rows.push_back({{"batch", b},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"median_step_s", r.median_s},
+                        {"spread_s", r.spread_s},
+                        {"dram_fraction", frac}});
         std::fprintf(stderr, "decode batch %3lld: %8.1f tok/s  (%.0f%% of DRAM bandwidth)\n",
                      static_cast<long long>(b), r.tokens_per_s, 100 * frac);
       }
     } else {
       auto r = bench::BenchPrefill(**lm, a.prompt_tokens, a.repeats);
       double flops = 2.0 * bench::MatmulParams(ckpt->config) * double(r.tokens) / r.median_s;
-      rows.push_back({{"prompt_tokens", a.prompt_tokens}, {"tokens_per_s", r.tokens_per_s},
-                      {"median_s", r.median_s}, {"spread_s", r.spread_s},
+      rows.push_back({{"prompt_tokens", a.prompt_tokens},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"median_s", r.median_s},
+                      {"spread_s", r.spread_s},
                       {"gemm_peak_fraction", flops / gemm}});
       std::fprintf(stderr, "prefill %lld tokens: %8.1f tok/s  (%.0f%% of GEMM peak)\n",
                    static_cast<long long>(a.prompt_tokens), r.tokens_per_s, 100 * flops / gemm);
@@ -84,8 +89,10 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::IsMember({"hw", "decode", "prefill"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
   app->add_option("--batch", a->batches, "decode batch sizes")->check(CLI::Range(1, 4096));
-  app->add_option("--steps", a->steps, "decode steps timed per batch size")->check(CLI::Range(1, 100000));
-  app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--steps", a->steps, "decode steps timed per batch size")
+      ->check(CLI::Range(1, 100000));
+  app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length")
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--repeats", a->repeats, "prefill repetitions")->check(CLI::Range(1, 1000));
   app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));

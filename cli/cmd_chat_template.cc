@@ -61,7 +61,8 @@ int Run(const ChatArgs& a) {
   if (!a.system.empty()) messages.push_back({"system", a.system});
   // Turns alternate: user[0], assistant[0], user[1], ...
   if (a.assistant.size() > a.user.size()) {
-    return Fail("more --assistant turns than --user turns; turns alternate user, assistant, ...", 2);
+    return Fail("more --assistant turns than --user turns; turns alternate user, assistant, ...",
+                2);
   }
   for (size_t i = 0; i < a.user.size(); ++i) {
     messages.push_back({"user", a.user[i]});
@@ -76,7 +77,8 @@ int Run(const ChatArgs& a) {
 std::function<int()> SetupChatTemplate(CLI::App* app) {
   auto a = std::make_shared<ChatArgs>();
   app->add_option("--model", a->model, "checkpoint or model name whose chat template to use");
-  app->add_option("--format", a->format, "chatml, qwen2, smollm2, llama3, llama3.1 or llama2 (overrides the model's)");
+  app->add_option("--format", a->format,
+                  "chatml, qwen2, smollm2, llama3, llama3.1 or llama2 (overrides the model's)");
   app->add_option("--system", a->system, "system message");
   app->add_option("--user", a->user, "user message (repeat for several turns)")->required();
   app->add_option("--assistant", a->assistant,

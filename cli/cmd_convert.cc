@@ -54,7 +54,8 @@ int Run(const ConvertArgs& a) {
 
 std::function<int()> SetupConvert(CLI::App* app) {
   auto a = std::make_shared<ConvertArgs>();
-  app->add_option("model", a->model, "source checkpoint (GGUF, llama2.c .bin, HF folder) or model name")
+  app->add_option("model", a->model,
+                  "source checkpoint (GGUF, llama2.c .bin, HF folder) or model name")
       ->required();
   app->add_option("--out", a->out, "Hugging Face folder to write")->required();
   app->add_option("--tokenizer", a->tokenizer, "tokenizer file overriding the checkpoint's");

@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "engine/llama2c_sampler.h"
@@ -55,7 +54,8 @@ void Emit(const std::string& text) {
 int RunLlama2c(const engine::LlamaModel& lm, const model::Tokenizer& tok, const GenerateArgs& a) {
   auto prompt = tok.Encode(a.prompt, {.add_special = true, .parse_special = false});
   if (!prompt.ok()) return Fail("prompt: " + prompt.status().message());
-  if (prompt->empty() || (*prompt)[0] != tok.bos_id()) prompt->insert(prompt->begin(), tok.bos_id());
+  if (prompt->empty() || (*prompt)[0] != tok.bos_id())
+    prompt->insert(prompt->begin(), tok.bos_id());
   int64_t steps = a.steps;
   const int64_t ctx = lm.config().max_position_embeddings;
   if (steps <= 0 || steps > ctx) steps = ctx;
@@ -72,7 +72,7 @@ int RunLlama2c(const engine::LlamaModel& lm, const model::Tokenizer& tok, const 
     Status st = lm.Forward({&token, 1}, {&span, 1}, &cache, engine::LogitsFor::kAllTokens, &logits);
     if (!st.ok()) return Fail(st.message());
     int32_t next = pos + 1 < static_cast<int64_t>(prompt->size()) ? (*prompt)[pos + 1]
-                                                                 : sampler.Sample(logits);
+                                                                  : sampler.Sample(logits);
     if (next == tok.bos_id()) break;
     auto piece = tok.TokenBytes(next, /*skip_special=*/false);
     if (!piece.ok()) return Fail(piece.status().message());
@@ -129,7 +129,8 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
   std::string finish = "length";
   while (static_cast<int64_t>(ids.size()) < max_new) {
     engine::SequenceSpan span{0, pos, static_cast<int64_t>(input.size())};
-    Status st = lm.Forward(input, {&span, 1}, &cache, engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+    Status st =
+        lm.Forward(input, {&span, 1}, &cache, engine::LogitsFor::kLastTokenOfEachSequence, &logits);
     if (!st.ok()) return Fail(st.message());
     pos += static_cast<int64_t>(input.size());
     engine::SampledToken t = sampler.Sample(logits);
@@ -151,8 +152,11 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
     return 0;
   }
   auto text = tok.Decode(ids, /*skip_special=*/true);
-  nlohmann::json out = {{"prompt_ids", *prompt}, {"ids", ids},      {"logprobs", logprobs},
-                        {"text", text.ok() ? *text : ""}, {"finish_reason", finish}};
+  nlohmann::json out = {{"prompt_ids", *prompt},
+                        {"ids", ids},
+                        {"logprobs", logprobs},
+                        {"text", text.ok() ? *text : ""},
+                        {"finish_reason", finish}};
   Emit(out.dump() + "\n");
   return 0;
 }
@@ -181,7 +185,8 @@ std::function<int()> SetupGenerate(CLI::App* app) {
   app->add_option("--tokenizer", a->tokenizer, "tokenizer file overriding the checkpoint's");
   app->add_option("--prompt", a->prompt, "prompt text");
   app->add_flag("--chat", a->chat, "wrap the prompt as a user turn in the model's chat format");
-  app->add_option("--chat-format", a->chat_format, "chatml, qwen2, smollm2, llama3, llama3.1, llama2");
+  app->add_option("--chat-format", a->chat_format,
+                  "chatml, qwen2, smollm2, llama3, llama3.1, llama2");
   app->add_option("--system", a->system, "system message (with --chat)");
   app->add_option("--max-tokens", a->max_tokens, "new tokens at most")->check(CLI::PositiveNumber);
   app->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
@@ -194,7 +199,8 @@ std::function<int()> SetupGenerate(CLI::App* app) {
   app->add_option("--steps", a->steps, "llama2c: total positions including the prompt (run.c -n)");
   app->add_option("--weights", a->weights, "projection weights in f32 (default) or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  app->add_flag("--json", a->json, "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
+  app->add_flag("--json", a->json,
+                "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
   return [a] { return Run(*a); };
 }
 LAMINAR_REGISTER_COMMAND("generate", "stream a continuation of a prompt", SetupGenerate);

@@ -30,8 +30,9 @@ int Fail(const std::string& message) {
 void PrintConfig(const model::ModelConfig& c) {
   std::printf("architecture   %s\n", c.architecture.c_str());
   std::printf("layers         %lld\n", static_cast<long long>(c.num_hidden_layers));
-  std::printf("hidden size    %lld   ffn %lld   head dim %lld\n", static_cast<long long>(c.hidden_size),
-              static_cast<long long>(c.intermediate_size), static_cast<long long>(c.head_dim));
+  std::printf("hidden size    %lld   ffn %lld   head dim %lld\n",
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
+              static_cast<long long>(c.head_dim));
   std::printf("heads          %lld (kv %lld)\n", static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_key_value_heads));
   std::printf("vocab          %lld   context %lld\n", static_cast<long long>(c.vocab_size),
@@ -51,22 +52,27 @@ void PrintTensors(const model::Checkpoint& ckpt, bool all) {
     TensorView v = *ckpt.weights.Get(name);
     params += v.num_elements();
     const model::QuantizedTensor* q = ckpt.weights.GetQuantized(name);
-    std::string stored = q ? model::GgmlTypeName(static_cast<uint32_t>(q->type)) : std::string(DTypeName(v.dtype()));
+    std::string stored =
+        q ? model::GgmlTypeName(static_cast<uint32_t>(q->type)) : std::string(DTypeName(v.dtype()));
     by_type[stored] += v.num_elements();
   }
   std::printf("parameters     %.2f M in %zu tensors", double(params) / 1e6, names.size());
   std::string types;
-  for (const auto& [t, n] : by_type) types += (types.empty() ? "" : ", ") + t + " " + std::to_string(n * 100 / std::max<int64_t>(params, 1)) + "%";
+  for (const auto& [t, n] : by_type)
+    types += (types.empty() ? "" : ", ") + t + " " +
+             std::to_string(n * 100 / std::max<int64_t>(params, 1)) + "%";
   std::printf(" (stored: %s)\n", types.c_str());
   size_t shown = 0;
   for (const auto& name : names) {
     // By default the shared tensors and layer 0 stand for the rest.
-    if (!all && name.rfind("model.layers.", 0) == 0 && name.rfind("model.layers.0.", 0) != 0) continue;
+    if (!all && name.rfind("model.layers.", 0) == 0 && name.rfind("model.layers.0.", 0) != 0)
+      continue;
     TensorView v = *ckpt.weights.Get(name);
     const model::QuantizedTensor* q = ckpt.weights.GetQuantized(name);
-    std::printf("  %-50s %-5s %-16s%s\n", name.c_str(), std::string(DTypeName(v.dtype())).c_str(),
-                v.shape().ToString().c_str(),
-                q ? (" (stored " + model::GgmlTypeName(static_cast<uint32_t>(q->type)) + ")").c_str() : "");
+    std::printf(
+        "  %-50s %-5s %-16s%s\n", name.c_str(), std::string(DTypeName(v.dtype())).c_str(),
+        v.shape().ToString().c_str(),
+        q ? (" (stored " + model::GgmlTypeName(static_cast<uint32_t>(q->type)) + ")").c_str() : "");
     ++shown;
   }
   if (shown < names.size()) {
@@ -81,9 +87,12 @@ void PrintTokenizer(const std::string& model_path, const std::string& override_p
     std::printf("tokenizer      none: %s\n", tok.status().message().c_str());
   } else {
     const auto& t = **tok;
-    auto piece = [&](int32_t id) { return id < 0 ? std::string("none") : std::to_string(id) + " " + t.TokenToPiece(id); };
+    auto piece = [&](int32_t id) {
+      return id < 0 ? std::string("none") : std::to_string(id) + " " + t.TokenToPiece(id);
+    };
     std::printf("tokenizer      %s, %lld tokens, %zu special; bos %s, eos %s\n",
-                t.kind() == model::TokenizerKind::kSentencePieceBpe ? "SentencePiece BPE" : "byte-level BPE",
+                t.kind() == model::TokenizerKind::kSentencePieceBpe ? "SentencePiece BPE"
+                                                                    : "byte-level BPE",
                 static_cast<long long>(t.vocab_size()), t.SpecialTokens().size(),
                 piece(t.bos_id()).c_str(), piece(t.eos_id()).c_str());
   }
@@ -93,7 +102,9 @@ void PrintTokenizer(const std::string& model_path, const std::string& override_p
   }
   auto f = model::DetectChatFormat(chat_template);
   std::printf("chat format    %s%s\n", f.ok() ? f->Name().c_str() : "unrecognised template",
-              f.ok() && !f->default_system.empty() ? (" (default system: \"" + f->default_system + "\")").c_str() : "");
+              f.ok() && !f->default_system.empty()
+                  ? (" (default system: \"" + f->default_system + "\")").c_str()
+                  : "");
 }
 
 int RunInspect(const InspectArgs& a) {
@@ -121,14 +132,16 @@ int RunInspect(const InspectArgs& a) {
 
 std::function<int()> SetupInspect(CLI::App* app) {
   auto a = std::make_shared<InspectArgs>();
-  app->add_option("model", a->model, "checkpoint (GGUF file, llama2.c .bin, Hugging Face folder) or model name")
+  app->add_option("model", a->model,
+                  "checkpoint (GGUF file, llama2.c .bin, Hugging Face folder) or model name")
       ->required();
   app->add_option("--tokenizer", a->tokenizer, "tokenizer file overriding the checkpoint's");
   app->add_flag("--all-tensors", a->all_tensors, "list every tensor, not only layer 0");
   app->add_flag("--metadata", a->metadata, "print every GGUF metadata key");
   return [a] { return RunInspect(*a); };
 }
-LAMINAR_REGISTER_COMMAND("inspect", "print a checkpoint's architecture, tensors, dtypes and tokenizer",
+LAMINAR_REGISTER_COMMAND("inspect",
+                         "print a checkpoint's architecture, tensors, dtypes and tokenizer",
                          SetupInspect);
 
 }  // namespace

@@ -28,8 +28,8 @@ int Fail(const std::string& message, int code = 1) {
 }
 
 int RunEncode(const model::Tokenizer& tok, const TokenizeArgs& args, const std::string& input) {
-  auto ids = tok.Encode(input, {.add_special = args.add_special,
-                                .parse_special = !args.no_parse_special});
+  auto ids =
+      tok.Encode(input, {.add_special = args.add_special, .parse_special = !args.no_parse_special});
   if (!ids.ok()) return Fail("stdin: " + ids.status().message());
   std::string line;
   for (size_t i = 0; i < ids->size(); ++i) {
@@ -67,7 +67,8 @@ int RunDecode(const model::Tokenizer& tok, const TokenizeArgs& args, const std::
 std::function<int()> SetupTokenize(CLI::App* app) {
   auto args = std::make_shared<TokenizeArgs>();
   app->add_option("--model", args->model,
-                  "model name (smollm2-135m-instruct), checkpoint file or folder (GGUF, Hugging Face folder, llama2.c .bin) or a "
+                  "model name (smollm2-135m-instruct), checkpoint file or folder (GGUF, Hugging "
+                  "Face folder, llama2.c .bin) or a "
                   "tokenizer file (tokenizer.json, encoder.json, tokenizer.bin)");
   app->add_option("--tokenizer", args->tokenizer,
                   "tokenizer file overriding the model's (e.g. tok512.bin for a llama2.c model; "

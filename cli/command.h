@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,6 +30,6 @@ struct CommandRegistrar {
 #define LAMINAR_CLI_CONCAT_INNER(a, b) a##b
 #define LAMINAR_CLI_CONCAT(a, b) LAMINAR_CLI_CONCAT_INNER(a, b)
 // LAMINAR_REGISTER_COMMAND("inspect", "print a checkpoint's ...", SetupInspect);
-#define LAMINAR_REGISTER_COMMAND(name, description, setup)                                     \
+#define LAMINAR_REGISTER_COMMAND(name, description, setup)                                      \
   static ::laminar::cli::CommandRegistrar LAMINAR_CLI_CONCAT(laminar_cmd_registrar_, __LINE__)( \
       name, description, setup)

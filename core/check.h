@@ -40,8 +40,8 @@ struct Voidify {
 #define LAMINAR_CHECK_GT(a, b) LAMINAR_CHECK_OP(a, >, b)
 #define LAMINAR_CHECK_GE(a, b) LAMINAR_CHECK_OP(a, >=, b)
 // Aborts if a Status-returning expression fails (for code paths where failure is a bug).
-#define LAMINAR_CHECK_OK(expr)                     \
-  do {                                             \
-    auto _laminar_check_st = (expr);               \
+#define LAMINAR_CHECK_OK(expr)                                  \
+  do {                                                          \
+    auto _laminar_check_st = (expr);                            \
     LAMINAR_CHECK(_laminar_check_st.ok()) << _laminar_check_st; \
   } while (0)

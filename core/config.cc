@@ -56,7 +56,8 @@ bool IsScalarOf(const YAML::Node& n, ConfigType t) {
       double d;
       return YAML::convert<double>::decode(n, d);
     }
-    default: return true;
+    default:
+      return true;
   }
 }
 
@@ -65,12 +66,13 @@ bool HasType(const YAML::Node& n, ConfigType type) {
     case ConfigType::kBool:
     case ConfigType::kInt:
     case ConfigType::kFloat:
-    case ConfigType::kString: return IsScalarOf(n, type);
+    case ConfigType::kString:
+      return IsScalarOf(n, type);
     case ConfigType::kStringList:
     case ConfigType::kFloatList:
     case ConfigType::kIntList: {
       if (!n.IsSequence()) return false;
-      ConfigType elem = type == ConfigType::kStringList ? ConfigType::kString
+      ConfigType elem = type == ConfigType::kStringList  ? ConfigType::kString
                         : type == ConfigType::kFloatList ? ConfigType::kFloat
                                                          : ConfigType::kInt;
       for (const auto& e : n) {
@@ -78,7 +80,8 @@ bool HasType(const YAML::Node& n, ConfigType type) {
       }
       return true;
     }
-    case ConfigType::kMap: return n.IsMap() || n.IsNull();
+    case ConfigType::kMap:
+      return n.IsMap() || n.IsNull();
   }
   return false;
 }
@@ -110,7 +113,8 @@ class Validator {
       }
       if (IsSection(path)) {
         if (!it->second.IsMap()) {
-          return InvalidArgumentError(where + ": '" + path + "' is a section and must be a map, got " +
+          return InvalidArgumentError(where + ": '" + path +
+                                      "' is a section and must be a map, got " +
                                       Describe(it->second));
         }
         LAMINAR_RETURN_IF_ERROR(Walk(it->second, path));
@@ -210,14 +214,22 @@ bool ValidKeyPath(const std::string& key) {
 
 std::string ConfigTypeName(ConfigType type) {
   switch (type) {
-    case ConfigType::kBool: return "a bool";
-    case ConfigType::kInt: return "an int";
-    case ConfigType::kFloat: return "a float";
-    case ConfigType::kString: return "a string";
-    case ConfigType::kStringList: return "a list of strings";
-    case ConfigType::kFloatList: return "a list of floats";
-    case ConfigType::kIntList: return "a list of ints";
-    case ConfigType::kMap: return "a map";
+    case ConfigType::kBool:
+      return "a bool";
+    case ConfigType::kInt:
+      return "an int";
+    case ConfigType::kFloat:
+      return "a float";
+    case ConfigType::kString:
+      return "a string";
+    case ConfigType::kStringList:
+      return "a list of strings";
+    case ConfigType::kFloatList:
+      return "a list of floats";
+    case ConfigType::kIntList:
+      return "a list of ints";
+    case ConfigType::kMap:
+      return "a map";
   }
   return "?";
 }

@@ -8,13 +8,13 @@
 //   double lr = cfg.GetFloat("actor.lr");
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/status.h"
 

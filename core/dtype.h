@@ -8,9 +8,22 @@
 
 namespace laminar {
 
-// The dtypes tensors carry. Quantized block formats (GGUF Q4_0 ...) are not DTypes: their raw blocks
-// live in model::QuantizedTensor.
-enum class DType : uint8_t { kF32, kBF16, kF16, kF64, kI8, kU8, kI16, kU16, kI32, kU32, kI64, kBool };
+// The dtypes tensors carry. Quantized block formats (GGUF Q4_0 ...) are not DTypes: their raw
+// blocks live in model::QuantizedTensor.
+enum class DType : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kF64,
+  kI8,
+  kU8,
+  kI16,
+  kU16,
+  kI32,
+  kU32,
+  kI64,
+  kBool
+};
 
 // Bytes per element.
 size_t DTypeSize(DType dtype);
@@ -47,7 +60,9 @@ inline float HalfToFloat(uint16_t h) {
 uint16_t FloatToHalf(float f);
 
 // bfloat16 is the top half of a binary32.
-inline float BF16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float BF16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 // Round to nearest even; NaN stays NaN (quiet).
 inline uint16_t FloatToBF16(float f) {
   uint32_t bits = std::bit_cast<uint32_t>(f);

@@ -1,9 +1,8 @@
 // Small helpers for JSON read from files and peers (nlohmann-json).
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace laminar {
 

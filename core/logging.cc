@@ -43,27 +43,42 @@ std::string& RoleStorage() {
 
 std::string_view LogLevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "?";
 }
 
 std::string_view LogSubsystemName(LogSubsystem sub) {
   switch (sub) {
-    case LogSubsystem::kCore: return "CORE";
-    case LogSubsystem::kModel: return "MODEL";
-    case LogSubsystem::kKernel: return "KERNEL";
-    case LogSubsystem::kNet: return "NET";
-    case LogSubsystem::kActor: return "ACTOR";
-    case LogSubsystem::kRollout: return "ROLLOUT";
-    case LogSubsystem::kRelay: return "RELAY";
-    case LogSubsystem::kManager: return "MANAGER";
-    case LogSubsystem::kReward: return "REWARD";
-    case LogSubsystem::kTrainer: return "TRAINER";
-    case LogSubsystem::kCli: return "CLI";
+    case LogSubsystem::kCore:
+      return "CORE";
+    case LogSubsystem::kModel:
+      return "MODEL";
+    case LogSubsystem::kKernel:
+      return "KERNEL";
+    case LogSubsystem::kNet:
+      return "NET";
+    case LogSubsystem::kActor:
+      return "ACTOR";
+    case LogSubsystem::kRollout:
+      return "ROLLOUT";
+    case LogSubsystem::kRelay:
+      return "RELAY";
+    case LogSubsystem::kManager:
+      return "MANAGER";
+    case LogSubsystem::kReward:
+      return "REWARD";
+    case LogSubsystem::kTrainer:
+      return "TRAINER";
+    case LogSubsystem::kCli:
+      return "CLI";
   }
   return "?";
 }

@@ -13,7 +13,17 @@ enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 // Subsystem tags from STYLE.md; CORE and MODEL for the foundation, CLI for the binary.
 enum class LogSubsystem : int {
-  kCore, kModel, kKernel, kNet, kActor, kRollout, kRelay, kManager, kReward, kTrainer, kCli
+  kCore,
+  kModel,
+  kKernel,
+  kNet,
+  kActor,
+  kRollout,
+  kRelay,
+  kManager,
+  kReward,
+  kTrainer,
+  kCli
 };
 
 std::string_view LogLevelName(LogLevel level);
@@ -66,11 +76,11 @@ inline constexpr LogSubsystem kSub_TRAINER = LogSubsystem::kTrainer;
 inline constexpr LogSubsystem kSub_CLI = LogSubsystem::kCli;
 }  // namespace laminar::internal
 
-#define LAMINAR_LOG(level, subsystem)                                                       \
-  (::laminar::internal::kLevel_##level < ::laminar::GetLogLevel())                          \
-      ? (void)0                                                                             \
-      : ::laminar::internal::LogVoidify() &                                                 \
-            ::laminar::internal::LogMessage(::laminar::internal::kLevel_##level,            \
+#define LAMINAR_LOG(level, subsystem)                                                        \
+  (::laminar::internal::kLevel_##level < ::laminar::GetLogLevel())                           \
+      ? (void)0                                                                              \
+      : ::laminar::internal::LogVoidify() &                                                  \
+            ::laminar::internal::LogMessage(::laminar::internal::kLevel_##level,             \
                                             ::laminar::internal::kSub_##subsystem, __FILE__, \
-                                            __LINE__)                                       \
+                                            __LINE__)                                        \
                 .stream()

@@ -17,16 +17,16 @@ namespace laminar {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,   // bad input: config, dataset row, message, tokenizer input
-  kNotFound,          // file, key or tensor absent
-  kDataLoss,          // truncated or corrupted file or message
-  kOutOfRange,        // index, length or count beyond a limit
-  kUnimplemented,     // valid input we do not support (yet)
+  kInvalidArgument,  // bad input: config, dataset row, message, tokenizer input
+  kNotFound,         // file, key or tensor absent
+  kDataLoss,         // truncated or corrupted file or message
+  kOutOfRange,       // index, length or count beyond a limit
+  kUnimplemented,    // valid input we do not support (yet)
   kFailedPrecondition,
   kAlreadyExists,
   kResourceExhausted,
   kDeadlineExceeded,
-  kUnavailable,       // peer or service not reachable
+  kUnavailable,  // peer or service not reachable
   kAborted,
   kInternal,
 };
@@ -86,12 +86,11 @@ class [[nodiscard]] StatusOr {
     LAMINAR_CHECK(!std::get<Status>(value_).ok())
         << "StatusOr constructed from an ok Status without a value";
   }
-  StatusOr(const T& value) : value_(value) {}       // NOLINT(google-explicit-constructor)
+  StatusOr(const T& value) : value_(value) {}        // NOLINT(google-explicit-constructor)
   StatusOr(T&& value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  template <typename U,
-            typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
-                                        !std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, StatusOr<T>>>>
+  template <typename U, typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
+                                                    !std::is_same_v<std::decay_t<U>, Status> &&
+                                                    !std::is_same_v<std::decay_t<U>, StatusOr<T>>>>
   StatusOr(U&& value) : value_(T(std::forward<U>(value))) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(value_); }
@@ -137,17 +136,18 @@ Status AsStatus(const StatusOr<T>& s) {
 
 // Returns the error of `expr` (a Status or StatusOr) from the enclosing function. An optional
 // second argument (anything streamable into std::string) is prefixed as context.
-#define LAMINAR_RETURN_IF_ERROR(expr, ...)                                             \
-  do {                                                                                 \
-    ::laminar::Status _laminar_st = ::laminar::internal::AsStatus(expr);               \
+#define LAMINAR_RETURN_IF_ERROR(expr, ...)                                           \
+  do {                                                                               \
+    ::laminar::Status _laminar_st = ::laminar::internal::AsStatus(expr);             \
     if (!_laminar_st.ok()) return _laminar_st.WithContext(std::string(__VA_ARGS__)); \
   } while (0)
 
 // LAMINAR_ASSIGN_OR_RETURN(auto x, FunctionReturningStatusOr()); an optional third argument is
 // prefixed to the error as context, as in LAMINAR_RETURN_IF_ERROR.
-#define LAMINAR_ASSIGN_OR_RETURN(lhs, expr, ...) \
-  LAMINAR_ASSIGN_OR_RETURN_IMPL(LAMINAR_STATUS_CONCAT(_laminar_so_, __LINE__), lhs, expr, __VA_ARGS__)
-#define LAMINAR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr, ...)                            \
-  auto tmp = (expr);                                                                 \
+#define LAMINAR_ASSIGN_OR_RETURN(lhs, expr, ...)                                          \
+  LAMINAR_ASSIGN_OR_RETURN_IMPL(LAMINAR_STATUS_CONCAT(_laminar_so_, __LINE__), lhs, expr, \
+                                __VA_ARGS__)
+#define LAMINAR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr, ...)                  \
+  auto tmp = (expr);                                                        \
   if (!tmp.ok()) return tmp.status().WithContext(std::string(__VA_ARGS__)); \
   lhs = std::move(tmp).value()

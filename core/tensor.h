@@ -1,6 +1,7 @@
-// Tensors: a dtype, a shape and bytes. TensorView borrows the bytes (a slice of a mapped checkpoint,
-// a KV block); Tensor owns a 64-byte-aligned buffer. Row-major and contiguous: the last dimension
-// varies fastest. Shape letters follow kernels/README.md (B, T, H, Hkv, D, C, F, V, G, L).
+// Tensors: a dtype, a shape and bytes. TensorView borrows the bytes (a slice of a mapped
+// checkpoint, a KV block); Tensor owns a 64-byte-aligned buffer. Row-major and contiguous: the last
+// dimension varies fastest. Shape letters follow kernels/README.md (B, T, H, Hkv, D, C, F, V, G,
+// L).
 #pragma once
 
 #include <cstddef>

@@ -20,7 +20,8 @@ KvCache::KvCache(int64_t num_layers, int64_t num_slots, int64_t max_positions, i
 size_t KvCache::Offset(int64_t layer, int64_t slot) const {
   LAMINAR_CHECK(layer >= 0 && layer < num_layers_) << "layer " << layer;
   LAMINAR_CHECK(slot >= 0 && slot < num_slots_) << "slot " << slot;
-  return static_cast<size_t>((layer * num_slots_ + slot) * max_positions_ * num_kv_heads_ * head_dim_);
+  return static_cast<size_t>((layer * num_slots_ + slot) * max_positions_ * num_kv_heads_ *
+                             head_dim_);
 }
 
 std::span<float> KvCache::Keys(int64_t layer, int64_t slot) {

@@ -1,13 +1,13 @@
 // Llama-family forward pass over packed sequences, on the reference kernels.
 #include "engine/llama_model.h"
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/vec_ops.h"
-#include "core/dtype.h"
-
 #include <algorithm>
 #include <string>
 #include <thread>
+
+#include "core/dtype.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vec_ops.h"
 
 namespace laminar::engine {
 namespace {
@@ -49,7 +49,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfi
   if (threads > 1) m->pool_ = std::make_unique<ThreadPool>(threads - 1);
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
-  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config), m->inv_freq_);
+  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config),
+                            m->inv_freq_);
   return m;
 }
 
@@ -63,7 +64,8 @@ StatusOr<std::span<const float>> LlamaModel::Tensor2D(const model::WeightStore& 
                                 ", the config implies " + want.ToString());
   }
   if (view.dtype() == DType::kF32) {
-    return std::span<const float>(view.data_as<const float>(), static_cast<size_t>(view.num_elements()));
+    return std::span<const float>(view.data_as<const float>(),
+                                  static_cast<size_t>(view.num_elements()));
   }
   LAMINAR_ASSIGN_OR_RETURN(Tensor f32, ToF32(view), "tensor '" + name + "'");
   owned_.push_back(std::move(f32));
@@ -96,27 +98,38 @@ StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& we
 Status LlamaModel::Bind(const model::WeightStore& w) {
   const auto& c = config_;
   int64_t q_dim = c.num_attention_heads * c.head_dim, kv_dim = c.num_key_value_heads * c.head_dim;
-  LAMINAR_ASSIGN_OR_RETURN(embed_, Tensor2D(w, "model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  LAMINAR_ASSIGN_OR_RETURN(embed_,
+                           Tensor2D(w, "model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   LAMINAR_ASSIGN_OR_RETURN(final_norm_, Tensor2D(w, "model.norm.weight", 0, c.hidden_size));
-  LAMINAR_ASSIGN_OR_RETURN(lm_head_, Projection(w, c.tie_word_embeddings ? "model.embed_tokens.weight"
-                                                                         : "lm_head.weight",
-                                                 c.vocab_size, c.hidden_size));
+  LAMINAR_ASSIGN_OR_RETURN(
+      lm_head_,
+      Projection(w, c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+                 c.vocab_size, c.hidden_size));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer l;
-    LAMINAR_ASSIGN_OR_RETURN(l.attn_norm, Tensor2D(w, LayerName(i, "input_layernorm.weight"), 0, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wq, Projection(w, LayerName(i, "self_attn.q_proj.weight"), q_dim, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wk, Projection(w, LayerName(i, "self_attn.k_proj.weight"), kv_dim, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wv, Projection(w, LayerName(i, "self_attn.v_proj.weight"), kv_dim, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.wo, Projection(w, LayerName(i, "self_attn.o_proj.weight"), c.hidden_size, q_dim));
+    LAMINAR_ASSIGN_OR_RETURN(l.attn_norm,
+                             Tensor2D(w, LayerName(i, "input_layernorm.weight"), 0, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(
+        l.wq, Projection(w, LayerName(i, "self_attn.q_proj.weight"), q_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(
+        l.wk, Projection(w, LayerName(i, "self_attn.k_proj.weight"), kv_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(
+        l.wv, Projection(w, LayerName(i, "self_attn.v_proj.weight"), kv_dim, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(
+        l.wo, Projection(w, LayerName(i, "self_attn.o_proj.weight"), c.hidden_size, q_dim));
     if (c.attention_bias) {
       LAMINAR_ASSIGN_OR_RETURN(l.bq, Tensor2D(w, LayerName(i, "self_attn.q_proj.bias"), 0, q_dim));
       LAMINAR_ASSIGN_OR_RETURN(l.bk, Tensor2D(w, LayerName(i, "self_attn.k_proj.bias"), 0, kv_dim));
       LAMINAR_ASSIGN_OR_RETURN(l.bv, Tensor2D(w, LayerName(i, "self_attn.v_proj.bias"), 0, kv_dim));
     }
-    LAMINAR_ASSIGN_OR_RETURN(l.ffn_norm, Tensor2D(w, LayerName(i, "post_attention_layernorm.weight"), 0, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.w_gate, Projection(w, LayerName(i, "mlp.gate_proj.weight"), c.intermediate_size, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.w_up, Projection(w, LayerName(i, "mlp.up_proj.weight"), c.intermediate_size, c.hidden_size));
-    LAMINAR_ASSIGN_OR_RETURN(l.w_down, Projection(w, LayerName(i, "mlp.down_proj.weight"), c.hidden_size, c.intermediate_size));
+    LAMINAR_ASSIGN_OR_RETURN(
+        l.ffn_norm, Tensor2D(w, LayerName(i, "post_attention_layernorm.weight"), 0, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_gate, Projection(w, LayerName(i, "mlp.gate_proj.weight"),
+                                                  c.intermediate_size, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_up, Projection(w, LayerName(i, "mlp.up_proj.weight"),
+                                                c.intermediate_size, c.hidden_size));
+    LAMINAR_ASSIGN_OR_RETURN(l.w_down, Projection(w, LayerName(i, "mlp.down_proj.weight"),
+                                                  c.hidden_size, c.intermediate_size));
     layers_.push_back(l);
   }
   return OkStatus();
@@ -140,8 +153,8 @@ void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<con
   }
 }
 
-void LlamaModel::Norm(std::span<const float> x, std::span<const float> weight, int64_t t,
-                      int64_t c, double eps, std::span<float> out) const {
+void LlamaModel::Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
+                      double eps, std::span<float> out) const {
   if (backend_ == Backend::kReference) {
     kernels::ref::RmsNorm(x, weight, t, c, eps, out);
   } else {
@@ -185,7 +198,8 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
     if (backend_ == Backend::kReference) {
       kernels::ref::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os);
     } else {
-      kernels::cpu::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os, pool_.get());
+      kernels::cpu::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os,
+                                    pool_.get());
     }
     row += s.num_tokens;
   }
@@ -228,10 +242,11 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
         s.start_position + s.num_tokens > cache->max_positions()) {
       return InvalidArgumentError(
           "sequence " + std::to_string(si) + ": positions " + std::to_string(s.start_position) +
-          ".." + std::to_string(s.start_position + s.num_tokens - 1) + " do not fit the context of " +
-          std::to_string(cache->max_positions()) + " tokens");
+          ".." + std::to_string(s.start_position + s.num_tokens - 1) +
+          " do not fit the context of " + std::to_string(cache->max_positions()) + " tokens");
     }
-    for (int64_t i = 0; i < s.num_tokens; ++i) positions.push_back(static_cast<int32_t>(s.start_position + i));
+    for (int64_t i = 0; i < s.num_tokens; ++i)
+      positions.push_back(static_cast<int32_t>(s.start_position + i));
   }
   if (static_cast<int64_t>(positions.size()) != t) {
     return InvalidArgumentError("sequence spans cover " + std::to_string(positions.size()) +
@@ -260,7 +275,8 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     int64_t end = 0;
     for (const auto& s : spans) {
       end += s.num_tokens;
-      rows.insert(rows.end(), x.begin() + (end - 1) * c.hidden_size, x.begin() + end * c.hidden_size);
+      rows.insert(rows.end(), x.begin() + (end - 1) * c.hidden_size,
+                  x.begin() + end * c.hidden_size);
       ++n;
     }
   }

@@ -82,14 +82,14 @@ class LlamaModel {
   void Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
             double eps, std::span<float> out) const;
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias) on the chosen backend.
-  void Linear(std::span<const float> x, const Weight& w, std::span<const float> bias,
-              int64_t m, int64_t n, int64_t k, std::span<float> out) const;
+  void Linear(std::span<const float> x, const Weight& w, std::span<const float> bias, int64_t m,
+              int64_t n, int64_t k, std::span<float> out) const;
 
   model::ModelConfig config_;
   Backend backend_ = Backend::kCpu;
   DType weight_dtype_ = DType::kF32;
   std::unique_ptr<ThreadPool> pool_;  // the caller's thread works too: hardware threads - 1
-  std::vector<Tensor> owned_;  // f32 conversions of f16/bf16 weights
+  std::vector<Tensor> owned_;         // f32 conversions of f16/bf16 weights
   std::span<const float> embed_, final_norm_;
   Weight lm_head_;
   std::vector<Layer> layers_;

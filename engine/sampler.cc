@@ -63,7 +63,8 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
   for (const auto& c : candidates_) mx = std::max(mx, double(c.first) * inv_t);
   std::vector<double> p(candidates_.size());
   double z = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) z += (p[i] = std::exp(double(candidates_[i].first) * inv_t - mx));
+  for (size_t i = 0; i < candidates_.size(); ++i)
+    z += (p[i] = std::exp(double(candidates_[i].first) * inv_t - mx));
   size_t n = candidates_.size();
   if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (sorted above)
     double cum = 0;

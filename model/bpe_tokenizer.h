@@ -27,7 +27,8 @@ class ByteLevelBpeTokenizer : public Tokenizer {
     // Hugging Face ignore_merges (Llama 3): a pre-token that is itself in the vocabulary is one
     // token, without merging.
     bool ignore_merges = false;
-    // Hugging Face ByteLevel(add_prefix_space): a space is prepended unless the text starts with one.
+    // Hugging Face ByteLevel(add_prefix_space): a space is prepended unless the text starts with
+    // one.
     bool add_prefix_space = false;
   };
 

@@ -6,8 +6,10 @@
 namespace laminar::model {
 namespace {
 
-constexpr char kSmolLMSystem[] = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-constexpr char kQwenSystem[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr char kSmolLMSystem[] =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+constexpr char kQwenSystem[] =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // Jinja's `| trim`: strips leading and trailing whitespace.
 std::string Trim(std::string_view s) {
@@ -38,7 +40,8 @@ Status ValidateMessages(const ChatFormat& format, std::span<const ChatMessage> m
       const char* want = (i - start) % 2 == 0 ? "user" : "assistant";
       if (messages[i].role != want) {
         return InvalidArgumentError("chat: message " + std::to_string(i) + " has role '" +
-                                    messages[i].role + "'; llama2 needs user/assistant to alternate");
+                                    messages[i].role +
+                                    "'; llama2 needs user/assistant to alternate");
       }
     }
   }
@@ -69,8 +72,9 @@ std::string RenderLlama3(const ChatFormat& f, std::span<const ChatMessage> messa
     first = 1;
   }
   if (f.llama3_dated_system) {
-    out += header("system") + "Cutting Knowledge Date: December 2023\nToday Date: " +
-           f.llama3_date + "\n\n" + system + "<|eot_id|>";
+    out += header("system") +
+           "Cutting Knowledge Date: December 2023\nToday Date: " + f.llama3_date + "\n\n" + system +
+           "<|eot_id|>";
   } else if (first == 1 || !system.empty()) {
     out += header("system") + system + "<|eot_id|>";
   }
@@ -94,7 +98,8 @@ std::string RenderLlama2(const ChatFormat& f, std::span<const ChatMessage> messa
     const auto& m = messages[i];
     if (m.role == "user") {
       std::string content = Trim(m.content);
-      if (i == first && !system.empty()) content = "<<SYS>>\n" + Trim(system) + "\n<</SYS>>\n\n" + content;
+      if (i == first && !system.empty())
+        content = "<<SYS>>\n" + Trim(system) + "\n<</SYS>>\n\n" + content;
       out += "<s>[INST] " + content + " [/INST]";
     } else {
       out += " " + Trim(m.content) + " </s>";
@@ -108,9 +113,12 @@ std::string RenderLlama2(const ChatFormat& f, std::span<const ChatMessage> messa
 
 std::string ChatFormat::Name() const {
   switch (kind) {
-    case ChatFormatKind::kChatML: return "chatml";
-    case ChatFormatKind::kLlama3: return "llama3";
-    case ChatFormatKind::kLlama2: return "llama2";
+    case ChatFormatKind::kChatML:
+      return "chatml";
+    case ChatFormatKind::kLlama3:
+      return "llama3";
+    case ChatFormatKind::kLlama2:
+      return "llama2";
   }
   return "?";
 }
@@ -133,8 +141,9 @@ StatusOr<ChatFormat> ChatFormatFromName(std::string_view name) {
   } else if (name == "llama2") {
     f.kind = ChatFormatKind::kLlama2;
   } else {
-    return InvalidArgumentError("unknown chat format '" + std::string(name) +
-                                "'; expected one of chatml, qwen2, smollm2, llama3, llama3.1, llama2");
+    return InvalidArgumentError(
+        "unknown chat format '" + std::string(name) +
+        "'; expected one of chatml, qwen2, smollm2, llama3, llama3.1, llama2");
   }
   return f;
 }
@@ -166,9 +175,12 @@ StatusOr<std::string> RenderChat(const ChatFormat& format, std::span<const ChatM
                                  bool add_generation_prompt) {
   LAMINAR_RETURN_IF_ERROR(ValidateMessages(format, messages));
   switch (format.kind) {
-    case ChatFormatKind::kChatML: return RenderChatML(format, messages, add_generation_prompt);
-    case ChatFormatKind::kLlama3: return RenderLlama3(format, messages, add_generation_prompt);
-    case ChatFormatKind::kLlama2: return RenderLlama2(format, messages, add_generation_prompt);
+    case ChatFormatKind::kChatML:
+      return RenderChatML(format, messages, add_generation_prompt);
+    case ChatFormatKind::kLlama3:
+      return RenderLlama3(format, messages, add_generation_prompt);
+    case ChatFormatKind::kLlama2:
+      return RenderLlama2(format, messages, add_generation_prompt);
   }
   return InternalError("unknown chat format kind");
 }

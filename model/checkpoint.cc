@@ -2,7 +2,6 @@
 #include "model/checkpoint.h"
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
@@ -15,9 +14,12 @@ namespace laminar::model {
 
 std::string CheckpointFormatName(CheckpointFormat format) {
   switch (format) {
-    case CheckpointFormat::kGguf: return "gguf";
-    case CheckpointFormat::kLlama2c: return "llama2c";
-    case CheckpointFormat::kHfFolder: return "hf";
+    case CheckpointFormat::kGguf:
+      return "gguf";
+    case CheckpointFormat::kLlama2c:
+      return "llama2c";
+    case CheckpointFormat::kHfFolder:
+      return "hf";
   }
   return "?";
 }
@@ -28,20 +30,25 @@ StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
   if (!fs::exists(path, ec)) return NotFoundError("no such file or folder: " + path);
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / "config.json", ec)) return CheckpointFormat::kHfFolder;
-    return InvalidArgumentError(path + " is a folder without config.json (not a Hugging Face checkpoint)");
+    return InvalidArgumentError(path +
+                                " is a folder without config.json (not a Hugging Face checkpoint)");
   }
   if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
-    return InvalidArgumentError(path + " is a bare safetensors file; give the Hugging Face folder "
+    return InvalidArgumentError(path +
+                                " is a bare safetensors file; give the Hugging Face folder "
                                 "that holds it and its config.json");
   }
   LAMINAR_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
-  if (file->size() >= 4 && std::string_view(reinterpret_cast<const char*>(file->data()), 4) == "GGUF") {
+  if (file->size() >= 4 &&
+      std::string_view(reinterpret_cast<const char*>(file->data()), 4) == "GGUF") {
     return CheckpointFormat::kGguf;
   }
   auto header = ParseLlama2cHeader(file->bytes(), path);
   if (header.ok()) return CheckpointFormat::kLlama2c;
-  return InvalidArgumentError(path + ": not a GGUF file, a Hugging Face folder or a llama2.c "
-                              "checkpoint (as llama2.c: " + header.status().message() + ")");
+  return InvalidArgumentError(path +
+                              ": not a GGUF file, a Hugging Face folder or a llama2.c "
+                              "checkpoint (as llama2.c: " +
+                              header.status().message() + ")");
 }
 
 namespace {

@@ -13,22 +13,22 @@ namespace {
 // ggml_type ids and block sizes from ggml.h / ggml-common.h. Ids 4, 5, 31-33 and 36-38 were
 // removed from ggml and are absent here.
 constexpr std::array<GgmlTypeTraits, 32> kGgmlTypes = {{
-    {0, "f32", 1, 4, true},         {1, "f16", 1, 2, true},
-    {2, "q4_0", 32, 18, true},      {3, "q4_1", 32, 20, true},
-    {6, "q5_0", 32, 22, false},     {7, "q5_1", 32, 24, false},
-    {8, "q8_0", 32, 34, true},      {9, "q8_1", 32, 36, false},
-    {10, "q2_K", 256, 84, false},   {11, "q3_K", 256, 110, false},
-    {12, "q4_K", 256, 144, true},   {13, "q5_K", 256, 176, false},
-    {14, "q6_K", 256, 210, true},   {15, "q8_K", 256, 292, false},
+    {0, "f32", 1, 4, true},          {1, "f16", 1, 2, true},
+    {2, "q4_0", 32, 18, true},       {3, "q4_1", 32, 20, true},
+    {6, "q5_0", 32, 22, false},      {7, "q5_1", 32, 24, false},
+    {8, "q8_0", 32, 34, true},       {9, "q8_1", 32, 36, false},
+    {10, "q2_K", 256, 84, false},    {11, "q3_K", 256, 110, false},
+    {12, "q4_K", 256, 144, true},    {13, "q5_K", 256, 176, false},
+    {14, "q6_K", 256, 210, true},    {15, "q8_K", 256, 292, false},
     {16, "iq2_xxs", 256, 66, false}, {17, "iq2_xs", 256, 74, false},
     {18, "iq3_xxs", 256, 98, false}, {19, "iq1_s", 256, 50, false},
-    {20, "iq4_nl", 32, 18, false},  {21, "iq3_s", 256, 110, false},
-    {22, "iq2_s", 256, 82, false},  {23, "iq4_xs", 256, 136, false},
-    {24, "i8", 1, 1, false},        {25, "i16", 1, 2, false},
-    {26, "i32", 1, 4, false},       {27, "i64", 1, 8, false},
-    {28, "f64", 1, 8, false},       {29, "iq1_m", 256, 56, false},
-    {30, "bf16", 1, 2, true},       {34, "tq1_0", 256, 54, false},
-    {35, "tq2_0", 256, 66, false},  {39, "mxfp4", 32, 17, false},
+    {20, "iq4_nl", 32, 18, false},   {21, "iq3_s", 256, 110, false},
+    {22, "iq2_s", 256, 82, false},   {23, "iq4_xs", 256, 136, false},
+    {24, "i8", 1, 1, false},         {25, "i16", 1, 2, false},
+    {26, "i32", 1, 4, false},        {27, "i64", 1, 8, false},
+    {28, "f64", 1, 8, false},        {29, "iq1_m", 256, 56, false},
+    {30, "bf16", 1, 2, true},        {34, "tq1_0", 256, 54, false},
+    {35, "tq2_0", 256, 66, false},   {39, "mxfp4", 32, 17, false},
 }};
 
 uint16_t LoadU16(const uint8_t* p) {
@@ -77,8 +77,8 @@ StatusOr<size_t> GgmlRowBytes(uint32_t type, int64_t num_elements) {
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(blocks, static_cast<uint64_t>(t->block_bytes), &bytes) ||
       bytes > static_cast<uint64_t>(INT64_MAX)) {
-    return OutOfRangeError(std::to_string(num_elements) + " elements of " +
-                           std::string(t->name) + " overflow the byte count");
+    return OutOfRangeError(std::to_string(num_elements) + " elements of " + std::string(t->name) +
+                           " overflow the byte count");
   }
   return static_cast<size_t>(bytes);
 }
@@ -177,21 +177,38 @@ Status DequantizeGgml(uint32_t type, std::span<const uint8_t> src, std::span<flo
   LAMINAR_ASSIGN_OR_RETURN(size_t want, GgmlRowBytes(type, n));
   if (src.size() != want) {
     return InvalidArgumentError("dequantize " + GgmlTypeName(type) + ": " +
-                                std::to_string(src.size()) + " bytes given, " +
-                                std::to_string(n) + " elements need " + std::to_string(want));
+                                std::to_string(src.size()) + " bytes given, " + std::to_string(n) +
+                                " elements need " + std::to_string(want));
   }
   const uint8_t* s = src.data();
   float* d = dst.data();
   switch (type) {
-    case 0: if (n > 0) std::memcpy(d, s, want); return OkStatus();
-    case 1: DequantizeF16(s, d, n); return OkStatus();
-    case 2: DequantizeQ4_0(s, d, n); return OkStatus();
-    case 3: DequantizeQ4_1(s, d, n); return OkStatus();
-    case 8: DequantizeQ8_0(s, d, n); return OkStatus();
-    case 12: DequantizeQ4_K(s, d, n); return OkStatus();
-    case 14: DequantizeQ6_K(s, d, n); return OkStatus();
-    case 30: DequantizeBF16(s, d, n); return OkStatus();
-    default: break;
+    case 0:
+      if (n > 0) std::memcpy(d, s, want);
+      return OkStatus();
+    case 1:
+      DequantizeF16(s, d, n);
+      return OkStatus();
+    case 2:
+      DequantizeQ4_0(s, d, n);
+      return OkStatus();
+    case 3:
+      DequantizeQ4_1(s, d, n);
+      return OkStatus();
+    case 8:
+      DequantizeQ8_0(s, d, n);
+      return OkStatus();
+    case 12:
+      DequantizeQ4_K(s, d, n);
+      return OkStatus();
+    case 14:
+      DequantizeQ6_K(s, d, n);
+      return OkStatus();
+    case 30:
+      DequantizeBF16(s, d, n);
+      return OkStatus();
+    default:
+      break;
   }
   return UnimplementedError("dequantizing ggml type " + GgmlTypeName(type) +
                             " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "

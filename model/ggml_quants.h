@@ -19,9 +19,9 @@ namespace laminar::model {
 // n / block_elems * block_bytes bytes.
 struct GgmlTypeTraits {
   uint32_t id = 0;
-  std::string_view name;   // "f32", "q4_K", ... (ggml's type names)
-  int64_t block_elems = 0; // elements per block (1 for plain types)
-  size_t block_bytes = 0;  // bytes per block
+  std::string_view name;       // "f32", "q4_K", ... (ggml's type names)
+  int64_t block_elems = 0;     // elements per block (1 for plain types)
+  size_t block_bytes = 0;      // bytes per block
   bool dequantizable = false;  // DequantizeGgml supports it
 };
 

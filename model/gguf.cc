@@ -25,12 +25,25 @@ constexpr size_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 // Bytes per element in the file, or 0 for an unknown type.
 size_t MinElementBytes(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    case GgufType::kString: return 8;      // the length prefix
-    case GgufType::kArray: return 4 + 8;   // element type and count
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    case GgufType::kString:
+      return 8;  // the length prefix
+    case GgufType::kArray:
+      return 4 + 8;  // element type and count
   }
   return 0;
 }
@@ -80,10 +93,10 @@ class GgufParser {
     return Status(code, name_ + ": " + msg);
   }
   Status Truncated(std::string_view what, size_t need) const {
-    return Status(StatusCode::kDataLoss,
-                  "truncated reading " + std::string(what) + ": need " + std::to_string(need) +
-                      " bytes at offset " + std::to_string(pos_) + ", file is " +
-                      std::to_string(bytes_.size()) + " bytes");
+    return Status(StatusCode::kDataLoss, "truncated reading " + std::string(what) + ": need " +
+                                             std::to_string(need) + " bytes at offset " +
+                                             std::to_string(pos_) + ", file is " +
+                                             std::to_string(bytes_.size()) + " bytes");
   }
 
   template <typename T>
@@ -100,8 +113,8 @@ class GgufParser {
     if (len > left()) {
       return Status(StatusCode::kDataLoss, std::string(what) + " length " + std::to_string(len) +
                                                " at offset " + std::to_string(pos_ - 8) +
-                                               " runs past end of file (" +
-                                               std::to_string(left()) + " bytes left)");
+                                               " runs past end of file (" + std::to_string(left()) +
+                                               " bytes left)");
     }
     out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
     pos_ += len;
@@ -113,16 +126,17 @@ class GgufParser {
     Status st = Read(&magic, "magic");
     if (!st.ok()) return st.WithContext(name_ + ": not a GGUF file");
     if (magic != kGgufMagic) {
-      return Fail(StatusCode::kInvalidArgument, "not a GGUF file (bad magic: first bytes are not "
-                                                "\"GGUF\")");
+      return Fail(StatusCode::kInvalidArgument,
+                  "not a GGUF file (bad magic: first bytes are not "
+                  "\"GGUF\")");
     }
     LAMINAR_RETURN_IF_ERROR(Read(&f->version_, "version"), name_);
     if (f->version_ == 1) {
       return Fail(StatusCode::kUnimplemented, "GGUF version 1 (32-bit counts) is not supported");
     }
     if (f->version_ != 2 && f->version_ != 3) {
-      bool big_endian = (f->version_ & 0xffffffu) == 0 && (f->version_ >> 24) >= 1 &&
-                        (f->version_ >> 24) <= 3;
+      bool big_endian =
+          (f->version_ & 0xffffffu) == 0 && (f->version_ >> 24) >= 1 && (f->version_ >> 24) <= 3;
       return Fail(StatusCode::kUnimplemented,
                   big_endian ? std::string("big-endian GGUF is not supported")
                              : "unknown GGUF version " + std::to_string(f->version_) +
@@ -176,14 +190,22 @@ class GgufParser {
 
   Status ReadValue(GgufType type, int depth, GgufValue* out) {
     switch (type) {
-      case GgufType::kU8: return ReadInt<uint8_t>(type, out);
-      case GgufType::kI8: return ReadInt<int8_t>(type, out);
-      case GgufType::kU16: return ReadInt<uint16_t>(type, out);
-      case GgufType::kI16: return ReadInt<int16_t>(type, out);
-      case GgufType::kU32: return ReadInt<uint32_t>(type, out);
-      case GgufType::kI32: return ReadInt<int32_t>(type, out);
-      case GgufType::kU64: return ReadInt<uint64_t>(type, out);
-      case GgufType::kI64: return ReadInt<int64_t>(type, out);
+      case GgufType::kU8:
+        return ReadInt<uint8_t>(type, out);
+      case GgufType::kI8:
+        return ReadInt<int8_t>(type, out);
+      case GgufType::kU16:
+        return ReadInt<uint16_t>(type, out);
+      case GgufType::kI16:
+        return ReadInt<int16_t>(type, out);
+      case GgufType::kU32:
+        return ReadInt<uint32_t>(type, out);
+      case GgufType::kI32:
+        return ReadInt<int32_t>(type, out);
+      case GgufType::kU64:
+        return ReadInt<uint64_t>(type, out);
+      case GgufType::kI64:
+        return ReadInt<int64_t>(type, out);
       case GgufType::kBool: {
         uint8_t b = 0;
         LAMINAR_RETURN_IF_ERROR(ReadBool(&b));
@@ -208,11 +230,12 @@ class GgufParser {
         *out = GgufValue(type, type, std::move(s));
         return OkStatus();
       }
-      case GgufType::kArray: return ReadArray(depth, out);
+      case GgufType::kArray:
+        return ReadArray(depth, out);
     }
-    return Status(StatusCode::kInvalidArgument,
-                  "unknown value type " + std::to_string(static_cast<uint32_t>(type)) +
-                      " at offset " + std::to_string(pos_ - 4));
+    return Status(StatusCode::kInvalidArgument, "unknown value type " +
+                                                    std::to_string(static_cast<uint32_t>(type)) +
+                                                    " at offset " + std::to_string(pos_ - 4));
   }
 
   Status ReadBool(uint8_t* b) {
@@ -259,16 +282,26 @@ class GgufParser {
     }
     // Fixed-size elements were bounds-checked as a whole above.
     switch (elem) {
-      case GgufType::kU8: return Typed<uint8_t, int64_t>(elem, n, out);
-      case GgufType::kI8: return Typed<int8_t, int64_t>(elem, n, out);
-      case GgufType::kU16: return Typed<uint16_t, int64_t>(elem, n, out);
-      case GgufType::kI16: return Typed<int16_t, int64_t>(elem, n, out);
-      case GgufType::kU32: return Typed<uint32_t, int64_t>(elem, n, out);
-      case GgufType::kI32: return Typed<int32_t, int64_t>(elem, n, out);
-      case GgufType::kI64: return Typed<int64_t, int64_t>(elem, n, out);
-      case GgufType::kU64: return Typed<uint64_t, uint64_t>(elem, n, out);
-      case GgufType::kF32: return Typed<float, double>(elem, n, out);
-      case GgufType::kF64: return Typed<double, double>(elem, n, out);
+      case GgufType::kU8:
+        return Typed<uint8_t, int64_t>(elem, n, out);
+      case GgufType::kI8:
+        return Typed<int8_t, int64_t>(elem, n, out);
+      case GgufType::kU16:
+        return Typed<uint16_t, int64_t>(elem, n, out);
+      case GgufType::kI16:
+        return Typed<int16_t, int64_t>(elem, n, out);
+      case GgufType::kU32:
+        return Typed<uint32_t, int64_t>(elem, n, out);
+      case GgufType::kI32:
+        return Typed<int32_t, int64_t>(elem, n, out);
+      case GgufType::kI64:
+        return Typed<int64_t, int64_t>(elem, n, out);
+      case GgufType::kU64:
+        return Typed<uint64_t, uint64_t>(elem, n, out);
+      case GgufType::kF32:
+        return Typed<float, double>(elem, n, out);
+      case GgufType::kF64:
+        return Typed<double, double>(elem, n, out);
       case GgufType::kBool: {
         std::vector<int64_t> v(n);
         for (uint64_t i = 0; i < n; ++i) {
@@ -318,9 +351,9 @@ class GgufParser {
     if (v == nullptr) return OkStatus();
     int64_t a = 0;
     if (!v->AsInt(&a)) {
-      return Fail(StatusCode::kInvalidArgument, "general.alignment has type " +
-                                                    GgufTypeName(v->type()) +
-                                                    ", expected an integer (u32)");
+      return Fail(
+          StatusCode::kInvalidArgument,
+          "general.alignment has type " + GgufTypeName(v->type()) + ", expected an integer (u32)");
     }
     if (a <= 0 || static_cast<uint64_t>(a) > kMaxAlignment || (a & (a - 1)) != 0) {
       return Fail(StatusCode::kInvalidArgument,
@@ -383,11 +416,11 @@ class GgufParser {
       }
       uint64_t data_left = f->data_offset_ <= size ? size - f->data_offset_ : 0;
       if (t.offset > data_left || t.size_bytes > data_left - t.offset) {
-        return Fail(StatusCode::kDataLoss,
-                    "tensor " + Quote(t.name) + " data [offset " +
-                        std::to_string(f->data_offset_ + t.offset) + ", " +
-                        std::to_string(t.size_bytes) + " bytes] runs past end of file (" +
-                        std::to_string(size) + " bytes)");
+        return Fail(StatusCode::kDataLoss, "tensor " + Quote(t.name) + " data [offset " +
+                                               std::to_string(f->data_offset_ + t.offset) + ", " +
+                                               std::to_string(t.size_bytes) +
+                                               " bytes] runs past end of file (" +
+                                               std::to_string(size) + " bytes)");
       }
     }
     return OkStatus();
@@ -440,8 +473,6 @@ const GgufValue* GgufFile::Find(std::string_view key) const {
   return it == metadata_index_.end() ? nullptr : &metadata_[it->second].second;
 }
 
-Shape GgufTensorInfo::shape() const {
-  return Shape(std::vector<int64_t>(ne.rbegin(), ne.rend()));
-}
+Shape GgufTensorInfo::shape() const { return Shape(std::vector<int64_t>(ne.rbegin(), ne.rend())); }
 
 }  // namespace laminar::model

@@ -5,11 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -22,8 +22,19 @@ namespace laminar::model {
 
 // GGUF metadata value types (gguf_type numbering).
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 // "u8", "i32", "string", "array", ...; "type N" for an unknown value.
 std::string GgufTypeName(GgufType type);
@@ -37,8 +48,8 @@ std::string GgufTypeName(GgufType type);
 class GgufValue {
  public:
   using Storage = std::variant<int64_t, uint64_t, double, std::string, std::vector<int64_t>,
-                               std::vector<uint64_t>, std::vector<double>,
-                               std::vector<std::string>, std::vector<GgufValue>>;
+                               std::vector<uint64_t>, std::vector<double>, std::vector<std::string>,
+                               std::vector<GgufValue>>;
 
   GgufValue() = default;
   GgufValue(GgufType type, GgufType array_type, Storage storage)
@@ -62,10 +73,10 @@ class GgufValue {
 
   // Arrays: the backing vector, or nullptr when the value is not an array of that kind.
   const std::vector<std::string>* AsStrings() const;
-  const std::vector<int64_t>* AsInts() const;     // arrays of u8..i32, i64, bool
-  const std::vector<uint64_t>* AsU64s() const;    // arrays of u64
-  const std::vector<double>* AsFloats() const;    // arrays of f32, f64
-  const std::vector<GgufValue>* AsArrays() const; // arrays of arrays
+  const std::vector<int64_t>* AsInts() const;      // arrays of u8..i32, i64, bool
+  const std::vector<uint64_t>* AsU64s() const;     // arrays of u64
+  const std::vector<double>* AsFloats() const;     // arrays of f32, f64
+  const std::vector<GgufValue>* AsArrays() const;  // arrays of arrays
 
   // Short human-readable form for logs and `inspect`: scalars in full, arrays as
   // "[3 x string] ["a", "b", ...]" with at most `max_elems` elements shown.
@@ -128,8 +139,8 @@ class GgufFile {
   // Typed getters. Errors: NotFound naming the file and key when absent; InvalidArgument naming
   // the key, the expected and the actual type when the type does not fit.
   StatusOr<std::string> GetString(std::string_view key) const;
-  StatusOr<int64_t> GetInt(std::string_view key) const;    // any integer type
-  StatusOr<double> GetFloat(std::string_view key) const;   // any numeric type
+  StatusOr<int64_t> GetInt(std::string_view key) const;   // any integer type
+  StatusOr<double> GetFloat(std::string_view key) const;  // any numeric type
   StatusOr<bool> GetBool(std::string_view key) const;
   StatusOr<std::vector<std::string>> GetStringArray(std::string_view key) const;
   StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;  // integer/bool arrays

@@ -93,8 +93,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path) 
     SentencePieceBpeTokenizer::Options options;
     LAMINAR_ASSIGN_OR_RETURN(options.add_space_prefix,
                              gguf.GetBoolOr("tokenizer.ggml.add_space_prefix", true));
-    LAMINAR_ASSIGN_OR_RETURN(auto tok,
-                             SentencePieceBpeTokenizer::FromScores(std::move(vocab), options, path));
+    LAMINAR_ASSIGN_OR_RETURN(
+        auto tok, SentencePieceBpeTokenizer::FromScores(std::move(vocab), options, path));
     return std::unique_ptr<Tokenizer>(std::move(tok));
   }
   if (model == "gpt2") {

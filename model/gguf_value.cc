@@ -8,19 +8,32 @@ namespace laminar::model {
 
 std::string GgufTypeName(GgufType type) {
   switch (type) {
-    case GgufType::kU8: return "u8";
-    case GgufType::kI8: return "i8";
-    case GgufType::kU16: return "u16";
-    case GgufType::kI16: return "i16";
-    case GgufType::kU32: return "u32";
-    case GgufType::kI32: return "i32";
-    case GgufType::kF32: return "f32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "u64";
-    case GgufType::kI64: return "i64";
-    case GgufType::kF64: return "f64";
+    case GgufType::kU8:
+      return "u8";
+    case GgufType::kI8:
+      return "i8";
+    case GgufType::kU16:
+      return "u16";
+    case GgufType::kI16:
+      return "i16";
+    case GgufType::kU32:
+      return "u32";
+    case GgufType::kI32:
+      return "i32";
+    case GgufType::kF32:
+      return "f32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "u64";
+    case GgufType::kI64:
+      return "i64";
+    case GgufType::kF64:
+      return "f64";
   }
   return "type " + std::to_string(static_cast<uint32_t>(type));
 }
@@ -29,8 +42,8 @@ size_t GgufValue::array_size() const {
   if (!is_array()) return 0;
   return std::visit(
       [](const auto& v) -> size_t {
-        if constexpr (requires { v.size(); } && !std::is_same_v<std::decay_t<decltype(v)>,
-                                                                std::string>) {
+        if constexpr (requires { v.size(); } &&
+                      !std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
           return v.size();
         } else {
           return 0;
@@ -100,10 +113,14 @@ namespace {
 void AppendQuoted(std::ostringstream& os, const std::string& s) {
   os << '"';
   for (char c : s.substr(0, 80)) {
-    if (c == '"' || c == '\\') os << '\\' << c;
-    else if (c == '\n') os << "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) os << "\\x" << std::hex << int(c) << std::dec;
-    else os << c;
+    if (c == '"' || c == '\\')
+      os << '\\' << c;
+    else if (c == '\n')
+      os << "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20)
+      os << "\\x" << std::hex << int(c) << std::dec;
+    else
+      os << c;
   }
   if (s.size() > 80) os << "...";
   os << '"';

@@ -229,7 +229,8 @@ Status CheckSaveInputs(const std::string& dir, const ModelConfig& config,
   if (options.max_shard_bytes == 0) return InvalidArgumentError(dir + ": max_shard_bytes is 0");
   std::error_code ec;
   if (fs::exists(dir, ec) && !options.overwrite) {
-    return AlreadyExistsError(dir + " already exists; not replacing it without overwrite (laminar convert --overwrite)");
+    return AlreadyExistsError(
+        dir + " already exists; not replacing it without overwrite (laminar convert --overwrite)");
   }
   return OkStatus();
 }

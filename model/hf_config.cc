@@ -1,10 +1,10 @@
 // config.json parsing with typed field access, and config.json / generation_config.json writing.
 #include "model/hf_config.h"
 
-#include "core/json_util.h"
-
 #include <nlohmann/json.hpp>
 #include <optional>
+
+#include "core/json_util.h"
 
 namespace laminar::model {
 namespace {

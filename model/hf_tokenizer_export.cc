@@ -69,11 +69,16 @@ Json BpeModel(const Tokenizer& tok, const std::vector<std::pair<int32_t, int32_t
     }
   }
   Json unk = v.unk_id >= 0 ? Json(v.pieces[v.unk_id]) : Json();
-  return {{"type", "BPE"},         {"dropout", nullptr},
-          {"unk_token", unk},      {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr}, {"fuse_unk", spm},
-          {"byte_fallback", spm},  {"ignore_merges", ignore_merges},
-          {"vocab", vocab},        {"merges", merge_list}};
+  return {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", unk},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", spm},
+          {"byte_fallback", spm},
+          {"ignore_merges", ignore_merges},
+          {"vocab", vocab},
+          {"merges", merge_list}};
 }
 
 Json SpmTokenizerJson(const SentencePieceBpeTokenizer& tok) {
@@ -81,12 +86,11 @@ Json SpmTokenizerJson(const SentencePieceBpeTokenizer& tok) {
   const std::string space(kSpmSpace);
   Json normalizers = Json::array();
   if (prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", space}});
-  normalizers.push_back(
-      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}});
-  Json decoders = Json::array(
-      {{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
-       {{"type", "ByteFallback"}},
-       {{"type", "Fuse"}}});
+  normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}});
+  Json decoders =
+      Json::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
+                   {{"type", "ByteFallback"}},
+                   {{"type", "Fuse"}}});
   if (prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   return {{"version", "1.0"},
           {"truncation", nullptr},
@@ -127,8 +131,11 @@ Json ByteLevelTokenizerJson(const ByteLevelBpeTokenizer& tok) {
 }
 
 Json TokenEntry(const Vocab& v, int32_t id) {
-  return {{"content", v.pieces[id]}, {"lstrip", false}, {"normalized", false},
-          {"rstrip", false},         {"single_word", false}};
+  return {{"content", v.pieces[id]},
+          {"lstrip", false},
+          {"normalized", false},
+          {"rstrip", false},
+          {"single_word", false}};
 }
 
 }  // namespace
@@ -165,10 +172,9 @@ StatusOr<std::map<std::string, std::string>> ExportHfTokenizerFiles(
   const std::string& tmpl = chat_template.empty() ? v.chat_template : chat_template;
   if (!tmpl.empty()) config["chat_template"] = tmpl;
   try {
-    return std::map<std::string, std::string>{
-        {"tokenizer.json", tokenizer_json.dump(2)},
-        {"tokenizer_config.json", config.dump(2)},
-        {"special_tokens_map.json", special_map.dump(2)}};
+    return std::map<std::string, std::string>{{"tokenizer.json", tokenizer_json.dump(2)},
+                                              {"tokenizer_config.json", config.dump(2)},
+                                              {"special_tokens_map.json", special_map.dump(2)}};
   } catch (const nlohmann::json::exception& e) {  // pieces that are not valid UTF-8
     return InvalidArgumentError(std::string("cannot write tokenizer.json: ") + e.what());
   }

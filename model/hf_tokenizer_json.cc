@@ -17,7 +17,7 @@ using Json = nlohmann::json;
 // "type" of a JSON object, or "" for null / non-objects.
 std::string TypeOf(const Json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                     : std::string();
+                                                                      : std::string();
 }
 
 // Calls `f` on `j` and, for Sequence types, on each member of `list_key`.
@@ -60,19 +60,22 @@ Status ReadVocab(const Json& root, const std::string& source, Vocab* vocab) {
   for (const auto& [piece, id_json] : vocab_json.items()) {
     auto id = id_json.get<size_t>();
     vocab->pieces[id] = piece;
-    bool is_byte = byte_fallback && piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>';
+    bool is_byte =
+        byte_fallback && piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>';
     vocab->types[id] = is_byte ? TokenType::kByte : TokenType::kNormal;
     seen[id] = true;
   }
   std::string unk = model.contains("unk_token") && model["unk_token"].is_string()
-                        ? model["unk_token"].get<std::string>() : "";
+                        ? model["unk_token"].get<std::string>()
+                        : "";
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
     for (const Json& t : root["added_tokens"]) {
       auto id = t.at("id").get<size_t>();
       vocab->pieces[id] = t.at("content").get<std::string>();
       bool special = t.value("special", false);
-      vocab->types[id] = !special ? TokenType::kUserDefined
-                         : vocab->pieces[id] == unk ? TokenType::kUnknown : TokenType::kControl;
+      vocab->types[id] = !special                   ? TokenType::kUserDefined
+                         : vocab->pieces[id] == unk ? TokenType::kUnknown
+                                                    : TokenType::kControl;
       seen[id] = true;
     }
   }
@@ -113,14 +116,15 @@ Status ReadByteLevelPreTokenizer(const Json& pre, const std::string& source,
       } else if (pattern.contains("Regex")) {
         options->pre_tokenizer_regexes.push_back(pattern["Regex"].get<std::string>());
       } else {
-        options->pre_tokenizer_regexes.push_back("\\Q" + pattern.at("String").get<std::string>() + "\\E");
+        options->pre_tokenizer_regexes.push_back("\\Q" + pattern.at("String").get<std::string>() +
+                                                 "\\E");
       }
     } else if (type == "ByteLevel") {
       if (step.value("use_regex", true)) options->pre_tokenizer_regexes.emplace_back(kGpt2Regex);
       options->add_prefix_space = step.value("add_prefix_space", false);
     } else if (type == "Digits") {
-      options->pre_tokenizer_regexes.emplace_back(step.value("individual_digits", false) ? "\\p{N}"
-                                                                                         : "\\p{N}+");
+      options->pre_tokenizer_regexes.emplace_back(
+          step.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+");
     } else {
       status = UnimplementedError(source + ": pre_tokenizer type '" + type + "' is not supported");
     }
@@ -137,13 +141,14 @@ bool IsSentencePiece(const Json& root, bool* add_space_prefix) {
       spm = true;
       *add_space_prefix = true;
     }
-    if (TypeOf(step) == "Replace" && step.value("content", "") == std::string(kSpmSpace)) spm = true;
+    if (TypeOf(step) == "Replace" && step.value("content", "") == std::string(kSpmSpace))
+      spm = true;
   });
   ForEachStep(root.value("pre_tokenizer", Json()), "pretokenizers", [&](const Json& step) {
     if (TypeOf(step) == "Metaspace") {
       spm = true;
-      *add_space_prefix = step.value("prepend_scheme", "always") != "never" &&
-                          step.value("add_prefix_space", true);
+      *add_space_prefix =
+          step.value("prepend_scheme", "always") != "never" && step.value("add_prefix_space", true);
     }
   });
   return spm;
@@ -188,7 +193,8 @@ void ReadConfig(const Json& config, const std::unordered_map<std::string, int32_
     if (t.is_string()) vocab->chat_template = t.get<std::string>();
     if (t.is_array()) {  // [{"name": "default", "template": ...}, ...]
       for (const Json& named : t) {
-        if (named.value("name", "") == "default") vocab->chat_template = named.value("template", "");
+        if (named.value("name", "") == "default")
+          vocab->chat_template = named.value("template", "");
       }
     }
   }
@@ -197,8 +203,8 @@ void ReadConfig(const Json& config, const std::unordered_map<std::string, int32_
 StatusOr<std::unique_ptr<Tokenizer>> Build(const Json& root, const Json& config,
                                            const std::string& source) {
   const Json& model = root.at("model");
-  if (TypeOf(model) != "BPE" && !(model.is_object() && !model.contains("type") &&
-                                  model.contains("merges"))) {
+  if (TypeOf(model) != "BPE" &&
+      !(model.is_object() && !model.contains("type") && model.contains("merges"))) {
     return UnimplementedError(source + ": model type '" + TypeOf(model) + "' (only BPE)");
   }
   Vocab vocab;
@@ -225,8 +231,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Build(const Json& root, const Json& config,
       }
       merge_ids.push_back({l->second, r->second});
     }
-    LAMINAR_ASSIGN_OR_RETURN(auto tok, SentencePieceBpeTokenizer::FromMerges(
-                                           std::move(vocab), merge_ids, {add_space_prefix}, source));
+    LAMINAR_ASSIGN_OR_RETURN(auto tok,
+                             SentencePieceBpeTokenizer::FromMerges(std::move(vocab), merge_ids,
+                                                                   {add_space_prefix}, source));
     return std::unique_ptr<Tokenizer>(std::move(tok));
   }
   ByteLevelBpeTokenizer::Options options;
@@ -238,8 +245,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Build(const Json& root, const Json& config,
     LAMINAR_LOG(WARN, MODEL) << source << ": normalizer " << normalizer
                              << " is not applied (input is assumed already normalized)";
   }
-  LAMINAR_ASSIGN_OR_RETURN(auto tok,
-                           ByteLevelBpeTokenizer::Create(std::move(vocab), merges, options, source));
+  LAMINAR_ASSIGN_OR_RETURN(
+      auto tok, ByteLevelBpeTokenizer::Create(std::move(vocab), merges, options, source));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 

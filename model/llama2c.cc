@@ -35,8 +35,8 @@ bool CountFloats(const Llama2cHeader& h, uint64_t* out) {
     return r;
   };
   // rms_att + rms_ffn, wq + wo, wk + wv, w1 + w2 + w3.
-  uint64_t per_layer = add(add(mul(2, c), mul(2, mul(c, c))),
-                           add(mul(2, mul(c, kv_dim)), mul(3, mul(c, f))));
+  uint64_t per_layer =
+      add(add(mul(2, c), mul(2, mul(c, c))), add(mul(2, mul(c, kv_dim)), mul(3, mul(c, f))));
   uint64_t total = add(mul(per_layer, l), add(mul(v, c), c));  // + embedding, final norm
   if (!h.shared_classifier) total = add(total, mul(v, c));
   if (h.format == Llama2cFormat::kLegacy) total = add(total, mul(h.seq_len, head));
@@ -127,11 +127,10 @@ StatusOr<Llama2cHeader> ParseLlama2cHeader(std::span<const uint8_t> bytes,
   }
   h.expected_bytes = h.header_bytes + 4 * floats;
   if (bytes.size() != h.expected_bytes) {
-    return DataLossError(name + ": file is " + std::to_string(bytes.size()) +
-                         " bytes, but its llama2.c " +
-                         (h.format == Llama2cFormat::kLegacy ? "legacy" : "version 1") +
-                         " header (" + Describe(h) + ") implies " +
-                         std::to_string(h.expected_bytes) + " bytes");
+    return DataLossError(
+        name + ": file is " + std::to_string(bytes.size()) + " bytes, but its llama2.c " +
+        (h.format == Llama2cFormat::kLegacy ? "legacy" : "version 1") + " header (" + Describe(h) +
+        ") implies " + std::to_string(h.expected_bytes) + " bytes");
   }
   return h;
 }

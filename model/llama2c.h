@@ -27,15 +27,15 @@ enum class Llama2cFormat : uint8_t {
 // groups whole, even head size).
 struct Llama2cHeader {
   Llama2cFormat format = Llama2cFormat::kLegacy;
-  int64_t dim = 0;          // C
-  int64_t hidden_dim = 0;   // F
-  int64_t n_layers = 0;     // L
-  int64_t n_heads = 0;      // H
-  int64_t n_kv_heads = 0;   // Hkv
-  int64_t vocab_size = 0;   // V (absolute value of the legacy field)
-  int64_t seq_len = 0;      // max positions; legacy files also store RoPE tables for this many
+  int64_t dim = 0;         // C
+  int64_t hidden_dim = 0;  // F
+  int64_t n_layers = 0;    // L
+  int64_t n_heads = 0;     // H
+  int64_t n_kv_heads = 0;  // Hkv
+  int64_t vocab_size = 0;  // V (absolute value of the legacy field)
+  int64_t seq_len = 0;     // max positions; legacy files also store RoPE tables for this many
   bool shared_classifier = true;
-  size_t header_bytes = 0;   // 28 (legacy) or 256 (version 1)
+  size_t header_bytes = 0;    // 28 (legacy) or 256 (version 1)
   size_t expected_bytes = 0;  // exact file size the header implies
 };
 
@@ -43,8 +43,7 @@ struct Llama2cHeader {
 // the file size is exactly what the header implies. Errors: InvalidArgument (bad parameters),
 // DataLoss (size mismatch: "x.bin: file is 1000 bytes, header implies 1056540 (dim 64 ...)"),
 // Unimplemented (version 2 int8 and other versions).
-StatusOr<Llama2cHeader> ParseLlama2cHeader(std::span<const uint8_t> bytes,
-                                           const std::string& name);
+StatusOr<Llama2cHeader> ParseLlama2cHeader(std::span<const uint8_t> bytes, const std::string& name);
 
 // Loads a llama2.c checkpoint (either format) from `path`.
 //   config   architecture "llama", rope_layout kInterleaved, rope_theta 10000, rms_norm_eps 1e-5,

@@ -33,7 +33,8 @@ Status ModelConfig::Validate(const std::string& source) const {
   LAMINAR_RETURN_IF_ERROR(at_most("num_hidden_layers", num_hidden_layers, 4096));
   LAMINAR_RETURN_IF_ERROR(at_most("num_attention_heads", num_attention_heads, 4096));
   LAMINAR_RETURN_IF_ERROR(at_most("head_dim", head_dim, 4096));
-  LAMINAR_RETURN_IF_ERROR(at_most("max_position_embeddings", max_position_embeddings, int64_t{1} << 26));
+  LAMINAR_RETURN_IF_ERROR(
+      at_most("max_position_embeddings", max_position_embeddings, int64_t{1} << 26));
   if (num_key_value_heads > num_attention_heads) {
     return bad("num_key_value_heads (" + std::to_string(num_key_value_heads) +
                ") exceeds num_attention_heads (" + std::to_string(num_attention_heads) + ")");
@@ -43,7 +44,8 @@ Status ModelConfig::Validate(const std::string& source) const {
                ") is not a multiple of num_key_value_heads (" +
                std::to_string(num_key_value_heads) + ")");
   }
-  if (head_dim % 2 != 0) return bad("head_dim must be even for RoPE, got " + std::to_string(head_dim));
+  if (head_dim % 2 != 0)
+    return bad("head_dim must be even for RoPE, got " + std::to_string(head_dim));
   if (!(rope_theta > 0)) return bad("rope_theta must be positive");
   if (!(rms_norm_eps > 0)) return bad("rms_norm_eps must be positive");
   if (bos_token_id >= vocab_size) return bad("bos_token_id beyond vocab_size");

@@ -32,8 +32,8 @@ StatusOr<std::string> ResolveModelPath(const std::string& name_or_path) {
   }
   std::string names;
   for (const auto& m : KnownModels()) names += (names.empty() ? "" : ", ") + m.name;
-  return NotFoundError("no file or folder '" + name_or_path + "', and it is not a known model name (" +
-                       names + ")");
+  return NotFoundError("no file or folder '" + name_or_path +
+                       "', and it is not a known model name (" + names + ")");
 }
 
 }  // namespace laminar::model

@@ -11,8 +11,8 @@ namespace laminar::model {
 
 // A model that setup installs by name.
 struct KnownModel {
-  std::string name;         // e.g. "smollm2-135m-instruct"
-  std::string file;         // file name inside the model cache
+  std::string name;  // e.g. "smollm2-135m-instruct"
+  std::string file;  // file name inside the model cache
   std::string description;
 };
 

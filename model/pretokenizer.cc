@@ -41,14 +41,14 @@ Status RegexPreTokenizer::SplitOne(const Compiled& re, std::string_view text,
   std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
       pcre2_match_data_create_from_pattern(re.code, nullptr), pcre2_match_data_free);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;   // where the next search starts
-  size_t gap = 0;   // start of the text not yet emitted
+  size_t pos = 0;  // where the next search starts
+  size_t gap = 0;  // start of the text not yet emitted
   while (pos < text.size()) {
     // The text was validated as UTF-8 and pos is always on a character boundary.
     int rc = re.jit ? pcre2_jit_match(re.code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK,
                                       md.get(), nullptr)
-                    : pcre2_match(re.code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK,
-                                  md.get(), nullptr);
+                    : pcre2_match(re.code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(),
+                                  nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
@@ -60,7 +60,8 @@ Status RegexPreTokenizer::SplitOne(const Compiled& re, std::string_view text,
     size_t begin = ov[0], end = ov[1];
     if (end == begin) {  // an empty match: step over one character
       size_t step = 1;
-      while (begin + step < text.size() && (static_cast<uint8_t>(text[begin + step]) & 0xC0) == 0x80) {
+      while (begin + step < text.size() &&
+             (static_cast<uint8_t>(text[begin + step]) & 0xC0) == 0x80) {
         ++step;
       }
       pos = begin + step;
@@ -94,7 +95,8 @@ StatusOr<std::vector<std::string>> PreTokenizerRegexes(std::string_view name) {
   static constexpr std::string_view kQwen2 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   if (name == "gpt2" || name == "gpt-2") return std::vector<std::string>{std::string(kGpt2Regex)};
-  if (name == "llama3" || name == "llama-bpe") return std::vector<std::string>{std::string(kLlama3)};
+  if (name == "llama3" || name == "llama-bpe")
+    return std::vector<std::string>{std::string(kLlama3)};
   if (name == "qwen2") return std::vector<std::string>{std::string(kQwen2)};
   // SmolLM2: Hugging Face Sequence[Digits(individual_digits), ByteLevel(use_regex)].
   if (name == "smollm") {

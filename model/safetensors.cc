@@ -1,8 +1,6 @@
 // safetensors parsing (header validation, zero-copy views) and streaming, atomic writing.
 #include "model/safetensors.h"
 
-#include "core/json_util.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,6 +12,8 @@
 #include <set>
 #include <tuple>
 #include <utility>
+
+#include "core/json_util.h"
 
 namespace laminar::model {
 namespace {

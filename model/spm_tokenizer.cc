@@ -15,10 +15,14 @@ int ParseBytePiece(std::string_view piece) {
   int value = 0;
   for (char c : piece.substr(3, 2)) {
     value <<= 4;
-    if (c >= '0' && c <= '9') value |= c - '0';
-    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      value |= c - '0';
+    else if (c >= 'A' && c <= 'F')
+      value |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      value |= c - 'a' + 10;
+    else
+      return -1;
   }
   return value;
 }
@@ -117,8 +121,8 @@ std::vector<std::pair<int32_t, int32_t>> SentencePieceBpeTokenizer::RankedMerges
 
 Status SentencePieceBpeTokenizer::EncodeText(std::string_view text, bool prefix,
                                              std::vector<int32_t>* out) const {
-  std::string normalized = ReplaceAll(prefix ? " " + std::string(text) : std::string(text), " ",
-                                      kSpmSpace);
+  std::string normalized =
+      ReplaceAll(prefix ? " " + std::string(text) : std::string(text), " ", kSpmSpace);
   std::vector<BpeSymbol> symbols;
   symbols.reserve(normalized.size());
   for (size_t i = 0; i < normalized.size();) {

@@ -27,8 +27,9 @@ class SentencePieceBpeTokenizer : public Tokenizer {
 
   // Merges come from the scores: any two normal pieces whose concatenation is a normal piece
   // merge, the highest-scoring result first (SentencePiece BPE). Errors: Vocab::Validate's.
-  static StatusOr<std::unique_ptr<SentencePieceBpeTokenizer>> FromScores(
-      Vocab vocab, const Options& options, std::string_view source);
+  static StatusOr<std::unique_ptr<SentencePieceBpeTokenizer>> FromScores(Vocab vocab,
+                                                                         const Options& options,
+                                                                         std::string_view source);
   // Merges come from an explicit ranked list of (left id, right id), rank 0 first (Hugging Face
   // BPE with byte_fallback). Errors: a merge whose pieces do not concatenate to a vocab piece.
   static StatusOr<std::unique_ptr<SentencePieceBpeTokenizer>> FromMerges(

@@ -24,7 +24,7 @@ enum class TokenType : uint8_t {
   kControl = 3,      // BOS, EOS, <|im_start|>: special tokens
   kUserDefined = 4,  // added tokens that are not special; always matched whole in the input
   kUnused = 5,
-  kByte = 6,         // SentencePiece byte fallback piece "<0xHH>"
+  kByte = 6,  // SentencePiece byte fallback piece "<0xHH>"
 };
 
 enum class TokenizerKind : uint8_t {
@@ -36,16 +36,16 @@ enum class TokenizerKind : uint8_t {
 // SentencePiece pieces with "▁"; byte-level pieces in GPT-2's unicode form ("Ġhello"); special
 // and added tokens (control, user-defined) as their literal text.
 struct Vocab {
-  std::vector<std::string> pieces;   // [V]
-  std::vector<float> scores;         // [V]; SentencePiece log-probabilities, 0 when absent
-  std::vector<TokenType> types;      // [V]
-  int32_t bos_id = -1;               // -1: none
+  std::vector<std::string> pieces;  // [V]
+  std::vector<float> scores;        // [V]; SentencePiece log-probabilities, 0 when absent
+  std::vector<TokenType> types;     // [V]
+  int32_t bos_id = -1;              // -1: none
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
-  bool add_bos = false;              // Encode(add_special) prepends BOS
-  bool add_eos = false;              // Encode(add_special) appends EOS
-  std::string chat_template;         // Jinja text when the source carries one; may be empty
+  bool add_bos = false;       // Encode(add_special) prepends BOS
+  bool add_eos = false;       // Encode(add_special) appends EOS
+  std::string chat_template;  // Jinja text when the source carries one; may be empty
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
   // Checks sizes agree and the special ids are in range; `source` names the file in errors.

@@ -39,22 +39,32 @@ TokenType Llama2cTokenType(int32_t id, std::string* piece) {
 // Llama 3's 256 special tokens after its 128000-token base vocabulary (Llama 3.1/3.2 names).
 std::string Llama3SpecialName(int32_t index) {
   switch (index) {
-    case 0: return "<|begin_of_text|>";
-    case 1: return "<|end_of_text|>";
-    case 4: return "<|finetune_right_pad_id|>";
-    case 6: return "<|start_header_id|>";
-    case 7: return "<|end_header_id|>";
-    case 8: return "<|eom_id|>";
-    case 9: return "<|eot_id|>";
-    case 10: return "<|python_tag|>";
-    default: break;
+    case 0:
+      return "<|begin_of_text|>";
+    case 1:
+      return "<|end_of_text|>";
+    case 4:
+      return "<|finetune_right_pad_id|>";
+    case 6:
+      return "<|start_header_id|>";
+    case 7:
+      return "<|end_header_id|>";
+    case 8:
+      return "<|eom_id|>";
+    case 9:
+      return "<|eot_id|>";
+    case 10:
+      return "<|python_tag|>";
+    default:
+      break;
   }
   int reserved = index < 4 ? index - 2 : index == 5 ? 2 : index - 8;
   return "<|reserved_special_token_" + std::to_string(reserved) + "|>";
 }
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -72,8 +82,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& pat
     const auto id = static_cast<int32_t>(vocab.pieces.size());
     if (size - pos < 8) {
       return DataLossError(path + ": token " + std::to_string(id) + " header at offset " +
-                           std::to_string(pos) + " runs past end of file (" +
-                           std::to_string(size) + " bytes)");
+                           std::to_string(pos) + " runs past end of file (" + std::to_string(size) +
+                           " bytes)");
     }
     float score = 0;
     int32_t len = 0;
@@ -103,12 +113,14 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& pat
   vocab.bos_id = vocab.pieces[1] == "<s>" ? 1 : -1;
   vocab.eos_id = vocab.pieces[2] == "</s>" ? 2 : -1;
   vocab.add_bos = true;  // llama2.c and Llama 2 prepend BOS
-  LAMINAR_ASSIGN_OR_RETURN(auto tok, SentencePieceBpeTokenizer::FromScores(
-                                         std::move(vocab), SentencePieceBpeTokenizer::Options{}, path));
+  LAMINAR_ASSIGN_OR_RETURN(
+      auto tok, SentencePieceBpeTokenizer::FromScores(std::move(vocab),
+                                                      SentencePieceBpeTokenizer::Options{}, path));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 
-StatusOr<std::unique_ptr<Tokenizer>> LoadEncoderJsonTokenizer(const std::string& encoder_json_path) {
+StatusOr<std::unique_ptr<Tokenizer>> LoadEncoderJsonTokenizer(
+    const std::string& encoder_json_path) {
   const std::string bpe_path = (fs::path(encoder_json_path).parent_path() / "vocab.bpe").string();
   LAMINAR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(encoder_json_path));
   LAMINAR_ASSIGN_OR_RETURN(std::string bpe_text, ReadFileToString(bpe_path));
@@ -124,7 +136,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadEncoderJsonTokenizer(const std::string&
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() >= static_cast<int64_t>(n) || seen[id_json.get<size_t>()]) {
       return InvalidArgumentError(encoder_json_path + ": piece '" + piece +
-                                  "' has an id that is not unique in [0, " + std::to_string(n) + ")");
+                                  "' has an id that is not unique in [0, " + std::to_string(n) +
+                                  ")");
     }
     seen[id_json.get<size_t>()] = true;
     vocab.pieces[id_json.get<size_t>()] = piece;
@@ -218,7 +231,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
     return InvalidArgumentError(path + ": not a llama2.c tokenizer.bin (" + tok.status().message() +
                                 "); for a llama2.c model pass its tokenizer (e.g. tok512.bin)");
   }
-  return InvalidArgumentError(path + ": not a tokenizer: expected a GGUF file, tokenizer.json, "
+  return InvalidArgumentError(path +
+                              ": not a tokenizer: expected a GGUF file, tokenizer.json, "
                               "encoder.json (+vocab.bpe), a llama2.c tokenizer.bin or a folder "
                               "holding one");
 }
@@ -232,7 +246,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& mo
   std::vector<fs::path> candidates;
   std::error_code ec;
   fs::path model(model_path);
-  for (const auto& entry : fs::directory_iterator(model.parent_path().empty() ? "." : model.parent_path(), ec)) {
+  for (const auto& entry :
+       fs::directory_iterator(model.parent_path().empty() ? "." : model.parent_path(), ec)) {
     std::string name = entry.path().filename().string();
     if (entry.path() == model || !EndsWith(name, ".bin")) continue;
     if (name == "tokenizer.bin" || name.rfind("tok", 0) == 0) candidates.push_back(entry.path());
@@ -241,8 +256,9 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& mo
   // Not a llama2.c model either: the file's own error says more than "no tokenizer beside it".
   if (!DetectCheckpointFormat(model_path).ok()) return direct;
   return InvalidArgumentError(model_path + ": holds no tokenizer and " +
-                              (candidates.empty() ? std::string("no tokenizer.bin/tok*.bin is beside it")
-                                                  : std::string("several tok*.bin are beside it")) +
+                              (candidates.empty()
+                                   ? std::string("no tokenizer.bin/tok*.bin is beside it")
+                                   : std::string("several tok*.bin are beside it")) +
                               "; pass the tokenizer explicitly (--tokenizer PATH)");
 }
 

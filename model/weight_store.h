@@ -1,8 +1,10 @@
 // WeightStore: a model's named tensors, whatever the checkpoint format. Names are Hugging Face's
-// (LlamaForCausalLM): "model.embed_tokens.weight", "model.layers.{i}.self_attn.{q,k,v,o}_proj.weight",
-// "model.layers.{i}.self_attn.{q,k,v}_proj.bias", "model.layers.{i}.mlp.{gate,up,down}_proj.weight",
-// "model.layers.{i}.input_layernorm.weight", "model.layers.{i}.post_attention_layernorm.weight",
-// "model.norm.weight", "lm_head.weight" (absent when tied). Linear weights are [out, in] row-major.
+// (LlamaForCausalLM): "model.embed_tokens.weight",
+// "model.layers.{i}.self_attn.{q,k,v,o}_proj.weight",
+// "model.layers.{i}.self_attn.{q,k,v}_proj.bias",
+// "model.layers.{i}.mlp.{gate,up,down}_proj.weight", "model.layers.{i}.input_layernorm.weight",
+// "model.layers.{i}.post_attention_layernorm.weight", "model.norm.weight", "lm_head.weight" (absent
+// when tied). Linear weights are [out, in] row-major.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,14 @@ namespace laminar::model {
 
 // GGUF block-quantized tensor types we read (ggml_type numbering, from ggml.h).
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ8_1 = 9, kQ4_K = 12, kQ6_K = 14,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ4_K = 12,
+  kQ6_K = 14,
   kBF16 = 30,
 };
 

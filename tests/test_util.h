@@ -40,6 +40,6 @@ inline std::filesystem::path TempDir(const std::string& name) {
 }  // namespace laminar::testing
 
 // Declares `var` as the path of a shared data file, or skips the test when it is absent.
-#define LAMINAR_SHARED_OR_SKIP(var, relative)                                      \
-  const std::string var = ::laminar::testing::SharedData(relative);                \
+#define LAMINAR_SHARED_OR_SKIP(var, relative)                       \
+  const std::string var = ::laminar::testing::SharedData(relative); \
   if (var.empty()) GTEST_SKIP() << "shared test data absent: " << (relative)

@@ -4,12 +4,10 @@
 
 #include <omp.h>
 
-#include <dnnl.hpp>
-
 #include <algorithm>
-#include <vector>
-
+#include <dnnl.hpp>
 #include <string>
+#include <vector>
 
 namespace laminar::kernels::cpu {
 namespace {
@@ -31,7 +29,8 @@ Status MatMulSlice(const float* x, const float* w, const float* bias, int64_t m,
   try {
     auto& engine = CpuEngine();
     dnnl::memory::desc src_md({m, k}, dt::f32, dnnl::memory::dims{k, 1});
-    dnnl::memory::desc wei_md({k, nc}, dt::f32, dnnl::memory::dims{1, k});  // rows [n0, n0+nc) of [N, K]
+    dnnl::memory::desc wei_md({k, nc}, dt::f32,
+                              dnnl::memory::dims{1, k});  // rows [n0, n0+nc) of [N, K]
     dnnl::memory::desc dst_md({m, nc}, dt::f32, dnnl::memory::dims{n, 1});
     dnnl::memory::desc bias_md;
     if (bias != nullptr) bias_md = dnnl::memory::desc({1, nc}, dt::f32, dnnl::memory::dims{nc, 1});

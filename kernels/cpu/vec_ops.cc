@@ -9,18 +9,18 @@
 
 namespace laminar::kernels::cpu {
 
-#define LAMINAR_DECLARE_VEC_OPS(ns)                                                 \
-  namespace ns {                                                                    \
-  float SumSquares(const float* x, int64_t n);                                      \
-  void ScaleMul(const float* x, const float* w, float scale, int64_t n, float* out); \
-  void SwiGlu(const float* gate, const float* up, int64_t n, float* out);           \
-  float RowMax(const float* x, int64_t n);                                          \
-  float SumExpShifted(const float* x, int64_t n, float shift);                      \
-  void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out); \
+#define LAMINAR_DECLARE_VEC_OPS(ns)                                                             \
+  namespace ns {                                                                                \
+  float SumSquares(const float* x, int64_t n);                                                  \
+  void ScaleMul(const float* x, const float* w, float scale, int64_t n, float* out);            \
+  void SwiGlu(const float* gate, const float* up, int64_t n, float* out);                       \
+  float RowMax(const float* x, int64_t n);                                                      \
+  float SumExpShifted(const float* x, int64_t n, float shift);                                  \
+  void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out);       \
   void MatMulBF16Rows(const float* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total, \
-                      int64_t n_begin, int64_t n_end, float* out);                 \
-  float Dot(const float* a, const float* b, int64_t n);                               \
-  void Axpy(float alpha, const float* x, float* y, int64_t n);                        \
+                      int64_t n_begin, int64_t n_end, float* out);                              \
+  float Dot(const float* a, const float* b, int64_t n);                                         \
+  void Axpy(float alpha, const float* x, float* y, int64_t n);                                  \
   }
 LAMINAR_DECLARE_VEC_OPS(scalar)
 LAMINAR_DECLARE_VEC_OPS(avx2)
@@ -42,9 +42,11 @@ struct VecOps {
   void (*axpy)(float, const float*, float*, int64_t);
 };
 
-#define LAMINAR_VEC_TABLE(ns) \
-  VecOps{ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled, \
-         ns::MatMulBF16Rows, ns::Dot, ns::Axpy}
+#define LAMINAR_VEC_TABLE(ns)                                                                      \
+  VecOps {                                                                                         \
+    ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled, \
+        ns::MatMulBF16Rows, ns::Dot, ns::Axpy                                                      \
+  }
 
 const VecOps& Ops(Isa isa) {
   static const VecOps kScalar = LAMINAR_VEC_TABLE(scalar);
@@ -52,7 +54,8 @@ const VecOps& Ops(Isa isa) {
   static const VecOps kAvx512 = LAMINAR_VEC_TABLE(avx512);
   const auto& f = GetCpuFeatures();
   switch (isa) {
-    case Isa::kScalar: return kScalar;
+    case Isa::kScalar:
+      return kScalar;
     case Isa::kAvx2:
       LAMINAR_CHECK(f.avx2) << "AVX2 requested on a CPU without it";
       return kAvx2;
@@ -74,7 +77,8 @@ float RowLogSumExp(const VecOps& ops, const float* row, int64_t v) {
 
 void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m, int64_t n,
                 int64_t k, std::span<float> out, ThreadPool* pool, Isa isa) {
-  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k && static_cast<int64_t>(w.size()) == n * k &&
+  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k &&
+                static_cast<int64_t>(w.size()) == n * k &&
                 static_cast<int64_t>(out.size()) == m * n);
   const VecOps& ops = Ops(isa);
   auto run = [&](int64_t b, int64_t e) {
@@ -126,7 +130,8 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
 
 void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
              double eps, std::span<float> out, Isa isa) {
-  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == t * c && static_cast<int64_t>(weight.size()) == c);
+  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == t * c &&
+                static_cast<int64_t>(weight.size()) == c);
   const VecOps& ops = Ops(isa);
   for (int64_t i = 0; i < t; ++i) {
     float ss = ops.sum_squares(&x[i * c], c);

@@ -33,7 +33,8 @@ void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t,
     double ss = 0;
     for (int64_t j = 0; j < c; ++j) ss += double(x[i * c + j]) * double(x[i * c + j]);
     double inv = 1.0 / std::sqrt(ss / double(c) + eps);
-    for (int64_t j = 0; j < c; ++j) out[i * c + j] = static_cast<float>(x[i * c + j] * inv * weight[j]);
+    for (int64_t j = 0; j < c; ++j)
+      out[i * c + j] = static_cast<float>(x[i * c + j] * inv * weight[j]);
   }
 }
 
@@ -124,7 +125,8 @@ void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targe
   LAMINAR_CHECK_EQ(static_cast<int64_t>(logits.size()), t * v);
   for (int64_t i = 0; i < t; ++i) {
     LAMINAR_CHECK(targets[i] >= 0 && targets[i] < v) << "target " << targets[i];
-    out[i] = static_cast<float>(double(logits[i * v + targets[i]]) - RowLogSumExp(&logits[i * v], v));
+    out[i] =
+        static_cast<float>(double(logits[i * v + targets[i]]) - RowLogSumExp(&logits[i * v], v));
   }
 }
 

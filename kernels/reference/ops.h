@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <span>
-
 #include <string>
 
 namespace laminar::kernels {

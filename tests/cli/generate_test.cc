@@ -20,11 +20,13 @@ TEST(CliGenerate, ReproducesLlama2cGoldens) {
   auto golden = nlohmann::json::parse(*ReadFileToString(golden_path));
   for (const auto& c : golden["cases"]) {
     const auto& args = c["args"];
-    std::string flags = "--sampler llama2c --temperature " + std::to_string(args["temperature"].get<double>()) +
-                        " --steps " + std::to_string(args["steps"].get<int>()) + " --prompt '" +
+    std::string flags = "--sampler llama2c --temperature " +
+                        std::to_string(args["temperature"].get<double>()) + " --steps " +
+                        std::to_string(args["steps"].get<int>()) + " --prompt '" +
                         args["prompt"].get<std::string>() + "'";
     if (args.contains("topp")) flags += " --top-p " + std::to_string(args["topp"].get<double>());
-    if (args.contains("seed") && args["seed"].is_number()) flags += " --seed " + std::to_string(args["seed"].get<int>());
+    if (args.contains("seed") && args["seed"].is_number())
+      flags += " --seed " + std::to_string(args["seed"].get<int>());
     for (const std::string& model : {bin, gguf}) {
       auto r = RunLaminar("generate --model " + model + " " + flags);
       ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -36,8 +38,9 @@ TEST(CliGenerate, ReproducesLlama2cGoldens) {
 TEST(CliGenerate, DefaultModelNamesParis) {
   auto path = model::ResolveModelPath("smollm2-135m-instruct");
   if (!path.ok()) GTEST_SKIP() << "default model not installed (scripts/setup.sh)";
-  auto r = RunLaminar("generate --model smollm2-135m-instruct --chat --prompt 'What is the capital of "
-                      "France?' --temperature 0 --max-tokens 24 --json");
+  auto r = RunLaminar(
+      "generate --model smollm2-135m-instruct --chat --prompt 'What is the capital of "
+      "France?' --temperature 0 --max-tokens 24 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto out = nlohmann::json::parse(r.out);
   EXPECT_NE(out["text"].get<std::string>().find("Paris"), std::string::npos) << r.out;
@@ -47,7 +50,9 @@ TEST(CliGenerate, DefaultModelNamesParis) {
 
 TEST(CliGenerate, SampledRunsRepeatWithTheSameSeed) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
-  std::string cmd = "generate --model " + bin + " --prompt 'Once upon' --temperature 0.8 --top-p 0.9 --seed 7 --max-tokens 40 --json";
+  std::string cmd =
+      "generate --model " + bin +
+      " --prompt 'Once upon' --temperature 0.8 --top-p 0.9 --seed 7 --max-tokens 40 --json";
   auto a = RunLaminar(cmd), b = RunLaminar(cmd);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);

@@ -32,7 +32,8 @@ TEST(CliInspect, ConvertsToHuggingFaceAndBack) {
   auto dir = testing::TempDir("cli_convert") / "hf";
   auto r = RunLaminar("convert " + bin + " --out " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+  for (const char* f :
+       {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
   }
   r = RunLaminar("inspect " + dir.string());

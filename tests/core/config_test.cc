@@ -50,11 +50,11 @@ TEST(ConfigTest, LoadsRecipeWithDefaults) {
 }
 
 TEST(ConfigTest, DottedOverrides) {
-  auto cfg = Config::FromString(
-      kRecipe, "recipe.yaml",
-      {"actor.lr=1e-5", "rollout.num_workers=8", "algorithm.adv_estimator=rloo",
-       "rollout.stop=[a]", "rollout.allow_version_switch=true"},
-      TestSchema());
+  auto cfg =
+      Config::FromString(kRecipe, "recipe.yaml",
+                         {"actor.lr=1e-5", "rollout.num_workers=8", "algorithm.adv_estimator=rloo",
+                          "rollout.stop=[a]", "rollout.allow_version_switch=true"},
+                         TestSchema());
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_DOUBLE_EQ(cfg->GetFloat("actor.lr"), 1e-5);
   EXPECT_EQ(cfg->GetInt("rollout.num_workers"), 8);
@@ -64,8 +64,8 @@ TEST(ConfigTest, DottedOverrides) {
 }
 
 TEST(ConfigTest, UnknownKeyNamesFileLineAndSuggestion) {
-  auto cfg = Config::FromString("model: {path: x}\nactor:\n  lrr: 1e-6\n", "my.yaml", {},
-                                TestSchema());
+  auto cfg =
+      Config::FromString("model: {path: x}\nactor:\n  lrr: 1e-6\n", "my.yaml", {}, TestSchema());
   ASSERT_FALSE(cfg.ok());
   const std::string m = cfg.status().message();
   EXPECT_NE(m.find("my.yaml:3"), std::string::npos) << m;
@@ -139,19 +139,24 @@ TEST(ConfigTest, LoadFromFileAndReference) {
 }
 
 TEST(ConfigTest, DottedAndDuplicateKeysInAFileAreErrors) {
-  auto dotted = Config::FromString("model: {path: m}\nactor.lr: 5e-6\n", "r.yaml", {}, TestSchema());
+  auto dotted =
+      Config::FromString("model: {path: m}\nactor.lr: 5e-6\n", "r.yaml", {}, TestSchema());
   ASSERT_FALSE(dotted.ok());
   EXPECT_NE(dotted.status().message().find("r.yaml:2: dotted key 'actor.lr'"), std::string::npos)
       << dotted.status();
   auto dup = Config::FromString("model: {path: m}\nactor: {lr: 1e-5, lr: 2e-5}\n", "r.yaml", {},
                                 TestSchema());
   ASSERT_FALSE(dup.ok());
-  EXPECT_NE(dup.status().message().find("'actor.lr' appears twice"), std::string::npos) << dup.status();
-  auto dup_section = Config::FromString(
-      "model: {path: m}\nactor:\n  lr: 1e-5\nactor:\n  ppo_epochs: 3\n", "r.yaml", {}, TestSchema());
+  EXPECT_NE(dup.status().message().find("'actor.lr' appears twice"), std::string::npos)
+      << dup.status();
+  auto dup_section =
+      Config::FromString("model: {path: m}\nactor:\n  lr: 1e-5\nactor:\n  ppo_epochs: 3\n",
+                         "r.yaml", {}, TestSchema());
   ASSERT_FALSE(dup_section.ok());
-  EXPECT_NE(dup_section.status().message().find("r.yaml:4"), std::string::npos) << dup_section.status();
-  auto two_docs = Config::FromString("model: {path: m}\n---\nactor: {lr: 1}\n", "r.yaml", {}, TestSchema());
+  EXPECT_NE(dup_section.status().message().find("r.yaml:4"), std::string::npos)
+      << dup_section.status();
+  auto two_docs =
+      Config::FromString("model: {path: m}\n---\nactor: {lr: 1}\n", "r.yaml", {}, TestSchema());
   ASSERT_FALSE(two_docs.ok());
   EXPECT_NE(two_docs.status().message().find("2 YAML documents"), std::string::npos);
 }

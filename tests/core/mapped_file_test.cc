@@ -2,7 +2,6 @@
 #include "core/mapped_file.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <filesystem>

@@ -23,7 +23,7 @@ TEST(DTypeTest, HalfRoundTripsEveryValue) {
 TEST(DTypeTest, HalfRoundsToNearestEven) {
   EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 1.0f / 2048)), 1.0f);  // tie, rounds to even
   EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 3.0f / 2048)), 1.0f + 4.0f / 2048);
-  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);                      // overflow to +inf
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);                                 // overflow to +inf
   EXPECT_EQ(HalfToFloat(FloatToHalf(5.9604645e-08f)), 5.9604645e-08f);  // smallest subnormal
   EXPECT_EQ(FloatToHalf(2.0e-8f), 0);
 }

@@ -35,7 +35,8 @@ class LlamaModelTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
   bool bias = GetParam();
-  auto cfg = TinyConfig(bias, bias ? model::RopeLayout::kRotateHalf : model::RopeLayout::kInterleaved);
+  auto cfg =
+      TinyConfig(bias, bias ? model::RopeLayout::kRotateHalf : model::RopeLayout::kInterleaved);
   auto weights = RandomWeights(cfg, 7);
   auto m = LlamaModel::Create(cfg, weights);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -72,7 +73,9 @@ TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
   for (size_t i = 0; i < s0.size(); ++i) {
     SequenceSpan span{0, static_cast<int64_t>(i), 1};
     std::vector<float> step;
-    ASSERT_TRUE((*m)->Forward({&s0[i], 1}, {&span, 1}, &dc, LogitsFor::kLastTokenOfEachSequence, &step).ok());
+    ASSERT_TRUE(
+        (*m)->Forward({&s0[i], 1}, {&span, 1}, &dc, LogitsFor::kLastTokenOfEachSequence, &step)
+            .ok());
     for (int64_t j = 0; j < v; ++j) ASSERT_NEAR(step[j], alone[0][i * v + j], 1e-4);
   }
 }
@@ -142,7 +145,8 @@ TEST(LlamaModelErrorsTest, BadInput) {
   model::WeightStore missing = RandomWeights(cfg, 1);
   model::WeightStore partial;
   for (const auto& name : missing.Names()) {
-    if (name != "model.layers.1.mlp.up_proj.weight") partial.PutView(name, *missing.Get(name), nullptr);
+    if (name != "model.layers.1.mlp.up_proj.weight")
+      partial.PutView(name, *missing.Get(name), nullptr);
   }
   auto r = LlamaModel::Create(cfg, partial);
   ASSERT_FALSE(r.ok());

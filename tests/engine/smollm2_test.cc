@@ -23,7 +23,8 @@ TEST(SmolLM2Test, LogitsMatchTransformers) {
   std::vector<int32_t> ids = golden["input_ids"].get<std::vector<int32_t>>();
   auto tok = model::LoadTokenizerForModel(*path, "");
   ASSERT_TRUE(tok.ok()) << tok.status();
-  auto ours = (*tok)->Encode(golden["prompt"].get<std::string>(), {.add_special = false, .parse_special = true});
+  auto ours = (*tok)->Encode(golden["prompt"].get<std::string>(),
+                             {.add_special = false, .parse_special = true});
   ASSERT_TRUE(ours.ok());
   EXPECT_EQ(*ours, ids);
   auto ckpt = model::LoadCheckpoint(*path);
@@ -42,7 +43,8 @@ TEST(SmolLM2Test, LogitsMatchTransformers) {
   for (int64_t i = 0; i < t; ++i) {
     const auto& p = golden["positions"][i];
     const float* row = &logits[i * v];
-    EXPECT_EQ(std::max_element(row, row + v) - row, p["top_ids"][0].get<int64_t>()) << "position " << i;
+    EXPECT_EQ(std::max_element(row, row + v) - row, p["top_ids"][0].get<int64_t>())
+        << "position " << i;
     for (size_t j = 0; j < p["top_ids"].size(); ++j) {
       EXPECT_NEAR(row[p["top_ids"][j].get<int>()], p["top_logits"][j].get<double>(), kTol)
           << "position " << i << " rank " << j;

@@ -35,7 +35,8 @@ void CheckTrace(const Loaded& m, Backend backend, const std::string& trace_path)
   ASSERT_TRUE((*lm)->Forward(inputs, {&span, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
   const auto& pos0 = trace["positions"][0]["logits"];
   ASSERT_EQ(static_cast<int64_t>(pos0.size()), v);
-  for (int64_t j = 0; j < v; ++j) ASSERT_NEAR(logits[j], pos0[j].get<double>(), 1e-4) << "logit " << j;
+  for (int64_t j = 0; j < v; ++j)
+    ASSERT_NEAR(logits[j], pos0[j].get<double>(), 1e-4) << "logit " << j;
   std::vector<float> lse(t), lp(t);
   std::vector<int32_t> next;
   for (const auto& p : trace["positions"]) next.push_back(p["next"].get<int32_t>());
@@ -58,7 +59,8 @@ TEST(Stories260KTest, MatchesLlama2cTracesFromBinAndGguf) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
   LAMINAR_SHARED_OR_SKIP(trace_a, "models/stories260K/derived_greedy_trace_empty_prompt_200.json");
-  LAMINAR_SHARED_OR_SKIP(trace_b, "models/stories260K/derived_greedy_trace_once_upon_a_time_64.json");
+  LAMINAR_SHARED_OR_SKIP(trace_b,
+                         "models/stories260K/derived_greedy_trace_once_upon_a_time_64.json");
   Loaded from_bin, from_gguf;
   ASSERT_TRUE(model::LoadLlama2c(bin, &from_bin.config, &from_bin.weights).ok());
   ASSERT_TRUE(model::LoadGgufModel(gguf, &from_gguf.config, &from_gguf.weights).ok());

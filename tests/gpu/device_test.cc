@@ -1,7 +1,7 @@
 // GPU presence: skips without a device; on a GPU machine checks the device is described.
-#include <gtest/gtest.h>
-
 #include "core/cuda/device.h"
+
+#include <gtest/gtest.h>
 
 namespace laminar {
 namespace {

@@ -1,13 +1,12 @@
 // oneDNN matmul against the reference at shapes 1, primes, non-multiples of vector widths and a
 // realistic SmolLM2 projection.
-#include "kernels/cpu/matmul.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/reference/ops.h"
 #include "kernels/tolerance.h"
 
@@ -23,7 +22,10 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 }
 
 TEST(CpuMatMulTest, EqualsReference) {
-  struct Case { int64_t m, n, k; bool bias; };
+  struct Case {
+    int64_t m, n, k;
+    bool bias;
+  };
   for (Case c : {Case{1, 1, 1, false}, Case{1, 7, 13, true}, Case{3, 17, 31, false},
                  Case{8, 576, 576, true}, Case{5, 1536, 576, false}, Case{64, 67, 129, true}}) {
     auto x = Random(c.m * c.k, 1), w = Random(c.n * c.k, 2), b = Random(c.bias ? c.n : 0, 3);

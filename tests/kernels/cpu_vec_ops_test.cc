@@ -1,14 +1,12 @@
 // Vectorized row ops against the reference, on every ISA path this CPU has.
-#include "kernels/cpu/vec_ops.h"
-
-#include "core/dtype.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
+#include "kernels/cpu/vec_ops.h"
 #include "kernels/reference/ops.h"
 #include "kernels/tolerance.h"
 
@@ -90,7 +88,9 @@ namespace {
 
 TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
   ThreadPool pool(2);
-  struct Case { int64_t m, n, k; };
+  struct Case {
+    int64_t m, n, k;
+  };
   for (cpu::Isa isa : AvailableIsas()) {
     for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{3, 17, 31}, Case{1, 1536, 576},
                    Case{8, 577, 1536}, Case{64, 67, 129}}) {
@@ -117,16 +117,20 @@ namespace {
 
 TEST(CpuAttentionTest, EqualsReference) {
   ThreadPool pool(2);
-  struct Case { int64_t t, h, hkv, d, s; };
+  struct Case {
+    int64_t t, h, hkv, d, s;
+  };
   for (cpu::Isa isa : AvailableIsas()) {
-    for (Case c : {Case{1, 1, 1, 1, 1}, Case{3, 4, 2, 7, 5}, Case{5, 9, 3, 64, 37}, Case{1, 9, 3, 64, 300}}) {
+    for (Case c : {Case{1, 1, 1, 1, 1}, Case{3, 4, 2, 7, 5}, Case{5, 9, 3, 64, 37},
+                   Case{1, 9, 3, 64, 300}}) {
       auto q = Random(c.t * c.h * c.d, 1, 1.f), k = Random(c.s * c.hkv * c.d, 2, 1.f),
            v = Random(c.s * c.hkv * c.d, 3, 1.f);
       std::vector<int32_t> pos(c.t);
       for (int64_t i = 0; i < c.t; ++i) pos[i] = static_cast<int32_t>(c.s - c.t + i);  // the last t
       std::vector<float> want(q.size()), got(q.size());
       ref::CausalAttention(q, k, v, pos, c.t, c.h, c.hkv, c.d, c.s, want);
-      cpu::CausalAttention(q, k, v, pos, c.t, c.h, c.hkv, c.d, c.s, got, c.s > 100 ? &pool : nullptr, isa);
+      cpu::CausalAttention(q, k, v, pos, c.t, c.h, c.hkv, c.d, c.s, got,
+                           c.s > 100 ? &pool : nullptr, isa);
       ExpectClose(got, want, kAttentionF32, cpu::IsaName(isa) + " S=" + std::to_string(c.s));
     }
   }

@@ -1,12 +1,12 @@
 // Reference ops against hand-computed values and the mathematical properties that define them.
-#include "kernels/reference/ops.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 #include <random>
 #include <vector>
+
+#include "kernels/reference/ops.h"
 
 namespace laminar::kernels {
 namespace {
@@ -20,7 +20,7 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 }
 
 TEST(ReferenceOpsTest, MatMulWithBias) {
-  std::vector<float> x = {1, 2, 3, 4, 5, 6};        // [2, 3]
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};         // [2, 3]
   std::vector<float> w = {1, 0, -1, 0.5f, 0.5f, 0};  // [2, 3]
   std::vector<float> b = {10, 20};
   std::vector<float> out(4);
@@ -88,7 +88,7 @@ TEST(ReferenceOpsTest, Llama3RopeScaling) {
   RopeScalingParams s{"llama3", 8.0, 1.0, 4.0, 8192};
   ref::RopeInvFreq(d, 500000.0, {}, plain);
   ref::RopeInvFreq(d, 500000.0, s, scaled);
-  EXPECT_EQ(scaled[0], plain[0]);                // short wavelengths unchanged
+  EXPECT_EQ(scaled[0], plain[0]);                 // short wavelengths unchanged
   EXPECT_DOUBLE_EQ(scaled[63], plain[63] / 8.0);  // long wavelengths divided by factor
   for (int64_t i = 0; i < d / 2; ++i) {
     EXPECT_LE(scaled[i], plain[i]);

@@ -55,7 +55,8 @@ TEST(ChatFormatTest, SmolLM2DefaultSystemFromTemplate) {
       "{{ '<|im_start|>assistant\n' }}{% endif %}";
   auto f = DetectChatFormat(tmpl);
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(f->default_system,
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   std::vector<ChatMessage> conv = {{"user", "What is the capital of France?"}};
   EXPECT_EQ(*RenderChat(*f, conv, true),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "

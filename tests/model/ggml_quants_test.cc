@@ -35,10 +35,10 @@ TEST(GgmlQuantsTest, TypeTable) {
     int64_t elems;
     size_t bytes;
   };
-  for (Known k : {Known{0, "f32", 1, 4}, Known{1, "f16", 1, 2}, Known{2, "q4_0", 32, 18},
-                  Known{3, "q4_1", 32, 20}, Known{8, "q8_0", 32, 34},
-                  Known{12, "q4_K", 256, 144}, Known{14, "q6_K", 256, 210},
-                  Known{30, "bf16", 1, 2}, Known{13, "q5_K", 256, 176}}) {
+  for (Known k :
+       {Known{0, "f32", 1, 4}, Known{1, "f16", 1, 2}, Known{2, "q4_0", 32, 18},
+        Known{3, "q4_1", 32, 20}, Known{8, "q8_0", 32, 34}, Known{12, "q4_K", 256, 144},
+        Known{14, "q6_K", 256, 210}, Known{30, "bf16", 1, 2}, Known{13, "q5_K", 256, 176}}) {
     const GgmlTypeTraits* t = FindGgmlType(k.id);
     ASSERT_NE(t, nullptr) << k.name;
     EXPECT_EQ(t->name, k.name);
@@ -105,8 +105,8 @@ TEST(GgmlQuantsTest, Q4_0AndQ4_1) {
   auto a = Dequantize(2, q40, 32);
   auto b = Dequantize(3, q41, 32);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(a[j], 2.0f * static_cast<float>(j - 8)) << j;           // low nibble: element j
-    EXPECT_EQ(a[j + 16], 2.0f * static_cast<float>(7 - j)) << j;      // high nibble: j + 16
+    EXPECT_EQ(a[j], 2.0f * static_cast<float>(j - 8)) << j;       // low nibble: element j
+    EXPECT_EQ(a[j + 16], 2.0f * static_cast<float>(7 - j)) << j;  // high nibble: j + 16
     EXPECT_EQ(b[j], 0.5f * static_cast<float>(j) - 1.0f) << j;
     EXPECT_EQ(b[j + 16], 0.5f * static_cast<float>(15 - j) - 1.0f) << j;
   }
@@ -121,8 +121,8 @@ TEST(GgmlQuantsTest, Q4_KScalePacking) {
   // mins 0-3 plus the top bits of mins 4-7, bytes 8-11 the low nibbles of scale/min 4-7.
   const uint8_t scales[12] = {129, 130, 195, 196, 128, 202, 212, 222, 129, 45, 194, 255};
   std::vector<uint8_t> b(kQ4_KBlockBytes);
-  PutHalf(b, 0, 1.0f);   // d
-  PutHalf(b, 2, 0.5f);   // dmin
+  PutHalf(b, 0, 1.0f);  // d
+  PutHalf(b, 2, 0.5f);  // dmin
   std::memcpy(&b[4], scales, 12);
   for (int i = 0; i < 128; ++i) b[16 + i] = 0x21;  // low nibble 1, high nibble 2
   auto v = Dequantize(12, b, 256);
@@ -157,8 +157,8 @@ std::vector<uint8_t> PackQ6K(const int q[256], const int8_t scales[16], float d)
     for (int l = 0; l < 32; ++l) {
       ql[l] = static_cast<uint8_t>((L[l] & 0xF) | ((L[l + 64] & 0xF) << 4));
       ql[l + 32] = static_cast<uint8_t>((L[l + 32] & 0xF) | ((L[l + 96] & 0xF) << 4));
-      qh[l] = static_cast<uint8_t>((L[l] >> 4) | ((L[l + 32] >> 4) << 2) |
-                                   ((L[l + 64] >> 4) << 4) | ((L[l + 96] >> 4) << 6));
+      qh[l] = static_cast<uint8_t>((L[l] >> 4) | ((L[l + 32] >> 4) << 2) | ((L[l + 64] >> 4) << 4) |
+                                   ((L[l + 96] >> 4) << 6));
     }
   }
   std::memcpy(&b[192], scales, 16);

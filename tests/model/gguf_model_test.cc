@@ -161,7 +161,7 @@ TEST(GgufModelTest, QuantizedTensorsAreDequantizedAndKept) {
   EXPECT_FALSE(c.tie_word_embeddings);  // output.weight present and different
   TensorView down = ws.Get("model.layers.0.mlp.down_proj.weight").value();
   ASSERT_EQ(down.shape(), (Shape{32, 64}));
-  EXPECT_EQ(down.data_as<float>()[0], -16.0f);             // row 0, d = 1
+  EXPECT_EQ(down.data_as<float>()[0], -16.0f);                  // row 0, d = 1
   EXPECT_EQ(down.data_as<float>()[5 * 64 + 40], 6.0f * -8.0f);  // row 5, j = 8 of block 1
   const QuantizedTensor* q = ws.GetQuantized("model.layers.0.mlp.down_proj.weight");
   ASSERT_NE(q, nullptr);
@@ -187,11 +187,10 @@ TEST(GgufModelTest, ClearErrors) {
                   "tensor 'blk.0.ffn_down.weight' (for model.layers.0.mlp.down_proj.weight) is "
                   "missing");
   // Shape mismatch (transposed).
-  ExpectLoadError(TinyModel("llama", false, true)
-                      .Tensor("blk.0.ffn_down.weight", {32, 64}, down)
-                      .Finish(),
-                  StatusCode::kInvalidArgument,
-                  "'blk.0.ffn_down.weight' has shape [64, 32], expected [32, 64]");
+  ExpectLoadError(
+      TinyModel("llama", false, true).Tensor("blk.0.ffn_down.weight", {32, 64}, down).Finish(),
+      StatusCode::kInvalidArgument,
+      "'blk.0.ffn_down.weight' has shape [64, 32], expected [32, 64]");
   // Unsupported tensor type (q5_K has 176-byte blocks of 256; 64 x 32 is not a whole block row,
   // so use q5_0: 32-element blocks of 22 bytes).
   ExpectLoadError(TinyModel("llama", false, true)
@@ -211,8 +210,9 @@ TEST(GgufModelTest, ClearErrors) {
                   StatusCode::kNotFound, "'llama.context_length' not found");
   ExpectLoadError(GgufWriter().Finish(), StatusCode::kNotFound, "'general.architecture'");
   // Unsupported rope scaling.
-  ExpectLoadError(TinyModel("llama", false, true).String("llama.rope.scaling.type", "yarn").Finish(),
-                  StatusCode::kUnimplemented, "rope scaling type 'yarn'");
+  ExpectLoadError(
+      TinyModel("llama", false, true).String("llama.rope.scaling.type", "yarn").Finish(),
+      StatusCode::kUnimplemented, "rope scaling type 'yarn'");
 }
 
 TEST(GgufModelTest, LinearRopeScaling) {

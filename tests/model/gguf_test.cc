@@ -81,10 +81,10 @@ TEST(GgufTest, ParsesTinyRandomWithF16AndLargeVocab) {
   ASSERT_EQ(types->size(), 32000u);
   EXPECT_EQ((*tokens)[0], "<unk>");
   EXPECT_EQ((*tokens)[259], "\xe2\x96\x81\xe2\x96\x81");  // "▁▁", the first merge in Llama 2
-  EXPECT_EQ((*types)[0], 2);   // unknown
-  EXPECT_EQ((*types)[1], 3);   // control
-  EXPECT_EQ((*types)[3], 6);   // byte
-  EXPECT_EQ((*types)[500], 1);  // normal
+  EXPECT_EQ((*types)[0], 2);                              // unknown
+  EXPECT_EQ((*types)[1], 3);                              // control
+  EXPECT_EQ((*types)[3], 6);                              // byte
+  EXPECT_EQ((*types)[500], 1);                            // normal
   EXPECT_LT((*scores)[1000], 0.0f);
   EXPECT_EQ(f->Find("tokenizer.ggml.tokens")->array_type(), GgufType::kString);
   const GgufTensorInfo* q = f->FindTensor("blk.0.attn_q.weight");
@@ -252,7 +252,10 @@ TEST(GgufTest, RejectsAbsurdCounts) {
   kv.Str("k").Put<uint32_t>(8).Put<uint64_t>(uint64_t{1} << 62);  // string length beyond EOF
   ExpectError(ParseString(Header(0, 1, kv.bytes())), "runs past end of file");
   ByteSink arr;
-  arr.Str("tokenizer.ggml.tokens").Put<uint32_t>(9).Put<uint32_t>(8).Put<uint64_t>(uint64_t{1} << 60);
+  arr.Str("tokenizer.ggml.tokens")
+      .Put<uint32_t>(9)
+      .Put<uint32_t>(8)
+      .Put<uint64_t>(uint64_t{1} << 60);
   ExpectError(ParseString(Header(0, 1, arr.bytes())), "'tokenizer.ggml.tokens'");
   ByteSink key;
   key.Put<uint64_t>(~uint64_t{0});  // key length 2^64-1
@@ -333,8 +336,7 @@ TEST(GgufTest, TruncatedRealFilesFailWithTheirName) {
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find(cut), std::string::npos) << f.status();
   EXPECT_NE(f.status().message().find("runs past end of file"), std::string::npos) << f.status();
-  EXPECT_EQ(GgufFile::Open((dir / "absent.gguf").string()).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(GgufFile::Open((dir / "absent.gguf").string()).status().code(), StatusCode::kNotFound);
 }
 
 TEST(GgufTest, FlippedBytesNeverCrash) {

@@ -66,9 +66,8 @@ TEST(Llama2cTest, LegacyStories260K) {
   EXPECT_FALSE(w.GetMutable("model.embed_tokens.weight").ok());  // a view, not owned
   // The last tensor (final norm) ends right before the two RoPE tables of 512 x 4 floats.
   TensorView norm = w.Get("model.norm.weight").value();
-  EXPECT_EQ(std::memcmp(norm.data(), file->data() + file->size() - 2 * 512 * 4 * 4 - 64 * 4,
-                        64 * 4),
-            0);
+  EXPECT_EQ(
+      std::memcmp(norm.data(), file->data() + file->size() - 2 * 512 * 4 * 4 - 64 * 4, 64 * 4), 0);
 }
 
 TEST(Llama2cTest, Version1AndGgufMatchLegacyBitForBit) {

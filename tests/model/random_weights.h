@@ -10,7 +10,8 @@
 namespace laminar::testing {
 
 // f32 normal(0, stddev) values, the same for the same seed.
-inline model::WeightStore RandomWeights(const model::ModelConfig& config, uint32_t seed, float stddev = 0.5f) {
+inline model::WeightStore RandomWeights(const model::ModelConfig& config, uint32_t seed,
+                                        float stddev = 0.5f) {
   model::WeightStore store;
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.f, stddev);

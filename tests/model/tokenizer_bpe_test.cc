@@ -1,7 +1,7 @@
 // Byte-level BPE against real expected encodings: llama.cpp's GPT-2 and Llama-3 vocab tests and
 // ollama's Llama-3 expectations (encodings, special tokens, pre-tokenizer splits, round trips).
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "model/bpe_tokenizer.h"
@@ -139,9 +139,9 @@ TEST_F(OllamaExpectations, RoundTrips) {
 
 // Random valid UTF-8 over ASCII, Latin, CJK, emoji and whitespace runs.
 std::string RandomUtf8(std::mt19937* rng, size_t num_chars) {
-  static const uint32_t kPool[] = {' ', ' ', '\n', '\t', 'a', 'Z', '0', '7', '\'', '!', '.',
-                                   0xE9, 0x416, 0x5D0, 0x4E2D, 0x65E5, 0xAC00, 0x1F999,
-                                   0x1F600, 0x200D, 0x2581, 0xFFFD};
+  static const uint32_t kPool[] = {' ',    ' ',     '\n',    '\t',   'a',    'Z',   '0',    '7',
+                                   '\'',   '!',     '.',     0xE9,   0x416,  0x5D0, 0x4E2D, 0x65E5,
+                                   0xAC00, 0x1F999, 0x1F600, 0x200D, 0x2581, 0xFFFD};
   std::string out;
   for (size_t i = 0; i < num_chars; ++i) {
     uint32_t cp = (*rng)() % 3 == 0 ? 0x20 + (*rng)() % 0x5F

@@ -13,17 +13,17 @@ namespace {
 
 using testing::ExpectExportRoundTrip;
 using testing::ExpectStreamingMatchesDecode;
-using testing::VocabTestInputs;
 using testing::IdsToString;
 using testing::ReadVocabTestCases;
+using testing::VocabTestInputs;
 
 TEST(TokenizerUtf8, FindsFirstInvalidByte) {
   EXPECT_FALSE(FindInvalidUtf8("héllo 🦙").has_value());
   EXPECT_EQ(FindInvalidUtf8("ab\xFF"), 2u);
-  EXPECT_EQ(FindInvalidUtf8("a\xC3"), 1u);              // truncated
-  EXPECT_EQ(FindInvalidUtf8("\xC0\xAF"), 0u);           // overlong
-  EXPECT_EQ(FindInvalidUtf8("x\xED\xA0\x80"), 1u);      // surrogate
-  EXPECT_EQ(FindInvalidUtf8("xy\xF4\x90\x80\x80"), 2u); // above U+10FFFF
+  EXPECT_EQ(FindInvalidUtf8("a\xC3"), 1u);               // truncated
+  EXPECT_EQ(FindInvalidUtf8("\xC0\xAF"), 0u);            // overlong
+  EXPECT_EQ(FindInvalidUtf8("x\xED\xA0\x80"), 1u);       // surrogate
+  EXPECT_EQ(FindInvalidUtf8("xy\xF4\x90\x80\x80"), 2u);  // above U+10FFFF
 }
 
 TEST(TokenizerUtf8, LossyReplacesMaximalSubparts) {
@@ -32,8 +32,13 @@ TEST(TokenizerUtf8, LossyReplacesMaximalSubparts) {
   EXPECT_EQ(out, "a");
   EXPECT_EQ(rest, "\xF0\x9F\xA6");
   out.clear();
-  AppendUtf8Lossy("a\xF0\x9F\xA6" "b\xFF", /*final=*/true, &out, &rest);
-  EXPECT_EQ(out, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  AppendUtf8Lossy(
+      "a\xF0\x9F\xA6"
+      "b\xFF",
+      /*final=*/true, &out, &rest);
+  EXPECT_EQ(out,
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
 }
 
 TEST(TokenizerCommon, InvalidUtf8AndBadIdsAreErrors) {

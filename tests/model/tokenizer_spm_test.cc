@@ -1,5 +1,5 @@
-// SentencePiece-style BPE against real expected encodings: llama.cpp's Llama-2 vocab tests (GGUF and
-// llama2.c tokenizer.bin), llama2.c's test.c encodings, and stories260K's tok512.bin.
+// SentencePiece-style BPE against real expected encodings: llama.cpp's Llama-2 vocab tests (GGUF
+// and llama2.c tokenizer.bin), llama2.c's test.c encodings, and stories260K's tok512.bin.
 #include <nlohmann/json.hpp>
 
 #include "model/spm_tokenizer.h"
@@ -103,8 +103,9 @@ TEST(TokenizerSpm, Stories260KTokenizerLoadsAndRoundTrips) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->vocab_size(), 512);
   EXPECT_EQ((*tok)->bos_id(), 1);
-  for (std::string text : {"Once upon a time, there was a little girl named Lily.",
-                           "Tom said: \"I like the big red ball!\"\n\nThe end.", "Führer 🦙 日本"}) {
+  for (std::string text :
+       {"Once upon a time, there was a little girl named Lily.",
+        "Tom said: \"I like the big red ball!\"\n\nThe end.", "Führer 🦙 日本"}) {
     auto ids = (*tok)->Encode(text, {.add_special = true});
     ASSERT_TRUE(ids.ok()) << ids.status();
     EXPECT_EQ(ids->front(), 1);

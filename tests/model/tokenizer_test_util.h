@@ -81,7 +81,7 @@ inline std::string IdsToString(const std::vector<int32_t>& ids) {
 // Exports `tok` as Hugging Face files, reloads the folder and checks the test inputs encode and
 // decode the same.
 inline void ExpectExportRoundTrip(const Tokenizer& tok, const std::string& name,
-                           const std::vector<std::string>& inputs) {
+                                  const std::vector<std::string>& inputs) {
   auto files = ExportHfTokenizerFiles(tok, "{% for m in messages %}{{ m.content }}{% endfor %}");
   ASSERT_TRUE(files.ok()) << files.status();
   ASSERT_EQ(files->size(), 3u);
