@@ -86,3 +86,28 @@ TEST(CliInspect, BadInputGetsClearErrors) {
 
 }  // namespace
 }  // namespace laminar
+
+namespace laminar {
+namespace {
+
+// The folder `laminar convert` writes loads in Hugging Face transformers and computes llama2.c's
+// logits (scripts/check_hf_export.py). Runs only where `scripts/setup.sh --bench` made the
+// benchmark virtualenv with torch and transformers; skips elsewhere (CI).
+TEST(CliInspect, ConvertedFolderRunsInTransformers) {
+  const char* home = std::getenv("HOME");
+  std::string venv = std::getenv("LAMINAR_BENCH_VENV")
+                         ? std::getenv("LAMINAR_BENCH_VENV")
+                         : std::string(home ? home : "") + "/.cache/laminar/bench-venv";
+  std::string python = venv + "/bin/python";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << "no benchmark venv at " << venv;
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(trace, "models/stories260K/derived_greedy_trace_once_upon_a_time_64.json");
+  auto dir = testing::TempDir("hf_transformers") / "hf";
+  ASSERT_EQ(RunLaminar("convert " + bin + " --out " + dir.string()).exit_code, 0);
+  std::string cmd = python + " " + LAMINAR_SOURCE_DIR + "/scripts/check_hf_export.py " +
+                    dir.string() + " --trace " + trace + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
+}  // namespace laminar
