@@ -65,7 +65,10 @@ Status MatMul(std::span<const float> x, std::span<const float> w, std::span<cons
   if (m == 0 || n == 0) return OkStatus();
   const float* b = bias.empty() ? nullptr : bias.data();
   // Slices of at least 64 columns, at most one per thread.
-  int64_t parts = pool == nullptr ? 1 : std::min<int64_t>(pool->num_threads() + 1, (n + 63) / 64);
+  // Small products (a tiny model's decode step) run on the caller: a wake-up costs more.
+  int64_t parts = pool == nullptr || m * n * k < (int64_t{1} << 16)
+                      ? 1
+                      : std::min<int64_t>(pool->num_threads() + 1, (n + 63) / 64);
   if (parts <= 1) return MatMulSlice(x.data(), w.data(), b, m, n, k, 0, n, out.data());
   int64_t per = ((n + parts - 1) / parts + 15) / 16 * 16;
   std::vector<Status> status(static_cast<size_t>(parts));

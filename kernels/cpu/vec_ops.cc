@@ -121,7 +121,8 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
       for (int64_t p = 0; p <= last; ++p) ops.axpy(scores[p], &v_cache[(p * hkv + kvh) * d], o, d);
     }
   };
-  if (pool == nullptr) {
+  // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
+  if (pool == nullptr || t * h * s * d < (int64_t{1} << 16)) {
     run(0, t * h);
   } else {
     pool->ParallelFor(t * h, 4, run);
