@@ -111,13 +111,18 @@ TEST(LlamaModelBackendTest, BF16WeightsEqualReferenceOnRoundedWeights) {
   auto ref = LlamaModel::Create(cfg, rounded, Backend::kReference);
   auto bf16 = LlamaModel::Create(cfg, weights, Backend::kCpu, DType::kBF16);
   ASSERT_TRUE(ref.ok() && bf16.ok()) << bf16.status();
-  std::vector<int32_t> ids = {4, 8, 15, 16, 23, 36};
-  SequenceSpan span{0, 0, 6};
-  KvCache c1 = (*ref)->NewCache(1, 8), c2 = (*bf16)->NewCache(1, 8);
-  std::vector<float> a, b;
-  ASSERT_TRUE((*ref)->Forward(ids, {&span, 1}, &c1, LogitsFor::kAllTokens, &a).ok());
-  ASSERT_TRUE((*bf16)->Forward(ids, {&span, 1}, &c2, LogitsFor::kAllTokens, &b).ok());
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
+  // 6 rows read bf16 directly (decode path); 24 rows widen to f32 for oneDNN (prefill path).
+  for (int64_t t : {6, 24}) {
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < t; ++i)
+      ids.push_back(static_cast<int32_t>((i * 7 + 4) % cfg.vocab_size));
+    SequenceSpan span{0, 0, t};
+    KvCache c1 = (*ref)->NewCache(1, t), c2 = (*bf16)->NewCache(1, t);
+    std::vector<float> a, b;
+    ASSERT_TRUE((*ref)->Forward(ids, {&span, 1}, &c1, LogitsFor::kAllTokens, &a).ok());
+    ASSERT_TRUE((*bf16)->Forward(ids, {&span, 1}, &c2, LogitsFor::kAllTokens, &b).ok());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << "T=" << t << " at " << i;
+  }
   EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kReference, DType::kBF16).ok());
   EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kCpu, DType::kI8).ok());
 }
