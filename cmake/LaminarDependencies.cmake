@@ -8,6 +8,8 @@ find_package(CLI11 REQUIRED)
 find_package(dnnl REQUIRED)
 find_package(OpenMP REQUIRED)  # oneDNN's threading runtime; kernels pin it to one thread per call
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(Protobuf REQUIRED)
 if(LAMINAR_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

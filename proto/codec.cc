@@ -1,0 +1,158 @@
+// Message invariants and the chunk checksum.
+#include "proto/codec.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace laminar::proto {
+namespace {
+
+Status Bad(const std::string& what) { return InvalidArgumentError(what); }
+
+template <typename Ids>
+Status NonNegativeIds(const Ids& ids, const char* field) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0) return Bad(std::string(field) + "[" + std::to_string(i) + "] is negative");
+  }
+  return OkStatus();
+}
+
+Status SameLength(int tokens, int logprobs) {
+  if (tokens != logprobs) {
+    return Bad("response_ids has " + std::to_string(tokens) + " tokens but logprobs has " +
+               std::to_string(logprobs));
+  }
+  return OkStatus();
+}
+
+template <typename Logprobs>
+Status ValidLogprobs(const Logprobs& lps) {
+  for (int i = 0; i < lps.size(); ++i) {
+    if (!std::isfinite(lps[i]) || lps[i] > 1e-4f) {
+      return Bad("logprobs[" + std::to_string(i) + "] = " + std::to_string(lps[i]) +
+                 " is not a log-probability");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+uint64_t Checksum(std::string_view data) { return XXH64(data.data(), data.size(), 0); }
+
+Status Validate(const PromptGroup& m) {
+  if (m.prompt_id().empty()) return Bad("prompt_id is empty");
+  if (m.num_samples() < 1 || m.num_samples() > 65536) {
+    return Bad("num_samples = " + std::to_string(m.num_samples()) + " outside [1, 65536]");
+  }
+  if (m.prompt_ids().empty()) return Bad("prompt_ids is empty");
+  return NonNegativeIds(m.prompt_ids(), "prompt_ids");
+}
+
+Status Validate(const PartialResponse& m) {
+  if (m.prompt_id().empty()) return Bad("prompt_id is empty");
+  if (m.sample_index() < 0) return Bad("sample_index is negative");
+  if (m.version() < 0) return Bad("version is negative");
+  LAMINAR_RETURN_IF_ERROR(SameLength(m.response_ids_size(), m.logprobs_size()));
+  LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.response_ids(), "response_ids"));
+  return ValidLogprobs(m.logprobs());
+}
+
+Status Validate(const Trajectory& m) {
+  if (m.prompt_id().empty()) return Bad("prompt_id is empty");
+  if (m.sample_index() < 0) return Bad("sample_index is negative");
+  if (m.version() < 0) return Bad("version is negative");
+  if (!FinishReason_IsValid(m.finish_reason()) ||
+      m.finish_reason() == FINISH_REASON_UNSPECIFIED) {
+    return Bad("finish_reason " + std::to_string(m.finish_reason()) + " is not stop, length or abort");
+  }
+  if (!std::isfinite(m.reward())) return Bad("reward is not finite");
+  LAMINAR_RETURN_IF_ERROR(SameLength(m.response_ids_size(), m.logprobs_size()));
+  LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.prompt_ids(), "prompt_ids"));
+  LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.response_ids(), "response_ids"));
+  return ValidLogprobs(m.logprobs());
+}
+
+Status Validate(const WeightManifest& m) {
+  if (m.version() < 0) return Bad("version is negative");
+  if (m.chunk_bytes() == 0) return Bad("chunk_bytes is 0");
+  uint64_t want_chunks = (m.total_bytes() + m.chunk_bytes() - 1) / m.chunk_bytes();
+  if (m.num_chunks() != want_chunks) {
+    return Bad("num_chunks = " + std::to_string(m.num_chunks()) + " but " +
+               std::to_string(m.total_bytes()) + " bytes in chunks of " +
+               std::to_string(m.chunk_bytes()) + " need " + std::to_string(want_chunks));
+  }
+  if (static_cast<uint64_t>(m.chunk_xxhash64_size()) != want_chunks) {
+    return Bad("chunk_xxhash64 has " + std::to_string(m.chunk_xxhash64_size()) + " entries for " +
+               std::to_string(want_chunks) + " chunks");
+  }
+  for (const auto& t : m.tensors()) {
+    DType dtype;
+    if (!ParseDType(t.dtype(), &dtype)) return Bad("tensor '" + t.name() + "' has dtype '" + t.dtype() + "'");
+    std::vector<int64_t> dims(t.shape().begin(), t.shape().end());
+    auto bytes = CheckedNumBytes(dims, DTypeSize(dtype));
+    if (!bytes.ok() || static_cast<uint64_t>(*bytes) != t.size_bytes()) {
+      return Bad("tensor '" + t.name() + "' has size_bytes " + std::to_string(t.size_bytes()) +
+                 " that its shape and dtype do not give");
+    }
+    if (t.offset() > m.total_bytes() || t.size_bytes() > m.total_bytes() - t.offset()) {
+      return Bad("tensor '" + t.name() + "' [offset " + std::to_string(t.offset()) + ", " +
+                 std::to_string(t.size_bytes()) + " bytes] runs past total_bytes " +
+                 std::to_string(m.total_bytes()));
+    }
+  }
+  return OkStatus();
+}
+
+Status Validate(const WeightChunk& m) {
+  if (m.version() < 0) return Bad("version is negative");
+  if (Checksum(m.data()) != m.xxhash64()) {
+    return DataLossError("chunk " + std::to_string(m.index()) + " of version " +
+                         std::to_string(m.version()) + " fails its xxHash64 checksum");
+  }
+  return OkStatus();
+}
+
+Status Validate(const Heartbeat& m) {
+  if (m.id().empty()) return Bad("id is empty");
+  if (m.running() < 0 || m.waiting() < 0) return Bad("running/waiting is negative");
+  if (m.kv_blocks_used() < 0 || m.kv_blocks_capacity() < 0 || m.kv_blocks_used_previous() < 0 ||
+      m.kv_blocks_used() > m.kv_blocks_capacity()) {
+    return Bad("kv_blocks_used " + std::to_string(m.kv_blocks_used()) + " outside [0, capacity " +
+               std::to_string(m.kv_blocks_capacity()) + "]");
+  }
+  return OkStatus();
+}
+
+Status Validate(const WorkRequest& m) {
+  if (m.rollout_id().empty()) return Bad("rollout_id is empty");
+  if (m.max_groups() < 0) return Bad("max_groups is negative");
+  return OkStatus();
+}
+
+Status Validate(const WorkReply& m) {
+  for (int i = 0; i < m.groups_size(); ++i) {
+    LAMINAR_RETURN_IF_ERROR(Validate(m.groups(i)), "groups[" + std::to_string(i) + "]");
+  }
+  return OkStatus();
+}
+
+Status Validate(const RepackCommand& m) {
+  if (m.source().empty() || m.destination().empty()) return Bad("source or destination is empty");
+  if (m.source() == m.destination()) return Bad("source and destination are both " + m.source());
+  if (m.version() < 0) return Bad("version is negative");
+  return OkStatus();
+}
+
+Status Validate(const VersionQuery&) { return OkStatus(); }
+
+Status Validate(const VersionReply& m) {
+  if (m.latest_complete_version() < -1) return Bad("latest_complete_version below -1");
+  return OkStatus();
+}
+
+}  // namespace laminar::proto
