@@ -10,6 +10,7 @@ find_package(OpenMP REQUIRED)  # oneDNN's threading runtime; kernels pin it to o
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(Protobuf REQUIRED)
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 if(LAMINAR_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -66,9 +66,9 @@ Status Validate(const Trajectory& m) {
   if (m.prompt_id().empty()) return Bad("prompt_id is empty");
   if (m.sample_index() < 0) return Bad("sample_index is negative");
   if (m.version() < 0) return Bad("version is negative");
-  if (!FinishReason_IsValid(m.finish_reason()) ||
-      m.finish_reason() == FINISH_REASON_UNSPECIFIED) {
-    return Bad("finish_reason " + std::to_string(m.finish_reason()) + " is not stop, length or abort");
+  if (!FinishReason_IsValid(m.finish_reason()) || m.finish_reason() == FINISH_REASON_UNSPECIFIED) {
+    return Bad("finish_reason " + std::to_string(m.finish_reason()) +
+               " is not stop, length or abort");
   }
   if (!std::isfinite(m.reward())) return Bad("reward is not finite");
   LAMINAR_RETURN_IF_ERROR(SameLength(m.response_ids_size(), m.logprobs_size()));
@@ -92,7 +92,8 @@ Status Validate(const WeightManifest& m) {
   }
   for (const auto& t : m.tensors()) {
     DType dtype;
-    if (!ParseDType(t.dtype(), &dtype)) return Bad("tensor '" + t.name() + "' has dtype '" + t.dtype() + "'");
+    if (!ParseDType(t.dtype(), &dtype))
+      return Bad("tensor '" + t.name() + "' has dtype '" + t.dtype() + "'");
     std::vector<int64_t> dims(t.shape().begin(), t.shape().end());
     auto bytes = CheckedNumBytes(dims, DTypeSize(dtype));
     if (!bytes.ok() || static_cast<uint64_t>(*bytes) != t.size_bytes()) {

@@ -132,7 +132,8 @@ TEST(CodecTest, InvariantsAreChecked) {
   t.add_response_ids(9);  // one more token than logprobs
   auto r = Decode<Trajectory>(Encode(t), "rollout/2");
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("3 tokens but logprobs has 2"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("3 tokens but logprobs has 2"), std::string::npos)
+      << r.status();
   t = SampleTrajectory();
   t.set_logprobs(0, NAN);
   EXPECT_FALSE(Decode<Trajectory>(Encode(t), "p").ok());

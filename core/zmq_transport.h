@@ -1,0 +1,103 @@
+// ZeroMQ transport helpers (DESIGN.md §4): request/reply with timeouts and retries
+// (DEALER -> ROUTER) and one-way streams (PUSH -> PULL), over inproc://, ipc:// or tcp://.
+// Exceptions from cppzmq are caught here and returned as Status naming the endpoint.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "core/status.h"
+
+namespace zmq {
+class context_t;
+class socket_t;
+}  // namespace zmq
+
+namespace laminar {
+
+// The process-wide ZeroMQ context (inproc:// endpoints only connect within one context).
+zmq::context_t& ZmqContext();
+
+// Client side of request/reply. Each call carries a request id, so a reply to an earlier,
+// timed-out attempt is recognised and dropped. Not thread-safe: one caller at a time.
+class ZmqRequestClient {
+ public:
+  explicit ZmqRequestClient(std::string endpoint);
+  ~ZmqRequestClient();
+  ZmqRequestClient(const ZmqRequestClient&) = delete;
+  ZmqRequestClient& operator=(const ZmqRequestClient&) = delete;
+
+  // Sends `request` and waits up to `timeout_ms` for the reply; on timeout reconnects and tries
+  // again, `attempts` times in all. Errors: DeadlineExceeded naming the endpoint and the attempts,
+  // Unavailable for a socket error.
+  StatusOr<std::string> Call(std::string_view request, int timeout_ms, int attempts = 1);
+
+ private:
+  Status Connect();
+  std::string endpoint_;
+  std::unique_ptr<zmq::socket_t> socket_;
+  uint64_t next_id_ = 1;
+};
+
+// Server side: a thread that answers each request with handler(request, peer). The handler runs
+// on the server thread, one request at a time. Stop() (or the destructor) ends it.
+class ZmqReplyServer {
+ public:
+  using Handler = std::function<std::string(std::string_view request, std::string_view peer)>;
+
+  // Binds `endpoint` ("tcp://127.0.0.1:*" picks a free port; see endpoint()). Errors:
+  // Unavailable naming the endpoint (in use, bad address).
+  static StatusOr<std::unique_ptr<ZmqReplyServer>> Start(const std::string& endpoint,
+                                                         Handler handler);
+  ~ZmqReplyServer();
+  ZmqReplyServer(const ZmqReplyServer&) = delete;
+  ZmqReplyServer& operator=(const ZmqReplyServer&) = delete;
+
+  // The bound endpoint, with the port filled in.
+  const std::string& endpoint() const { return endpoint_; }
+  void Stop();
+
+ private:
+  ZmqReplyServer() = default;
+  void Loop();
+  std::string endpoint_;
+  Handler handler_;
+  std::unique_ptr<zmq::socket_t> socket_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// One-way stream: PUSH connects, PULL binds. Send blocks at most `timeout_ms` when the peer's
+// queue is full; Receive waits at most `timeout_ms`. Not thread-safe.
+class ZmqPush {
+ public:
+  static StatusOr<std::unique_ptr<ZmqPush>> Connect(const std::string& endpoint);
+  ~ZmqPush();
+  Status Send(std::string_view message, int timeout_ms);
+
+ private:
+  ZmqPush() = default;
+  std::string endpoint_;
+  std::unique_ptr<zmq::socket_t> socket_;
+};
+
+class ZmqPull {
+ public:
+  static StatusOr<std::unique_ptr<ZmqPull>> Bind(const std::string& endpoint);
+  ~ZmqPull();
+  const std::string& endpoint() const { return endpoint_; }
+  // DeadlineExceeded when nothing arrived within `timeout_ms`.
+  StatusOr<std::string> Receive(int timeout_ms);
+
+ private:
+  ZmqPull() = default;
+  std::string endpoint_;
+  std::unique_ptr<zmq::socket_t> socket_;
+};
+
+}  // namespace laminar
