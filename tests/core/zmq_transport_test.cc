@@ -13,11 +13,14 @@
 namespace laminar {
 namespace {
 
-std::string Echo(std::string_view request, std::string_view) { return "re:" + std::string(request); }
+std::string Echo(std::string_view request, std::string_view) {
+  return "re:" + std::string(request);
+}
 
 TEST(ZmqTransportTest, RequestReplyOnEveryTransport) {
   std::string ipc = "ipc://" + (testing::TempDir("zmq") / "rr.sock").string();
-  for (std::string endpoint : {std::string("inproc://rr-test"), ipc, std::string("tcp://127.0.0.1:*")}) {
+  for (std::string endpoint :
+       {std::string("inproc://rr-test"), ipc, std::string("tcp://127.0.0.1:*")}) {
     auto server = ZmqReplyServer::Start(endpoint, Echo);
     ASSERT_TRUE(server.ok()) << server.status();
     ZmqRequestClient client((*server)->endpoint());
@@ -40,19 +43,23 @@ TEST(ZmqTransportTest, TimeoutNamesTheEndpoint) {
   ZmqRequestClient client((*silent)->endpoint());
   auto start = std::chrono::steady_clock::now();
   auto reply = client.Call("hello", 100, 2);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  start)
+                .count();
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(reply.status().message().find((*silent)->endpoint()), std::string::npos) << reply.status();
+  EXPECT_NE(reply.status().message().find((*silent)->endpoint()), std::string::npos)
+      << reply.status();
   EXPECT_GE(ms, 150);  // both attempts waited (a lower bound, not a timing threshold on speed)
 }
 
 TEST(ZmqTransportTest, RetriesPastASlowServerAndDropsLateReplies) {
   std::atomic<int> calls{0};
-  auto server = ZmqReplyServer::Start("tcp://127.0.0.1:*", [&](std::string_view req, std::string_view) {
-    if (calls++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    return std::string(req);
-  });
+  auto server =
+      ZmqReplyServer::Start("tcp://127.0.0.1:*", [&](std::string_view req, std::string_view) {
+        if (calls++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return std::string(req);
+      });
   ASSERT_TRUE(server.ok());
   ZmqRequestClient client((*server)->endpoint());
   auto reply = client.Call("once", 100, 10);

@@ -1,0 +1,85 @@
+// BulkTransport: point-to-point delivery of large tagged buffers (weight chunks), the interface
+// the relay tier sends through (DESIGN.md §4). ZmqBulkTransport is the ZeroMQ implementation (the
+// fallback when UCX is absent); FaultyTransport wraps any implementation to drop, corrupt, delay
+// or kill traffic in tests.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "core/zmq_transport.h"
+
+namespace laminar {
+
+struct BulkMessage {
+  uint64_t tag = 0;
+  std::string bytes;
+};
+
+// One receiving address per instance; Send may target any peer's address. Implementations are
+// thread-compatible: one sender thread and one receiver thread at a time.
+class BulkTransport {
+ public:
+  virtual ~BulkTransport() = default;
+  // Where peers send to (e.g. "tcp://127.0.0.1:40123").
+  virtual const std::string& address() const = 0;
+  // Queues `bytes` with `tag` for `peer`; blocks at most `timeout_ms` when the peer is slow.
+  // Errors: DeadlineExceeded, Unavailable naming the peer.
+  virtual Status Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
+                      int timeout_ms) = 0;
+  // The next message sent to this address; DeadlineExceeded after `timeout_ms`.
+  virtual StatusOr<BulkMessage> Receive(int timeout_ms) = 0;
+};
+
+// ZeroMQ PUSH/PULL: messages are [8-byte tag | payload]; one PUSH socket per peer, kept open.
+class ZmqBulkTransport : public BulkTransport {
+ public:
+  // Binds `bind_endpoint` ("tcp://127.0.0.1:*", "ipc://path", "inproc://name").
+  static StatusOr<std::unique_ptr<ZmqBulkTransport>> Create(const std::string& bind_endpoint);
+  const std::string& address() const override { return pull_->endpoint(); }
+  Status Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
+              int timeout_ms) override;
+  StatusOr<BulkMessage> Receive(int timeout_ms) override;
+
+ private:
+  std::unique_ptr<ZmqPull> pull_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ZmqPush>> pushes_;
+};
+
+// Faults injected on the send side of a wrapped transport (for tests only).
+struct FaultOptions {
+  double drop_probability = 0;     // the message silently vanishes
+  double corrupt_probability = 0;  // one byte of the payload is flipped
+  int delay_ms = 0;                // every send waits this long first
+  uint64_t seed = 1;
+};
+
+class FaultyTransport : public BulkTransport {
+ public:
+  FaultyTransport(std::unique_ptr<BulkTransport> inner, FaultOptions options);
+  const std::string& address() const override { return inner_->address(); }
+  Status Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
+              int timeout_ms) override;
+  StatusOr<BulkMessage> Receive(int timeout_ms) override;
+  // From now on every Send and Receive fails with Unavailable, as if the process died.
+  void Kill();
+  int dropped() const { return dropped_; }
+  int corrupted() const { return corrupted_; }
+
+ private:
+  std::unique_ptr<BulkTransport> inner_;
+  FaultOptions options_;
+  std::mt19937_64 rng_;
+  bool killed_ = false;
+  int dropped_ = 0;
+  int corrupted_ = 0;
+};
+
+}  // namespace laminar
