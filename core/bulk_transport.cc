@@ -14,8 +14,8 @@ StatusOr<std::unique_ptr<ZmqBulkTransport>> ZmqBulkTransport::Create(
   return t;
 }
 
-Status ZmqBulkTransport::Send(const std::string& peer, uint64_t tag,
-                              std::span<const uint8_t> bytes, int timeout_ms) {
+Status ZmqBulkTransport::Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
+                              int timeout_ms) {
   ZmqPush* push = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -53,10 +53,11 @@ StatusOr<BulkMessage> ZmqBulkTransport::Receive(int timeout_ms) {
 FaultyTransport::FaultyTransport(std::unique_ptr<BulkTransport> inner, FaultOptions options)
     : inner_(std::move(inner)), options_(options), rng_(options.seed) {}
 
-Status FaultyTransport::Send(const std::string& peer, uint64_t tag,
-                             std::span<const uint8_t> bytes, int timeout_ms) {
+Status FaultyTransport::Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
+                             int timeout_ms) {
   if (killed_) return UnavailableError(address() + " was killed (FaultyTransport)");
-  if (options_.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.delay_ms));
+  if (options_.delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.delay_ms));
   std::uniform_real_distribution<double> u(0, 1);
   if (u(rng_) < options_.drop_probability) {
     ++dropped_;
@@ -66,8 +67,8 @@ Status FaultyTransport::Send(const std::string& peer, uint64_t tag,
     std::string copy(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     copy[rng_() % copy.size()] ^= 0x5a;
     ++corrupted_;
-    return inner_->Send(peer, tag,
-                        {reinterpret_cast<const uint8_t*>(copy.data()), copy.size()}, timeout_ms);
+    return inner_->Send(peer, tag, {reinterpret_cast<const uint8_t*>(copy.data()), copy.size()},
+                        timeout_ms);
   }
   return inner_->Send(peer, tag, bytes, timeout_ms);
 }

@@ -41,7 +41,8 @@ TEST(BulkTransportTest, FaultyTransportDropsCorruptsAndDies) {
   auto sink = ZmqBulkTransport::Create("tcp://127.0.0.1:*");
   auto src = ZmqBulkTransport::Create("tcp://127.0.0.1:*");
   ASSERT_TRUE(sink.ok() && src.ok());
-  FaultyTransport faulty(std::move(*src), {.drop_probability = 0.3, .corrupt_probability = 0.3, .seed = 7});
+  FaultyTransport faulty(std::move(*src),
+                         {.drop_probability = 0.3, .corrupt_probability = 0.3, .seed = 7});
   const int n = 60;
   auto p = Payload(4096, 1);
   for (int i = 0; i < n; ++i) ASSERT_TRUE(faulty.Send((*sink)->address(), i, p, 2000).ok());
