@@ -1,15 +1,34 @@
 // Message invariants and the chunk checksum.
 #include "proto/codec.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <xxhash.h>
 
 #include <cmath>
 
 #include "core/dtype.h"
+#include "core/logging.h"
 #include "core/tensor.h"
 
 namespace laminar::proto {
 namespace {
+
+// libprotobuf logs an ERROR line for every string field with invalid UTF-8 it refuses to parse;
+// a bad peer could flood stderr that way. Decode already returns a Status naming the peer, so
+// the library's own lines go to our log at DEBUG (FATAL ones still at ERROR).
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& message) {
+  if (level >= google::protobuf::LOGLEVEL_FATAL) {
+    LAMINAR_LOG(ERROR, NET) << "protobuf " << file << ":" << line << ": " << message;
+  } else {
+    LAMINAR_LOG(DEBUG, NET) << "protobuf " << file << ":" << line << ": " << message;
+  }
+}
+
+[[maybe_unused]] const bool kProtobufLogRouted = [] {
+  google::protobuf::SetLogHandler(&ProtobufLog);
+  return true;
+}();
 
 Status Bad(const std::string& what) { return InvalidArgumentError(what); }
 
