@@ -12,15 +12,8 @@ namespace laminar::engine {
 namespace {
 
 model::ModelConfig TinyConfig(bool qkv_bias, model::RopeLayout layout) {
-  model::ModelConfig c;
+  model::ModelConfig c = testing::TinyLlamaConfig();
   c.vocab_size = 37;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 64;
   c.attention_bias = qkv_bias;
   c.rope_layout = layout;
   c.tie_word_embeddings = !qkv_bias;

@@ -33,20 +33,13 @@ TEST(ModelPathTest, ResolvesPathsAndNames) {
 }  // namespace laminar::model
 
 #include "model/model_config.h"
+#include "tests/model/random_weights.h"
 
 namespace laminar::model {
 namespace {
 
 TEST(ModelConfigTest, AbsurdSizesAreRefusedByName) {
-  ModelConfig c;
-  c.vocab_size = 32;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 64;
+  ModelConfig c = testing::TinyLlamaConfig();
   ASSERT_TRUE(c.Validate("cfg").ok());
   ModelConfig huge = c;
   huge.num_hidden_layers = int64_t{1} << 62;

@@ -9,6 +9,21 @@
 
 namespace laminar::testing {
 
+// A tiny valid Llama config (GQA 4/2 heads of 4 dims, 2 layers) for tests to adjust.
+inline model::ModelConfig TinyLlamaConfig() {
+  model::ModelConfig c;
+  c.architecture = "llama";
+  c.vocab_size = 32;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
 // f32 normal(0, stddev) values, the same for the same seed.
 inline model::WeightStore RandomWeights(const model::ModelConfig& config, uint32_t seed,
                                         float stddev = 0.5f) {
