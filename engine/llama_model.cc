@@ -17,6 +17,15 @@ namespace {
 // over the widened GEMM between 8 and 32 rows on AVX2.
 constexpr int64_t kBF16DirectMaxRows = 16;
 
+}  // namespace
+
+// Activation buffers of one Forward call, sized once and reused by every layer.
+struct Workspace {
+  std::vector<float> hn, q, k, v, att, out, gate, up;
+};
+
+namespace {
+
 std::string LayerName(int64_t i, const char* suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
@@ -182,13 +191,19 @@ KvCache LlamaModel::NewCache(int64_t num_slots, int64_t max_positions) const {
 
 void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int32_t> positions,
                                 std::span<const SequenceSpan> spans, KvCache* cache,
-                                std::vector<float>& x) const {
+                                std::vector<float>& x, Workspace& ws) const {
   const auto& c = config_;
   const int64_t t = static_cast<int64_t>(positions.size()), dm = c.hidden_size, d = c.head_dim;
   const int64_t h = c.num_attention_heads, hkv = c.num_key_value_heads;
   auto layout = c.rope_layout == model::RopeLayout::kInterleaved ? kernels::RopeLayout::kInterleaved
                                                                  : kernels::RopeLayout::kRotateHalf;
-  std::vector<float> hn(x.size()), q(t * h * d), k(t * hkv * d), v(t * hkv * d), att(t * h * d);
+  ws.hn.resize(x.size());
+  ws.q.resize(t * h * d);
+  ws.k.resize(t * hkv * d);
+  ws.v.resize(t * hkv * d);
+  ws.att.resize(t * h * d);
+  ws.out.resize(x.size());
+  auto &hn = ws.hn, &q = ws.q, &k = ws.k, &v = ws.v, &att = ws.att, &out = ws.out;
   Norm(x, l.attn_norm, t, dm, c.rms_norm_eps, hn);
   Linear(hn, l.wq, l.bq, t, h * d, dm, q);
   Linear(hn, l.wk, l.bk, t, hkv * d, dm, k);
@@ -216,16 +231,19 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
     }
     row += s.num_tokens;
   }
-  std::vector<float> out(x.size());
   Linear(att, l.wo, {}, t, dm, h * d, out);
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
 
-void LlamaModel::FeedForwardBlock(const Layer& l, std::vector<float>& x) const {
+void LlamaModel::FeedForwardBlock(const Layer& l, std::vector<float>& x, Workspace& ws) const {
   const auto& c = config_;
   const int64_t dm = c.hidden_size, f = c.intermediate_size;
   const int64_t t = static_cast<int64_t>(x.size()) / dm;
-  std::vector<float> hn(x.size()), g(t * f), u(t * f), out(x.size());
+  ws.hn.resize(x.size());
+  ws.gate.resize(t * f);
+  ws.up.resize(t * f);
+  ws.out.resize(x.size());
+  auto &hn = ws.hn, &g = ws.gate, &u = ws.up, &out = ws.out;
   Norm(x, l.ffn_norm, t, dm, c.rms_norm_eps, hn);
   Linear(hn, l.w_gate, {}, t, f, dm, g);
   Linear(hn, l.w_up, {}, t, f, dm, u);
@@ -273,10 +291,11 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     }
   }
   std::vector<float> x(t * c.hidden_size);
+  Workspace ws;
   kernels::ref::Embedding(embed_, tokens, c.hidden_size, x);
   for (size_t li = 0; li < layers_.size(); ++li) {
-    AttentionBlock(layers_[li], static_cast<int64_t>(li), positions, spans, cache, x);
-    FeedForwardBlock(layers_[li], x);
+    AttentionBlock(layers_[li], static_cast<int64_t>(li), positions, spans, cache, x, ws);
+    FeedForwardBlock(layers_[li], x, ws);
   }
   // Select rows, then the final norm and the output head on those rows only.
   std::vector<float> rows;

@@ -27,6 +27,8 @@ struct SequenceSpan {
   int64_t num_tokens = 0;
 };
 
+struct Workspace;  // per-call activation buffers (llama_model.cc)
+
 // Which kernels run the dense projections: the reference loops (the truth) or oneDNN.
 enum class Backend { kReference, kCpu };
 
@@ -76,9 +78,9 @@ class LlamaModel {
   StatusOr<Weight> Projection(const model::WeightStore& weights, const std::string& name,
                               int64_t rows, int64_t cols);
   void AttentionBlock(const Layer& layer, int64_t li, std::span<const int32_t> positions,
-                      std::span<const SequenceSpan> spans, KvCache* cache,
-                      std::vector<float>& x) const;
-  void FeedForwardBlock(const Layer& layer, std::vector<float>& x) const;
+                      std::span<const SequenceSpan> spans, KvCache* cache, std::vector<float>& x,
+                      Workspace& ws) const;
+  void FeedForwardBlock(const Layer& layer, std::vector<float>& x, Workspace& ws) const;
   void Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
             double eps, std::span<float> out) const;
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias) on the chosen backend.

@@ -148,10 +148,7 @@ StatusOr<std::vector<int32_t>> ByteLevelBpeTokenizer::Encode(std::string_view te
 }
 
 StatusOr<std::string> ByteLevelBpeTokenizer::TokenBytes(int32_t id, bool skip_special) const {
-  if (id < 0 || id >= vocab_size()) {
-    return OutOfRangeError("token id " + std::to_string(id) + " outside the vocabulary of " +
-                           std::to_string(vocab_size()));
-  }
+  LAMINAR_RETURN_IF_ERROR(CheckId(id));
   const std::string& piece = vocab_.pieces[id];
   switch (vocab_.types[id]) {
     case TokenType::kControl:

@@ -247,4 +247,12 @@ std::string StreamingDecoder::Finish() {
   return out;
 }
 
+Status Tokenizer::CheckId(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    return OutOfRangeError("token id " + std::to_string(id) + " outside the vocabulary of " +
+                           std::to_string(vocab_size()));
+  }
+  return OkStatus();
+}
+
 }  // namespace laminar::model

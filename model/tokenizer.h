@@ -107,6 +107,9 @@ class Tokenizer {
  protected:
   explicit Tokenizer(Vocab vocab);
 
+  // OutOfRange naming `id` when it is outside [0, V); for TokenBytes implementations.
+  Status CheckId(int32_t id) const;
+
   // Splits `text` into runs of plain text and whole special/added tokens (leftmost-longest match,
   // as Hugging Face's added-token matcher). Each piece: {text, -1} or {"", id}.
   struct Fragment {

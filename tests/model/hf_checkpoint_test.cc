@@ -23,15 +23,7 @@ namespace fs = std::filesystem;
 using testing::RandomWeights;
 
 ModelConfig TinyLlama() {
-  ModelConfig c;
-  c.architecture = "llama";
-  c.vocab_size = 32;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
+  ModelConfig c = testing::TinyLlamaConfig();
   c.max_position_embeddings = 16384;
   c.rope_theta = 500000.0;
   c.rope_scaling = RopeScaling{"llama3", 8.0, 1.0, 4.0, 8192};
