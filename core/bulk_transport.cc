@@ -80,4 +80,13 @@ StatusOr<BulkMessage> FaultyTransport::Receive(int timeout_ms) {
 
 void FaultyTransport::Kill() { killed_ = true; }
 
+StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
+                                                             const std::string& host) {
+  if (kind == "zmq") {
+    LAMINAR_ASSIGN_OR_RETURN(auto t, ZmqBulkTransport::Create("tcp://" + host + ":*"));
+    return std::unique_ptr<BulkTransport>(std::move(t));
+  }
+  return InvalidArgumentError("bulk transport '" + std::string(kind) + "'; choices: zmq");
+}
+
 }  // namespace laminar

@@ -82,4 +82,8 @@ class FaultyTransport : public BulkTransport {
   int corrupted_ = 0;
 };
 
+// A transport by config name: "zmq" binds tcp://HOST:* (UCX arrives with ucx_transport.h).
+StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
+                                                             const std::string& host = "127.0.0.1");
+
 }  // namespace laminar

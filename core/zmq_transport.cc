@@ -1,6 +1,8 @@
 // ZeroMQ helpers over cppzmq.
 #include "core/zmq_transport.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -126,9 +128,10 @@ void ZmqReplyServer::Loop() {
                                << " frames (expected identity, id, body)";
         continue;
       }
-      std::string peer = frames[0].to_string();
+      std::string peer = "zmq-peer-";  // the routing id, printable (it names peers in errors)
+      for (uint8_t b : frames[0].to_string_view()) peer += fmt::format("{:02x}", b);
       std::string reply = handler_(frames[2].to_string_view(), peer);
-      socket_->send(zmq::buffer(peer), zmq::send_flags::sndmore);
+      socket_->send(zmq::buffer(frames[0].to_string_view()), zmq::send_flags::sndmore);
       socket_->send(zmq::buffer(frames[1].to_string_view()), zmq::send_flags::sndmore);
       socket_->send(zmq::buffer(reply), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {

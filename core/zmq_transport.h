@@ -44,7 +44,8 @@ class ZmqRequestClient {
   uint64_t next_id_ = 1;
 };
 
-// Server side: a thread that answers each request with handler(request, peer). The handler runs
+// Server side: a thread that answers each request with handler(request, peer), where peer is
+// the client's routing id in hex ("zmq-peer-00a1b2c3d4"). The handler runs
 // on the server thread, one request at a time. Stop() (or the destructor) ends it.
 class ZmqReplyServer {
  public:

@@ -175,4 +175,66 @@ Status Validate(const VersionReply& m) {
   return OkStatus();
 }
 
+Status Validate(const RelayBroadcast& m) {
+  LAMINAR_RETURN_IF_ERROR(BroadcastManifest(m).status());
+  for (int i = 0; i < m.route_size(); ++i) {
+    if (m.route(i).empty()) return Bad("route[" + std::to_string(i) + "] is empty");
+  }
+  return OkStatus();
+}
+
+StatusOr<WeightManifest> BroadcastManifest(const RelayBroadcast& m) {
+  if (Checksum(m.manifest()) != m.manifest_xxhash64()) {
+    return DataLossError("manifest fails its xxHash64 checksum");
+  }
+  WeightManifest manifest;
+  if (m.manifest().size() > static_cast<size_t>(INT32_MAX) ||
+      !manifest.ParseFromArray(m.manifest().data(), static_cast<int>(m.manifest().size()))) {
+    return DataLossError("manifest is malformed (" + std::to_string(m.manifest().size()) +
+                         " bytes)");
+  }
+  LAMINAR_RETURN_IF_ERROR(Validate(manifest), "manifest");
+  return manifest;
+}
+
+void SetBroadcastManifest(const WeightManifest& manifest, RelayBroadcast* m) {
+  m->set_manifest(manifest.SerializeAsString());
+  m->set_manifest_xxhash64(Checksum(m->manifest()));
+}
+
+Status Validate(const RelayRequest& m) {
+  switch (m.kind_case()) {
+    case RelayRequest::kJoin:
+      if (m.join().relay().id().empty() || m.join().relay().control_endpoint().empty() ||
+          m.join().relay().bulk_address().empty()) {
+        return Bad("join: relay id, control_endpoint and bulk_address are required");
+      }
+      return OkStatus();
+    case RelayRequest::kPull:
+      if (m.pull().version() < 0) return Bad("pull: version is negative");
+      if (m.pull().bulk_address().empty()) return Bad("pull: bulk_address is empty");
+      return OkStatus();
+    case RelayRequest::kResend:
+      if (m.resend().version() < 0) return Bad("resend: version is negative");
+      if (m.resend().bulk_address().empty()) return Bad("resend: bulk_address is empty");
+      return OkStatus();
+    case RelayRequest::kComplete:
+      if (m.complete().relay_id().empty()) return Bad("complete: relay_id is empty");
+      if (m.complete().version() < 0) return Bad("complete: version is negative");
+      return OkStatus();
+    case RelayRequest::kPing:
+    case RelayRequest::kLatest:
+    case RelayRequest::kChain:
+      return OkStatus();
+    case RelayRequest::KIND_NOT_SET:
+      break;
+  }
+  return Bad("no request kind set (unknown to this build?)");
+}
+
+Status Validate(const RelayReply& m) {
+  if (m.latest_complete_version() < -1) return Bad("latest_complete_version below -1");
+  return OkStatus();
+}
+
 }  // namespace laminar::proto

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "proto/control.pb.h"
+#include "proto/relay.pb.h"
 #include "proto/trajectory.pb.h"
 #include "proto/weights.pb.h"
 
@@ -32,6 +33,12 @@ Status Validate(const WorkReply& m);
 Status Validate(const RepackCommand& m);
 Status Validate(const VersionQuery& m);
 Status Validate(const VersionReply& m);
+Status Validate(const RelayBroadcast& m);
+// The manifest a broadcast carries, checked against its checksum and validated.
+StatusOr<WeightManifest> BroadcastManifest(const RelayBroadcast& m);
+void SetBroadcastManifest(const WeightManifest& manifest, RelayBroadcast* m);
+Status Validate(const RelayRequest& m);
+Status Validate(const RelayReply& m);
 
 // Serializes `message` with the header's protocol version set.
 template <typename M>

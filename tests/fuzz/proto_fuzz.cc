@@ -18,5 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)Decode<WorkReply>(bytes, "fuzz").ok();
   (void)Decode<RepackCommand>(bytes, "fuzz").ok();
   (void)Decode<VersionReply>(bytes, "fuzz").ok();
+  (void)Decode<RelayBroadcast>(bytes, "fuzz").ok();
+  (void)Decode<RelayRequest>(bytes, "fuzz").ok();
+  (void)Decode<RelayReply>(bytes, "fuzz").ok();
   return 0;
 }

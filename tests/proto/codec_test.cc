@@ -109,6 +109,43 @@ TEST(CodecTest, EveryMessageRoundTrips) {
   EXPECT_EQ(RoundTrip(vr).latest_complete_version(), 12);
 }
 
+TEST(CodecTest, RelayMessagesRoundTripAndAreChecked) {
+  RelayBroadcast b;
+  SetBroadcastManifest(SampleManifest(), &b);
+  b.add_route("ucx://127.0.0.1:1");
+  b.set_epoch(3);
+  EXPECT_EQ(RoundTrip(b).route(0), "ucx://127.0.0.1:1");
+  EXPECT_EQ(BroadcastManifest(b)->tensors(0).name(), "model.norm.weight");
+  RelayBroadcast flipped = b;
+  flipped.mutable_manifest()->back() ^= 1;  // a flipped bit that still parses
+  EXPECT_EQ(Decode<RelayBroadcast>(Encode(flipped), "relay/1").status().code(),
+            StatusCode::kDataLoss);
+  b.add_route("");
+  EXPECT_NE(Decode<RelayBroadcast>(Encode(b), "relay/1").status().message().find("route[1]"),
+            std::string::npos);
+  EXPECT_FALSE(Decode<RelayBroadcast>(Encode(RelayBroadcast()), "relay/1").ok());
+
+  RelayRequest join;
+  join.mutable_join()->mutable_relay()->set_id("r1");
+  join.mutable_join()->mutable_relay()->set_control_endpoint("tcp://127.0.0.1:2");
+  join.mutable_join()->mutable_relay()->set_bulk_address("ucx://127.0.0.1:3");
+  EXPECT_EQ(RoundTrip(join).join().relay().id(), "r1");
+  RelayRequest pull;
+  pull.mutable_pull()->set_version(4);
+  EXPECT_FALSE(Decode<RelayRequest>(Encode(pull), "rollout/0").ok());  // no bulk address
+  pull.mutable_pull()->set_bulk_address("tcp://127.0.0.1:9");
+  EXPECT_EQ(RoundTrip(pull).pull().version(), 4);
+  auto unset = Decode<RelayRequest>(Encode(RelayRequest()), "rollout/0");
+  EXPECT_NE(unset.status().message().find("no request kind"), std::string::npos);
+
+  RelayReply reply;
+  reply.set_latest_complete_version(7);
+  reply.add_completions()->set_relay_id("r2");
+  EXPECT_EQ(RoundTrip(reply).completions(0).relay_id(), "r2");
+  reply.set_latest_complete_version(-2);
+  EXPECT_FALSE(Decode<RelayReply>(Encode(reply), "relay/0").ok());
+}
+
 TEST(CodecTest, MalformedBytesNameThePeer) {
   auto r = Decode<Trajectory>(std::string("\xff\xff\xff\xff\x0f", 5), "rollout/7");
   ASSERT_FALSE(r.ok());

@@ -1,0 +1,237 @@
+// The actor's publisher: copy, then checksum and send in the background.
+#include "relay/publisher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/logging.h"
+#include "proto/codec.h"
+
+namespace laminar::relay {
+
+struct Publisher::Version {
+  proto::WeightManifest manifest;
+  std::vector<uint8_t> data;
+};
+
+Publisher::Publisher(PublisherOptions options) : options_(std::move(options)) {}
+
+StatusOr<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
+  if (options.master_endpoint.empty()) return InvalidArgumentError("publisher: no master endpoint");
+  if (options.chunk_bytes == 0) return InvalidArgumentError("publisher: chunk_bytes is 0");
+  if (options.connect_timeout_ms <= 0 || options.watch_interval_ms <= 0 ||
+      options.send_timeout_ms <= 0) {
+    return InvalidArgumentError("publisher: timeouts must be positive");
+  }
+  std::unique_ptr<Publisher> p(new Publisher(std::move(options)));
+  auto& o = p->options_;
+  if (o.transport) {
+    p->transport_ = std::move(o.transport);
+  } else {
+    LAMINAR_ASSIGN_OR_RETURN(p->transport_, CreateBulkTransport(o.bulk_kind, o.host));
+  }
+  Publisher* self = p.get();
+  LAMINAR_ASSIGN_OR_RETURN(
+      p->control_, ZmqReplyServer::Start(o.control_endpoint,
+                                         [self](std::string_view req, std::string_view peer) {
+                                           return self->HandleRequest(req, peer);
+                                         }));
+  ZmqRequestClient master(o.master_endpoint);
+  proto::RelayRequest query;
+  query.mutable_chain();
+  query.mutable_header()->set_sender("publisher/" + o.id);
+  LAMINAR_ASSIGN_OR_RETURN(
+      std::string bytes,
+      master.Call(proto::Encode(query), std::max(1, o.connect_timeout_ms / 5), 5),
+      "publisher: asking the master relay at " + o.master_endpoint);
+  LAMINAR_ASSIGN_OR_RETURN(proto::RelayReply reply,
+                           proto::Decode<proto::RelayReply>(bytes, o.master_endpoint));
+  if (!reply.error().empty() || reply.bulk_address().empty()) {
+    return FailedPreconditionError("publisher: " + o.master_endpoint +
+                                   " is not a master relay: " + reply.error());
+  }
+  p->master_bulk_ = reply.bulk_address();
+  p->stream_ = std::make_unique<SendWorker>("publisher/stream", p->transport_.get(), &p->send_mu_,
+                                            o.send_timeout_ms);
+  p->resends_ = std::make_unique<SendWorker>("publisher/resend", p->transport_.get(), &p->send_mu_,
+                                             o.send_timeout_ms);
+  p->thread_ = std::thread([self] { self->Loop(); });
+  return p;
+}
+
+Publisher::~Publisher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (control_) control_->Stop();
+  if (stream_) stream_->Stop();
+  if (resends_) resends_->Stop();
+}
+
+const std::string& Publisher::control_endpoint() const { return control_->endpoint(); }
+
+StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorBytes>& tensors) {
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (version <= last_version_) {
+      return InvalidArgumentError("publish: version " + std::to_string(version) +
+                                  " is not above the last one, " + std::to_string(last_version_));
+    }
+  }
+  auto v = std::make_shared<Version>();
+  LAMINAR_ASSIGN_OR_RETURN(v->manifest, LayoutManifest(version, tensors, options_.chunk_bytes),
+                           "publish");
+  v->data.resize(v->manifest.total_bytes());
+  for (int i = 0; i < v->manifest.tensors_size(); ++i) {
+    const auto& bytes = tensors[static_cast<size_t>(i)].bytes;
+    if (!bytes.empty())
+      std::memcpy(v->data.data() + v->manifest.tensors(i).offset(), bytes.data(), bytes.size());
+  }
+  const double stall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_) ++superseded_;
+  pending_ = std::move(v);
+  last_version_ = version;
+  cv_.notify_all();
+  LAMINAR_LOG(DEBUG, RELAY) << "publisher: version " << version << " copied in " << stall_s << " s";
+  return stall_s;
+}
+
+void Publisher::Loop() {
+  while (true) {
+    std::shared_ptr<Version> v;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || pending_; });
+      if (stop_) return;
+      v = std::move(pending_);
+      hashing_ = true;
+    }
+    FillChecksums(v->data, &v->manifest);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_ = v;  // before the first chunk leaves: resend requests may follow at once
+    }
+    const uint64_t generation = static_cast<uint64_t>(v->manifest.version()) + 1;
+    stream_->Supersede(generation);  // an older version still queued is not worth finishing
+    proto::RelayBroadcast b;
+    b.mutable_header()->set_sender("publisher/" + options_.id);
+    proto::SetBroadcastManifest(v->manifest, &b);
+    b.set_upstream_control(control_->endpoint());
+    stream_->Push(SendItem::Owned(master_bulk_,
+                                  EncodeTag({BulkKind::kBroadcast, v->manifest.version(), 0}),
+                                  proto::Encode(b), generation));
+    for (uint32_t i = 0; i < v->manifest.num_chunks(); ++i) {
+      const ChunkRange r = ChunkAt(v->manifest, i);
+      stream_->Push(SendItem::View(
+          master_bulk_, EncodeTag({BulkKind::kChunk, v->manifest.version(), i}),
+          std::span<const uint8_t>(v->data.data() + r.offset, static_cast<size_t>(r.size)), v,
+          generation));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hashing_ = false;
+      cv_.notify_all();
+    }
+    WatchUntilReceived(v, b);
+  }
+}
+
+// A lost or corrupted manifest leaves the master unaware of the version, so nothing would ask
+// for it again: until the master holds it (or a newer version is published), send the manifest
+// again whenever the master has it neither complete nor in flight; it asks for missing chunks.
+void Publisher::WatchUntilReceived(const std::shared_ptr<Version>& v,
+                                   const proto::RelayBroadcast& header) {
+  ZmqRequestClient master(options_.master_endpoint);
+  proto::RelayRequest latest;
+  latest.mutable_latest();
+  latest.mutable_header()->set_sender("publisher/" + options_.id);
+  const int64_t version = v->manifest.version();
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::milliseconds(options_.watch_interval_ms),
+                       [&] { return stop_ || pending_; })) {
+        return;
+      }
+    }
+    auto bytes = master.Call(proto::Encode(latest), options_.watch_interval_ms, 1);
+    if (!bytes.ok()) continue;  // the master is busy or restarting: ask again later
+    auto reply = proto::Decode<proto::RelayReply>(*bytes, options_.master_endpoint);
+    if (!reply.ok() || reply->latest_complete_version() >= version) return;
+    if (reply->inflight_version() == version || !stream_->WaitIdle(0)) continue;
+    LAMINAR_LOG(WARN, RELAY) << "publisher: the master has not got version " << version
+                             << "; sending its manifest again";
+    resends_->Push(SendItem::Owned(master_bulk_, EncodeTag({BulkKind::kBroadcast, version, 0}),
+                                   proto::Encode(header)));
+  }
+}
+
+Status Publisher::WaitSent(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return !pending_ && !hashing_; })) {
+      return DeadlineExceededError("publisher: versions still being checksummed after " +
+                                   std::to_string(timeout_ms) + " ms");
+    }
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now())
+                        .count();
+  if (!stream_->WaitIdle(static_cast<int>(std::max<int64_t>(left, 0)))) {
+    return DeadlineExceededError("publisher: versions still being sent after " +
+                                 std::to_string(timeout_ms) + " ms");
+  }
+  return OkStatus();
+}
+
+std::string Publisher::HandleRequest(std::string_view request, std::string_view peer) {
+  proto::RelayReply reply;
+  reply.mutable_header()->set_sender("publisher/" + options_.id);
+  auto decoded = proto::Decode<proto::RelayRequest>(request, "control peer " + std::string(peer));
+  if (!decoded.ok()) {
+    reply.set_error(decoded.status().message());
+    return proto::Encode(reply);
+  }
+  if (!decoded->has_resend()) {
+    reply.set_error("a publisher answers resend requests only");
+    return proto::Encode(reply);
+  }
+  const auto& resend = decoded->resend();
+  std::shared_ptr<Version> v;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    v = current_;
+  }
+  if (!v || v->manifest.version() != resend.version()) {
+    reply.set_error("version " + std::to_string(resend.version()) + " is no longer held");
+    return proto::Encode(reply);
+  }
+  proto::RelayBroadcast b;
+  b.mutable_header()->set_sender("publisher/" + options_.id);
+  proto::SetBroadcastManifest(v->manifest, &b);
+  b.set_upstream_control(control_->endpoint());
+  resends_->Push(SendItem::Owned(resend.bulk_address(),
+                                 EncodeTag({BulkKind::kBroadcast, v->manifest.version(), 0}),
+                                 proto::Encode(b)));
+  for (uint32_t i : resend.chunks()) {
+    if (i >= v->manifest.num_chunks()) continue;
+    const ChunkRange r = ChunkAt(v->manifest, i);
+    resends_->Push(SendItem::View(
+        resend.bulk_address(), EncodeTag({BulkKind::kChunk, v->manifest.version(), i}),
+        std::span<const uint8_t>(v->data.data() + r.offset, static_cast<size_t>(r.size)), v));
+  }
+  LAMINAR_LOG(INFO, RELAY) << "publisher: resending " << resend.chunks_size()
+                           << " chunk(s) of version " << resend.version() << " to "
+                           << resend.bulk_address();
+  return proto::Encode(reply);
+}
+
+}  // namespace laminar::relay

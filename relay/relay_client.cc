@@ -1,0 +1,195 @@
+// Rollout-side pulls: shared memory on the relay's machine, the bulk transport elsewhere.
+#include "relay/relay_client.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "core/logging.h"
+#include "proto/codec.h"
+#include "relay/chunk_assembler.h"
+#include "relay/wire.h"
+
+namespace laminar::relay {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+StatusOr<std::span<const uint8_t>> PulledVersion::Tensor(const std::string& name) const {
+  for (const auto& t : manifest_.tensors()) {
+    if (t.name() == name) return data_.subspan(t.offset(), t.size_bytes());
+  }
+  return NotFoundError("tensor '" + name + "' is not in version " + std::to_string(version()));
+}
+
+StatusOr<std::unique_ptr<RelayClient>> RelayClient::Create(RelayClientOptions options) {
+  if (options.relays.empty()) return InvalidArgumentError("relay client: no relay endpoints");
+  for (const auto& r : options.relays) {
+    if (r.empty()) return InvalidArgumentError("relay client: an empty relay endpoint");
+  }
+  std::unique_ptr<RelayClient> c(new RelayClient(std::move(options)));
+  char buf[256] = {};
+  c->hostname_ = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "localhost";
+  return c;
+}
+
+StatusOr<std::string> RelayClient::Call(const std::string& relay, const std::string& request) {
+  auto& client = clients_[relay];
+  if (!client) client = std::make_unique<ZmqRequestClient>(relay);
+  auto reply = client->Call(request, options_.request_timeout_ms, 1);
+  if (!reply.ok()) clients_.erase(relay);  // a fresh socket next time
+  return reply;
+}
+
+StatusOr<int64_t> RelayClient::LatestVersion() {
+  proto::RelayRequest r;
+  r.mutable_latest();
+  r.mutable_header()->set_sender("rollout/" + options_.id);
+  const std::string request = proto::Encode(r);
+  std::string errors;
+  for (size_t k = 0; k < options_.relays.size(); ++k) {
+    const size_t i = (current_ + k) % options_.relays.size();
+    auto bytes = Call(options_.relays[i], request);
+    StatusOr<proto::RelayReply> reply =
+        bytes.ok() ? proto::Decode<proto::RelayReply>(*bytes, options_.relays[i])
+                   : StatusOr<proto::RelayReply>(bytes.status());
+    if (reply.ok()) {
+      current_ = i;
+      return reply->latest_complete_version();
+    }
+    errors += "; " + reply.status().ToString();
+  }
+  return UnavailableError("no relay answered" + errors);
+}
+
+StatusOr<std::shared_ptr<const PulledVersion>> RelayClient::PullLatest(int64_t newer_than) {
+  std::string errors;
+  for (size_t k = 0; k < options_.relays.size(); ++k) {
+    const size_t i = (current_ + k) % options_.relays.size();
+    auto pulled = PullFrom(options_.relays[i], newer_than);
+    if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
+      current_ = i;
+      return pulled;
+    }
+    LAMINAR_LOG(WARN, RELAY) << "rollout " << options_.id << ": relay " << options_.relays[i]
+                             << " failed (" << pulled.status() << "); trying the next";
+    errors += "; " + pulled.status().ToString();
+  }
+  return UnavailableError("no relay could serve a version" + errors);
+}
+
+StatusOr<std::shared_ptr<const PulledVersion>> RelayClient::PullFrom(const std::string& relay,
+                                                                     int64_t newer_than) {
+  proto::RelayRequest r;
+  r.mutable_latest();
+  r.mutable_header()->set_sender("rollout/" + options_.id);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    LAMINAR_ASSIGN_OR_RETURN(std::string bytes, Call(relay, proto::Encode(r)));
+    LAMINAR_ASSIGN_OR_RETURN(proto::RelayReply reply,
+                             proto::Decode<proto::RelayReply>(bytes, relay));
+    const int64_t latest = reply.latest_complete_version();
+    if (latest < 0 || latest <= newer_than) {
+      return NotFoundError("relay " + relay + " has no version above " +
+                           std::to_string(newer_than) + " (newest: " + std::to_string(latest) +
+                           ")");
+    }
+    if (options_.allow_shm && reply.host() == hostname_ && !reply.shm_name().empty()) {
+      auto shm = ShmVersion::OpenReadOnly(reply.shm_name());
+      if (shm.status().code() == StatusCode::kNotFound) continue;  // superseded meanwhile
+      if (shm.ok()) {
+        if (options_.verify_shm) LAMINAR_RETURN_IF_ERROR((*shm)->Verify());
+        auto v = std::make_shared<PulledVersion>();
+        v->manifest_ = (*shm)->manifest();
+        v->data_ = (*shm)->data();
+        v->shm_ = std::move(*shm);
+        v->source_ = "shm";
+        v->relay_ = relay;
+        return std::shared_ptr<const PulledVersion>(std::move(v));
+      }
+      LAMINAR_LOG(WARN, RELAY) << "rollout " << options_.id << ": " << shm.status()
+                               << "; pulling over the bulk transport instead";
+    }
+    LAMINAR_ASSIGN_OR_RETURN(auto v, PullBulk(relay, latest));
+    return std::shared_ptr<const PulledVersion>(std::move(v));
+  }
+  return UnavailableError("relay " + relay + ": its newest version kept changing under us");
+}
+
+StatusOr<std::shared_ptr<PulledVersion>> RelayClient::PullBulk(const std::string& relay,
+                                                               int64_t version) {
+  if (!transport_) {
+    LAMINAR_ASSIGN_OR_RETURN(transport_, CreateBulkTransport(options_.bulk_kind, options_.host));
+  }
+  proto::RelayRequest pull;
+  pull.mutable_header()->set_sender("rollout/" + options_.id);
+  pull.mutable_pull()->set_version(version);
+  pull.mutable_pull()->set_bulk_address(transport_->address());
+  auto send_pull = [&]() -> Status {
+    LAMINAR_ASSIGN_OR_RETURN(std::string bytes, Call(relay, proto::Encode(pull)));
+    LAMINAR_ASSIGN_OR_RETURN(proto::RelayReply reply,
+                             proto::Decode<proto::RelayReply>(bytes, relay));
+    if (!reply.error().empty()) return FailedPreconditionError(relay + ": " + reply.error());
+    return OkStatus();
+  };
+  LAMINAR_RETURN_IF_ERROR(send_pull());
+  auto v = std::make_shared<PulledVersion>();
+  std::unique_ptr<ChunkAssembler> assembler;
+  const int64_t deadline = NowMs() + options_.pull_timeout_ms;
+  int64_t last_progress = NowMs();
+  while (!assembler || !assembler->complete()) {
+    if (NowMs() > deadline) {
+      return DeadlineExceededError("pulling version " + std::to_string(version) + " from " + relay +
+                                   ": " + std::to_string(assembler ? assembler->num_present() : 0) +
+                                   " chunks after " + std::to_string(options_.pull_timeout_ms) +
+                                   " ms");
+    }
+    if (NowMs() - last_progress > options_.stall_resend_ms) {
+      last_progress = NowMs();
+      if (!assembler) {
+        LAMINAR_RETURN_IF_ERROR(send_pull());
+      } else {
+        proto::RelayRequest resend;
+        resend.mutable_header()->set_sender("rollout/" + options_.id);
+        resend.mutable_resend()->set_version(version);
+        resend.mutable_resend()->set_bulk_address(transport_->address());
+        for (uint32_t i : assembler->Missing()) resend.mutable_resend()->add_chunks(i);
+        LAMINAR_RETURN_IF_ERROR(Call(relay, proto::Encode(resend)).status());
+      }
+    }
+    auto m = transport_->Receive(50);
+    if (!m.ok()) {
+      if (m.status().code() == StatusCode::kDeadlineExceeded) continue;
+      return m.status();
+    }
+    auto tag = DecodeTag(m->tag);
+    if (!tag.ok() || tag->version != version) continue;  // left over from an earlier pull
+    if (tag->kind == BulkKind::kBroadcast) {
+      if (assembler) continue;
+      LAMINAR_ASSIGN_OR_RETURN(auto b, proto::Decode<proto::RelayBroadcast>(m->bytes, relay));
+      LAMINAR_ASSIGN_OR_RETURN(v->manifest_, proto::BroadcastManifest(b));
+      v->heap_.assign(v->manifest_.total_bytes(), 0);
+      assembler = std::make_unique<ChunkAssembler>(v->manifest_, v->heap_);
+      last_progress = NowMs();
+      continue;
+    }
+    if (!assembler) continue;  // before its manifest: asked for again when we stall
+    auto accepted = assembler->Accept(
+        tag->index, {reinterpret_cast<const uint8_t*>(m->bytes.data()), m->bytes.size()});
+    if (accepted.ok() && *accepted) last_progress = NowMs();
+    if (!accepted.ok()) {
+      LAMINAR_LOG(WARN, RELAY) << "rollout " << options_.id << ": " << accepted.status();
+    }
+  }
+  v->data_ = v->heap_;
+  v->source_ = "bulk";
+  v->relay_ = relay;
+  return v;
+}
+
+}  // namespace laminar::relay

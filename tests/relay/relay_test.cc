@@ -1,0 +1,384 @@
+// The relay tier in one process over real sockets: wire framing, shared-memory versions, chunk
+// reassembly, a chain of relays fed by the publisher, rollout pulls, and injected faults.
+#include "relay/relay.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "core/bulk_transport.h"
+#include "proto/codec.h"
+#include "relay/chunk_assembler.h"
+#include "relay/publisher.h"
+#include "relay/relay_client.h"
+#include "relay/shm_version.h"
+#include "relay/wire.h"
+
+namespace laminar::relay {
+namespace {
+
+bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+// Tensors whose bytes are a function of (version, tensor index), so any mix-up shows.
+struct FakeWeights {
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<TensorBytes> tensors;
+};
+
+FakeWeights MakeWeights(int64_t version, const std::vector<int64_t>& rows, int64_t cols = 1000) {
+  FakeWeights w;
+  w.buffers.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::mt19937 rng(static_cast<uint32_t>(version * 131 + static_cast<int64_t>(i)));
+    w.buffers[i].resize(static_cast<size_t>(rows[i] * cols) * 2);
+    for (auto& b : w.buffers[i]) b = static_cast<uint8_t>(rng());
+    w.tensors.push_back(
+        {"layers." + std::to_string(i) + ".weight", DType::kBF16, {rows[i], cols}, w.buffers[i]});
+  }
+  return w;
+}
+
+// Every tensor of `v` equals MakeWeights(v.version(), rows).
+void ExpectWeights(const PulledVersion& v, const std::vector<int64_t>& rows) {
+  FakeWeights want = MakeWeights(v.version(), rows);
+  for (const auto& t : want.tensors) {
+    auto got = v.Tensor(t.name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), t.bytes.size());
+    ASSERT_EQ(0, std::memcmp(got->data(), t.bytes.data(), t.bytes.size())) << t.name;
+  }
+}
+
+size_t ShmSegmentsWithPrefix(const std::string& prefix) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
+  }
+  return n;
+}
+
+TEST(RelayWireTest, TagsRoundTripAndUnknownKindsAreRefused) {
+  for (BulkTag t : {BulkTag{BulkKind::kChunk, kMaxVersion, kMaxChunks - 1},
+                    BulkTag{BulkKind::kBroadcast, 0, 0}, BulkTag{BulkKind::kChunk, 12345, 77}}) {
+    auto back = DecodeTag(EncodeTag(t));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->kind, t.kind);
+    EXPECT_EQ(back->version, t.version);
+    EXPECT_EQ(back->index, t.index);
+  }
+  EXPECT_FALSE(DecodeTag(uint64_t{7} << 60).ok());
+}
+
+TEST(RelayWireTest, LayoutManifestChecksItsInput) {
+  FakeWeights w = MakeWeights(1, {3, 5});
+  auto m = LayoutManifest(1, w.tensors, 4096);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->tensors(1).offset() % 64, 0u);
+  FillChecksums(std::vector<uint8_t>(m->total_bytes()), &*m);
+  EXPECT_TRUE(proto::Validate(*m).ok());
+  auto dup = w.tensors;
+  dup[1].name = dup[0].name;
+  EXPECT_NE(LayoutManifest(1, dup, 4096).status().message().find("given twice"), std::string::npos);
+  auto bad = w.tensors;
+  bad[0].shape = {4, 1000};
+  EXPECT_NE(LayoutManifest(1, bad, 4096).status().message().find("layers.0.weight"),
+            std::string::npos);
+  EXPECT_FALSE(LayoutManifest(-1, w.tensors, 4096).ok());
+  EXPECT_FALSE(LayoutManifest(1, w.tensors, 0).ok());
+  std::vector<uint8_t> big(kMaxChunks + 1);
+  auto too_many = LayoutManifest(1, {{"big", DType::kU8, {kMaxChunks + 1}, big}}, 1);
+  EXPECT_NE(too_many.status().message().find("chunks"), std::string::npos);
+}
+
+proto::WeightManifest ManifestFor(int64_t version, const std::vector<uint8_t>& data,
+                                  uint64_t chunk_bytes) {
+  TensorBytes t{"w", DType::kU8, {static_cast<int64_t>(data.size())}, data};
+  auto m = LayoutManifest(version, {t}, chunk_bytes);
+  EXPECT_TRUE(m.ok()) << m.status();
+  FillChecksums(data, &*m);
+  return *m;
+}
+
+TEST(ChunkAssemblerTest, AcceptsAnyOrderOnceAndRefusesBadChunks) {
+  std::vector<uint8_t> data(10000);
+  std::iota(data.begin(), data.end(), 0);
+  proto::WeightManifest m = ManifestFor(3, data, 1024);
+  std::vector<uint8_t> dest(data.size());
+  ChunkAssembler a(m, dest);
+  std::vector<uint32_t> order(m.num_chunks());
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  std::vector<uint8_t> corrupt(data.begin(), data.begin() + 1024);
+  corrupt[17] ^= 1;
+  auto c = a.Accept(0, corrupt);
+  EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
+  EXPECT_FALSE(a.has(0));
+  EXPECT_EQ(a.Accept(99, corrupt).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.Accept(1, {data.data(), 5}).status().code(), StatusCode::kInvalidArgument);
+  for (uint32_t i : order) {
+    ChunkRange r = ChunkAt(m, i);
+    auto ok = a.Accept(i, {data.data() + r.offset, static_cast<size_t>(r.size)});
+    ASSERT_TRUE(ok.ok() && *ok) << i;
+    EXPECT_FALSE(*a.Accept(i, {data.data() + r.offset, static_cast<size_t>(r.size)}));
+  }
+  EXPECT_TRUE(a.complete());
+  EXPECT_TRUE(a.Missing().empty());
+  EXPECT_EQ(dest, data);
+}
+
+TEST(ShmVersionTest, ReadersKeepAnUnlinkedVersionIntact) {
+  const std::string name = "/laminar-test-" + std::to_string(getpid()) + "-v1";
+  std::vector<uint8_t> data(100000, 7);
+  proto::WeightManifest m = ManifestFor(1, data, 4096);
+  auto w = ShmVersion::Create(name, m);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(ShmVersion::Create(name, m).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(ShmVersion::OpenReadOnly(name).status().code(), StatusCode::kFailedPrecondition);
+  std::memcpy((*w)->mutable_data().data(), data.data(), data.size());
+  (*w)->MarkComplete();
+  auto r = ShmVersion::OpenReadOnly(name);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE((*r)->Verify().ok());
+  w->reset();  // the writer unmaps and unlinks
+  EXPECT_EQ(ShmVersion::OpenReadOnly(name).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE((*r)->Verify().ok());  // the reader's mapping still holds the bytes
+  EXPECT_EQ((*r)->data()[99999], 7);
+  EXPECT_EQ(ShmVersion::Create("no-slash", m).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A master and `n` relays in this process, fed by a publisher.
+struct Tier {
+  std::unique_ptr<Relay> master;
+  std::vector<std::unique_ptr<Relay>> relays;
+  std::unique_ptr<Publisher> publisher;
+
+  static Tier Start(int n, Topology topology = Topology::kChain,
+                    std::unique_ptr<BulkTransport> publisher_transport = nullptr) {
+    Tier t;
+    RelayOptions mo;
+    mo.id = "m";
+    mo.topology = topology;
+    mo.ping_interval_ms = 50;
+    mo.ping_timeout_ms = 200;
+    mo.rebroadcast_after_ms = 600;
+    auto m = Relay::Start(std::move(mo));
+    EXPECT_TRUE(m.ok()) << m.status();
+    t.master = std::move(*m);
+    for (int i = 0; i < n; ++i) {
+      RelayOptions o;
+      o.id = "r" + std::to_string(i + 1);
+      o.master_endpoint = t.master->info().control_endpoint();
+      o.ping_interval_ms = 50;
+      auto r = Relay::Start(std::move(o));
+      EXPECT_TRUE(r.ok()) << r.status();
+      t.relays.push_back(std::move(*r));
+    }
+    PublisherOptions po;
+    po.master_endpoint = t.master->info().control_endpoint();
+    po.chunk_bytes = 64 * 1024;
+    po.transport = std::move(publisher_transport);
+    auto p = Publisher::Create(std::move(po));
+    EXPECT_TRUE(p.ok()) << p.status();
+    t.publisher = std::move(*p);
+    return t;
+  }
+
+  bool AllHave(int64_t version) const {
+    if (master->latest_complete_version() != version) return false;
+    for (const auto& r : relays) {
+      if (r->latest_complete_version() != version) return false;
+    }
+    return true;
+  }
+};
+
+std::unique_ptr<RelayClient> ClientOf(const std::vector<const Relay*>& relays, bool allow_shm) {
+  RelayClientOptions o;
+  for (const Relay* r : relays) o.relays.push_back(r->info().control_endpoint());
+  o.allow_shm = allow_shm;
+  o.request_timeout_ms = 300;
+  auto c = RelayClient::Create(std::move(o));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+const std::vector<int64_t> kRows = {300, 17, 1, 250};  // ~1.1 MB in 18 chunks
+
+TEST(RelayTierTest, ChainDeliversEveryVersionBitIdenticalToEveryRelay) {
+  Tier t = Tier::Start(3);
+  ASSERT_EQ(t.master->Chain().size(), 3u);
+  FakeWeights w = MakeWeights(1, kRows);
+  auto stall = t.publisher->Publish(1, w.tensors);
+  ASSERT_TRUE(stall.ok()) << stall.status();
+  EXPECT_GE(*stall, 0.0);
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(1); }, 10000));
+  for (const auto& r : t.relays) {
+    auto c = ClientOf({r.get()}, /*allow_shm=*/true);
+    auto v = c->PullLatest();
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ((*v)->source(), "shm");
+    ExpectWeights(**v, kRows);
+  }
+  auto bulk = ClientOf({t.relays.back().get()}, /*allow_shm=*/false)->PullLatest();
+  ASSERT_TRUE(bulk.ok()) << bulk.status();
+  EXPECT_EQ((*bulk)->source(), "bulk");
+  ExpectWeights(**bulk, kRows);
+  EXPECT_EQ(ClientOf({t.master.get()}, true)->PullLatest(1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(t.publisher->Publish(1, w.tensors).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RelayTierTest, StarTopologyDeliversToo) {
+  Tier t = Tier::Start(2, Topology::kStar);
+  FakeWeights w = MakeWeights(4, kRows);
+  ASSERT_TRUE(t.publisher->Publish(4, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(4); }, 10000));
+  auto v = ClientOf({t.relays[1].get()}, false)->PullLatest();
+  ASSERT_TRUE(v.ok()) << v.status();
+  ExpectWeights(**v, kRows);
+}
+
+TEST(RelayTierTest, PullsWhileNewerVersionsArriveAreAlwaysCompleteAndOldOnesAreFreed) {
+  Tier t = Tier::Start(2);
+  std::atomic<bool> done{false};
+  std::atomic<int> pulls{0};
+  std::atomic<int64_t> newest_seen{-1};
+  std::thread reader([&] {
+    auto c = ClientOf({t.relays[1].get(), t.relays[0].get()}, true);
+    while (!done) {
+      auto v = c->PullLatest();
+      if (!v.ok()) continue;      // NotFound before the first version
+      ExpectWeights(**v, kRows);  // checks every byte of the version it names
+      newest_seen = std::max<int64_t>(newest_seen, (*v)->version());
+      ++pulls;
+    }
+  });
+  for (int64_t version = 1; version <= 6; ++version) {
+    FakeWeights w = MakeWeights(version, kRows);
+    ASSERT_TRUE(t.publisher->Publish(version, w.tensors).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(6); }, 15000));
+  ASSERT_TRUE(WaitFor([&] { return newest_seen == 6; }, 5000));
+  done = true;
+  reader.join();
+  EXPECT_GT(pulls.load(), 0);
+  // Each relay keeps only its newest version (and none in flight now).
+  for (const Relay* r : {t.master.get(), t.relays[0].get(), t.relays[1].get()}) {
+    const std::string prefix = "laminar-" + r->info().id() + "-" + std::to_string(getpid());
+    EXPECT_TRUE(WaitFor([&] { return ShmSegmentsWithPrefix(prefix) == 1; }, 3000)) << prefix;
+  }
+  const std::string m_prefix = "laminar-m-" + std::to_string(getpid());
+  t = Tier();  // stopping unlinks the rest
+  EXPECT_EQ(ShmSegmentsWithPrefix(m_prefix), 0u);
+}
+
+TEST(RelayTierTest, CorruptedChunksFromThePublisherAreDetectedAndSentAgain) {
+  auto inner = CreateBulkTransport("zmq");
+  ASSERT_TRUE(inner.ok());
+  auto* faulty = new FaultyTransport(std::move(*inner), {.corrupt_probability = 0.3, .seed = 3});
+  Tier t = Tier::Start(2, Topology::kChain, std::unique_ptr<BulkTransport>(faulty));
+  FakeWeights w = MakeWeights(2, kRows);
+  ASSERT_TRUE(t.publisher->Publish(2, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(2); }, 15000));
+  EXPECT_GT(faulty->corrupted(), 0);
+  auto v = ClientOf({t.relays[1].get()}, true)->PullLatest();
+  ASSERT_TRUE(v.ok()) << v.status();
+  ExpectWeights(**v, kRows);
+}
+
+TEST(RelayTierTest, ChunksLostInsideTheChainAreRecovered) {
+  Tier t = Tier::Start(0);
+  // A relay whose outgoing messages are lost at random: its downstream must still complete.
+  RelayOptions lossy;
+  lossy.id = "lossy";
+  lossy.master_endpoint = t.master->info().control_endpoint();
+  auto inner = CreateBulkTransport("zmq");
+  ASSERT_TRUE(inner.ok());
+  auto* faulty = new FaultyTransport(std::move(*inner), {.drop_probability = 0.2, .seed = 9});
+  lossy.transport.reset(faulty);
+  auto r1 = Relay::Start(std::move(lossy));
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  RelayOptions o;
+  o.id = "after";
+  o.master_endpoint = t.master->info().control_endpoint();
+  auto r2 = Relay::Start(std::move(o));
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  FakeWeights w = MakeWeights(5, kRows);
+  ASSERT_TRUE(t.publisher->Publish(5, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return (*r2)->latest_complete_version() == 5; }, 20000));
+  EXPECT_GT(faulty->dropped(), 0);
+  auto v = ClientOf({r2->get()}, false)->PullLatest();
+  ASSERT_TRUE(v.ok()) << v.status();
+  ExpectWeights(**v, kRows);
+}
+
+TEST(RelayTierTest, ARelayThatStopsIsDroppedAndTheRestStillGetTheVersion) {
+  Tier t = Tier::Start(3);
+  FakeWeights w1 = MakeWeights(1, kRows);
+  ASSERT_TRUE(t.publisher->Publish(1, w1.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(1); }, 10000));
+  t.relays[0]->Stop();  // the head of the chain after the master
+  FakeWeights w2 = MakeWeights(2, kRows);
+  ASSERT_TRUE(t.publisher->Publish(2, w2.tensors).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return t.relays[1]->latest_complete_version() == 2 &&
+               t.relays[2]->latest_complete_version() == 2;
+      },
+      10000));
+  EXPECT_EQ(t.master->Chain().size(), 2u);
+  EXPECT_EQ(t.master->chain_rebuilds(), 1u);
+  // A rollout whose local relay is gone pulls from the next one.
+  auto c = ClientOf({t.relays[0].get(), t.relays[2].get()}, true);
+  auto v = c->PullLatest();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->version(), 2);
+  EXPECT_EQ((*v)->relay(), t.relays[2]->info().control_endpoint());
+  ExpectWeights(**v, kRows);
+}
+
+TEST(RelayTierTest, BadOptionsAndPeersGiveClearErrors) {
+  RelayOptions o;
+  o.id = "x";
+  o.master_endpoint = "tcp://127.0.0.1:1";  // nobody listens
+  o.join_timeout_ms = 250;
+  auto r = Relay::Start(std::move(o));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tcp://127.0.0.1:1"), std::string::npos);
+  RelayOptions bad;
+  bad.shm_prefix = "a/b";
+  EXPECT_EQ(Relay::Start(std::move(bad)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParseTopology("ring").ok());
+  EXPECT_EQ(RelayClient::Create({}).status().code(), StatusCode::kInvalidArgument);
+  PublisherOptions po;
+  po.master_endpoint = "tcp://127.0.0.1:1";
+  po.connect_timeout_ms = 250;
+  EXPECT_FALSE(Publisher::Create(std::move(po)).ok());
+  // A relay answers garbage with an error, not a crash.
+  Tier t = Tier::Start(0);
+  ZmqRequestClient client(t.master->info().control_endpoint());
+  auto reply = client.Call("\xff\xff garbage", 1000);
+  ASSERT_TRUE(reply.ok());
+  auto decoded = proto::Decode<proto::RelayReply>(*reply, "master");
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_NE(decoded->error().find("malformed"), std::string::npos);
+  auto none = ClientOf({t.master.get()}, true)->PullLatest();
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace laminar::relay
