@@ -26,6 +26,7 @@ struct RelayArgs {
   std::string shm_prefix;
   int ping_interval_ms = 200;
   int dead_after = 2;
+  int join_timeout_ms = 5000;
   double fault_corrupt = 0;
   double fault_drop = 0;
 };
@@ -53,6 +54,7 @@ int Run(const RelayArgs& a) {
   o.ping_interval_ms = a.ping_interval_ms;
   o.ping_timeout_ms = 2 * a.ping_interval_ms;
   o.dead_after_failures = a.dead_after;
+  o.join_timeout_ms = a.join_timeout_ms;
   auto topology = relay::ParseTopology(a.topology);
   if (!topology.ok()) return Fail(topology.status().message());
   o.topology = *topology;
@@ -102,6 +104,9 @@ std::function<int()> SetupRelay(CLI::App* app) {
   app->add_option("--dead-after", a->dead_after,
                   "master only: missed pings before a relay leaves the chain")
       ->check(CLI::Range(1, 100));
+  app->add_option("--join-timeout-ms", a->join_timeout_ms,
+                  "how long to keep trying to reach the master before giving up")
+      ->check(CLI::Range(10, 600000));
   app->add_option("--fault-corrupt", a->fault_corrupt,
                   "testing: probability that a sent chunk has a byte flipped")
       ->check(CLI::Range(0.0, 1.0));

@@ -20,6 +20,7 @@ class Process {
   // Errors: InvalidArgument for an empty argv, Unavailable naming the program when it cannot start.
   static StatusOr<Process> Spawn(const std::vector<std::string>& argv,
                                  const std::string& stderr_path = "");
+  Process() = default;  // holds no child
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;
   Process(const Process&) = delete;
@@ -39,7 +40,6 @@ class Process {
   bool Running();
 
  private:
-  Process() = default;
   void Close();
   pid_t pid_ = -1;
   int stdout_fd_ = -1;

@@ -1,0 +1,54 @@
+// Child processes: lines from stdout with deadlines, exit codes, signals, start failures.
+#include "core/process.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+namespace laminar {
+namespace {
+
+TEST(ProcessTest, ReadsLinesAndExitCode) {
+  auto p = Process::Spawn({"sh", "-c", "echo first; printf 'second\\nthird'; exit 3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p->ReadLine(5000), "first");
+  EXPECT_EQ(*p->ReadLine(5000), "second");
+  // "third" has no newline: the pipe closes first.
+  EXPECT_EQ(p->ReadLine(5000).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(*p->Wait(5000), 3);
+  EXPECT_FALSE(p->Running());
+}
+
+TEST(ProcessTest, DeadlinesAndSignals) {
+  auto p = Process::Spawn({"sleep", "30"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->Running());
+  EXPECT_EQ(p->ReadLine(50).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(p->Wait(20).status().code(), StatusCode::kDeadlineExceeded);
+  p->Signal(SIGKILL);
+  EXPECT_EQ(*p->Wait(5000), 128 + SIGKILL);
+  p->Signal(SIGKILL);  // already reaped: nothing happens
+}
+
+TEST(ProcessTest, StartFailuresAreErrors) {
+  EXPECT_EQ(Process::Spawn({}).status().code(), StatusCode::kInvalidArgument);
+  auto missing = Process::Spawn({"/nonexistent/laminar-binary"});
+  // posix_spawn reports a missing program either at once or as exit code 127 of the child.
+  if (missing.ok()) {
+    EXPECT_EQ(*missing->Wait(5000), 127);
+  } else {
+    EXPECT_NE(missing.status().message().find("/nonexistent/laminar-binary"), std::string::npos);
+  }
+}
+
+TEST(ProcessTest, DestructorKillsTheChild) {
+  pid_t pid = -1;
+  {
+    auto p = Process::Spawn({"sleep", "30"});
+    ASSERT_TRUE(p.ok());
+    pid = p->pid();
+  }
+  EXPECT_NE(kill(pid, 0), 0);  // reaped: no such process
+}
+
+}  // namespace
+}  // namespace laminar
