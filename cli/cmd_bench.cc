@@ -1,9 +1,13 @@
-// `laminar bench hw|decode|prefill`: throughput with JSON output, reported against measured
-// hardware limits (bench/hw_limits.h).
+// `laminar bench hw|decode|prefill|broadcast|publish`: JSON output, reported against measured
+// hardware limits (bench/hw_limits.h) or a peer measured in the same run (the relay tier's
+// point-to-point transfer, bench/broadcast_bench.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/broadcast_bench.h"
 #include "bench/hw_limits.h"
 #include "bench/model_bench.h"
 #include "cli/command.h"
@@ -23,9 +27,101 @@ struct BenchArgs {
   int64_t prompt_tokens = 512;
   int repeats = 3;
   std::string weights = "f32";
+  std::string transport = "zmq";
+  double bytes = 500e6;
+  double chunk_bytes = 4 * 1024 * 1024;
+  std::vector<int> relays = {1, 2, 4, 8};
 };
 
+int Fail(const Status& s) {
+  std::fprintf(stderr, "laminar bench: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+std::string SelfPath() {
+  char buf[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "laminar";
+}
+
+int RunBroadcast(const BenchArgs& a) {
+  nlohmann::json out;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string transport : {"zmq", "ucx"}) {
+    if (a.transport != "both" && a.transport != transport) continue;
+    bench::BroadcastConfig c;
+    c.laminar_binary = SelfPath();
+    c.transport = transport;
+    c.bytes = static_cast<uint64_t>(a.bytes);
+    c.chunk_bytes = static_cast<uint64_t>(a.chunk_bytes);
+    c.relay_counts = a.relays;
+    c.repeats = a.repeats;
+    auto result = bench::BenchBroadcast(c);
+    if (!result.ok()) return Fail(result.status());
+    for (const auto& r : *result) {
+      rows.push_back({{"transport", r.transport},
+                      {"topology", r.topology},
+                      {"relays", r.relays},
+                      {"median_s", r.median_s},
+                      {"spread_s", r.spread_s},
+                      {"ratio_to_p2p", r.ratio_to_p2p}});
+      std::fprintf(stderr, "%s %-5s to %d relay(s): %7.3f s (spread %.3f)  %.2fx one transfer\n",
+                   r.transport.c_str(), r.topology.c_str(), r.relays, r.median_s, r.spread_s,
+                   r.ratio_to_p2p);
+    }
+  }
+  out["bytes"] = a.bytes;
+  out["chunk_bytes"] = a.chunk_bytes;
+  out["broadcast"] = rows;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+// The actor's stall when publishing a real model, against an estimated training step.
+int RunPublish(const BenchArgs& a) {
+  auto path = model::ResolveModelPath(a.model);
+  if (!path.ok()) return Fail(path.status());
+  auto ckpt = model::LoadCheckpoint(*path);
+  if (!ckpt.ok()) return Fail(ckpt.status());
+  std::vector<relay::TensorBytes> tensors;
+  for (const std::string& name : ckpt->weights.Names()) {
+    auto t = ckpt->weights.Get(name);
+    if (!t.ok()) return Fail(t.status());
+    tensors.push_back({name,
+                       t->dtype(),
+                       t->shape().dims(),
+                       {static_cast<const uint8_t*>(t->data()), t->size_bytes()}});
+  }
+  const std::string transport = a.transport == "both" ? "zmq" : a.transport;
+  auto stall = bench::BenchPublishStall(tensors, transport, a.repeats);
+  if (!stall.ok()) return Fail(stall.status());
+  auto lm =
+      engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, DType::kF32);
+  if (!lm.ok()) return Fail(lm.status());
+  // Until the trainer exists (issue 5): a step of one 512-token sequence costs about three
+  // forward passes (forward, and backward at twice the forward's FLOPs).
+  auto fwd = bench::BenchPrefill(**lm, 512, 1);
+  const double step_s = 3 * fwd.median_s;
+  nlohmann::json out = {{"model", a.model},
+                        {"transport", transport},
+                        {"bytes", stall->bytes},
+                        {"publish_stall_s", stall->median_stall_s},
+                        {"publish_stall_spread_s", stall->spread_s},
+                        {"send_to_master_s", stall->send_s},
+                        {"estimated_step_s", step_s},
+                        {"stall_fraction_of_step", stall->median_stall_s / step_s}};
+  std::fprintf(stderr,
+               "publish %s (%.1f MB): stall %.4f s, %.2f%% of an estimated %.2f s training step; "
+               "the master relay holds it %.3f s later\n",
+               a.model.c_str(), stall->bytes / 1e6, stall->median_stall_s,
+               100 * stall->median_stall_s / step_s, step_s, stall->send_s);
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
 int RunBench(const BenchArgs& a) {
+  if (a.what == "broadcast") return RunBroadcast(a);
+  if (a.what == "publish") return RunPublish(a);
   nlohmann::json out;
   out["isa"] = kernels::cpu::IsaName(kernels::cpu::BestIsa());
   double bw = bench::MeasureDramReadBandwidth();
@@ -85,20 +181,34 @@ int RunBench(const BenchArgs& a) {
 
 std::function<int()> SetupBench(CLI::App* app) {
   auto a = std::make_shared<BenchArgs>();
-  app->add_option("what", a->what, "hw (limits only), decode or prefill")
-      ->check(CLI::IsMember({"hw", "decode", "prefill"}));
+  app->add_option("what", a->what,
+                  "hw (limits only), decode, prefill, broadcast (relay tier) or publish (actor "
+                  "stall)")
+      ->check(CLI::IsMember({"hw", "decode", "prefill", "broadcast", "publish"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
   app->add_option("--batch", a->batches, "decode batch sizes")->check(CLI::Range(1, 4096));
   app->add_option("--steps", a->steps, "decode steps timed per batch size")
       ->check(CLI::Range(1, 100000));
   app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length")
       ->check(CLI::Range(1, 1 << 20));
-  app->add_option("--repeats", a->repeats, "prefill repetitions")->check(CLI::Range(1, 1000));
+  app->add_option("--repeats", a->repeats, "prefill, broadcast and publish repetitions")
+      ->check(CLI::Range(1, 1000));
+  app->add_option("--transport", a->transport, "broadcast/publish: zmq, ucx or both")
+      ->check(CLI::IsMember({"zmq", "ucx", "both"}));
+  app->add_option("--bytes", a->bytes, "broadcast: bytes in the version")
+      ->check(CLI::Range(1.0, 64e9));
+  app->add_option("--chunk-bytes", a->chunk_bytes, "broadcast: bytes per chunk")
+      ->check(CLI::Range(4096.0, 1e9));
+  app->add_option("--relays", a->relays, "broadcast: relay counts (besides the master)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
   return [a] { return RunBench(*a); };
 }
-LAMINAR_REGISTER_COMMAND("bench", "benchmarks with JSON output: hw, decode, prefill", SetupBench);
+LAMINAR_REGISTER_COMMAND("bench",
+                         "benchmarks with JSON output: hw, decode, prefill, broadcast, publish",
+                         SetupBench);
 
 }  // namespace
 }  // namespace laminar::cli
