@@ -102,7 +102,7 @@ StatusOr<Stats> TimeBroadcast(const BroadcastConfig& c, int relays, const std::s
         return DeadlineExceededError("broadcast to " + std::to_string(relays) + " relays (" +
                                      topology + ") did not finish within 60 s");
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }

@@ -10,12 +10,43 @@
 
 namespace laminar::relay {
 
-struct Publisher::Version {
-  proto::WeightManifest manifest;
-  std::vector<uint8_t> data;
+// Host buffers reused across versions: a fresh buffer costs the actor a page fault per 4 KiB
+// on every publish (most of the stall for a large model); a recycled one does not.
+class Publisher::BufferPool {
+ public:
+  std::unique_ptr<uint8_t[]> Take(size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->second == size) {
+        auto buffer = std::move(it->first);
+        spare_.erase(it);
+        return buffer;
+      }
+    }
+    return std::unique_ptr<uint8_t[]>(new uint8_t[size]);
+  }
+  void Return(std::unique_ptr<uint8_t[]> buffer, size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (spare_.size() < 2) spare_.emplace_back(std::move(buffer), size);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> spare_;
 };
 
-Publisher::Publisher(PublisherOptions options) : options_(std::move(options)) {}
+struct Publisher::Version {
+  proto::WeightManifest manifest;
+  std::unique_ptr<uint8_t[]> buffer;
+  std::span<uint8_t> data;
+  std::weak_ptr<BufferPool> pool;
+  ~Version() {
+    if (auto p = pool.lock()) p->Return(std::move(buffer), data.size());
+  }
+};
+
+Publisher::Publisher(PublisherOptions options)
+    : options_(std::move(options)), pool_(std::make_shared<BufferPool>()) {}
 
 StatusOr<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
   if (options.master_endpoint.empty()) return InvalidArgumentError("publisher: no master endpoint");
@@ -86,12 +117,19 @@ StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorByt
   auto v = std::make_shared<Version>();
   LAMINAR_ASSIGN_OR_RETURN(v->manifest, LayoutManifest(version, tensors, options_.chunk_bytes),
                            "publish");
-  v->data.resize(v->manifest.total_bytes());
+  const size_t total = v->manifest.total_bytes();
+  v->buffer = pool_->Take(total);
+  v->data = {v->buffer.get(), total};
+  v->pool = pool_;
+  size_t end = 0;  // of the previous tensor: the alignment padding after it is zeroed
   for (int i = 0; i < v->manifest.tensors_size(); ++i) {
     const auto& bytes = tensors[static_cast<size_t>(i)].bytes;
-    if (!bytes.empty())
-      std::memcpy(v->data.data() + v->manifest.tensors(i).offset(), bytes.data(), bytes.size());
+    const size_t offset = v->manifest.tensors(i).offset();
+    std::memset(v->data.data() + end, 0, offset - end);
+    if (!bytes.empty()) std::memcpy(v->data.data() + offset, bytes.data(), bytes.size());
+    end = offset + bytes.size();
   }
+  std::memset(v->data.data() + end, 0, total - end);
   const double stall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);

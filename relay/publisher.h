@@ -56,6 +56,7 @@ class Publisher {
 
  private:
   struct Version;
+  class BufferPool;
   explicit Publisher(PublisherOptions options);
   void Loop();
   void WatchUntilReceived(const std::shared_ptr<Version>& v, const proto::RelayBroadcast& header);
@@ -64,6 +65,7 @@ class Publisher {
   PublisherOptions options_;
   std::unique_ptr<BulkTransport> transport_;
   std::unique_ptr<ZmqReplyServer> control_;
+  std::shared_ptr<BufferPool> pool_;
   std::string master_bulk_;
   std::mutex send_mu_;
   std::unique_ptr<SendWorker> stream_;   // versions, in order
