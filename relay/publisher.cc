@@ -105,6 +105,11 @@ Publisher::~Publisher() {
 
 const std::string& Publisher::control_endpoint() const { return control_->endpoint(); }
 
+Publisher::Stats Publisher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
 StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorBytes>& tensors) {
   const auto start = std::chrono::steady_clock::now();
   {
@@ -133,7 +138,10 @@ StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorByt
   const double stall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
-  if (pending_) ++superseded_;
+  if (pending_) ++stats_.versions_superseded;
+  stats_.publish_stall_s = stall_s;
+  stats_.bytes = total;
+  ++stats_.versions_published;
   pending_ = std::move(v);
   last_version_ = version;
   cv_.notify_all();

@@ -51,7 +51,14 @@ class Publisher {
   StatusOr<double> Publish(int64_t version, const std::vector<TensorBytes>& tensors);
   // Blocks until every queued version has been handed to the transport. DeadlineExceeded.
   Status WaitSent(int timeout_ms);
-  int64_t versions_superseded() const { return superseded_; }
+  // The metrics of DESIGN.md §9 for the newest Publish: relay/publish_stall_s, relay/bytes.
+  struct Stats {
+    double publish_stall_s = 0;
+    uint64_t bytes = 0;
+    int64_t versions_published = 0;
+    int64_t versions_superseded = 0;  // replaced before they were fully queued
+  };
+  Stats stats() const;
   const std::string& control_endpoint() const;
 
  private:
@@ -71,14 +78,14 @@ class Publisher {
   std::unique_ptr<SendWorker> stream_;   // versions, in order
   std::unique_ptr<SendWorker> resends_;  // chunks the master asks for again
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Version> pending_;  // copied, not yet checksummed and queued
   std::shared_ptr<Version> current_;  // queued to the stream (answers resends)
   int64_t last_version_ = -1;
   bool hashing_ = false;
   bool stop_ = false;
-  std::atomic<int64_t> superseded_{0};
+  Stats stats_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -69,10 +69,16 @@ StatusOr<int64_t> RelayClient::LatestVersion() {
 }
 
 StatusOr<std::shared_ptr<const PulledVersion>> RelayClient::PullLatest(int64_t newer_than) {
+  const auto start = std::chrono::steady_clock::now();
   std::string errors;
   for (size_t k = 0; k < options_.relays.size(); ++k) {
     const size_t i = (current_ + k) % options_.relays.size();
     auto pulled = PullFrom(options_.relays[i], newer_than);
+    if (pulled.ok()) {
+      auto v = std::const_pointer_cast<PulledVersion>(*pulled);
+      v->pull_wait_s_ =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
       current_ = i;
       return pulled;

@@ -29,6 +29,8 @@ class PulledVersion {
   // "shm" or "bulk", and the relay's control endpoint.
   const std::string& source() const { return source_; }
   const std::string& relay() const { return relay_; }
+  // Seconds the pull took (the metric relay/pull_wait_s, DESIGN.md §9).
+  double pull_wait_s() const { return pull_wait_s_; }
   // The bytes of tensor `name`; NotFound naming it.
   StatusOr<std::span<const uint8_t>> Tensor(const std::string& name) const;
 
@@ -40,6 +42,7 @@ class PulledVersion {
   std::vector<uint8_t> heap_;
   std::string source_;
   std::string relay_;
+  double pull_wait_s_ = 0;
 };
 
 struct RelayClientOptions {

@@ -225,12 +225,15 @@ TEST(RelayTierTest, ChainDeliversEveryVersionBitIdenticalToEveryRelay) {
   auto stall = t.publisher->Publish(1, w.tensors);
   ASSERT_TRUE(stall.ok()) << stall.status();
   EXPECT_GE(*stall, 0.0);
+  EXPECT_EQ(t.publisher->stats().publish_stall_s, *stall);
+  EXPECT_EQ(t.publisher->stats().bytes, 1136096u);
   ASSERT_TRUE(WaitFor([&] { return t.AllHave(1); }, 10000));
   for (const auto& r : t.relays) {
     auto c = ClientOf({r.get()}, /*allow_shm=*/true);
     auto v = c->PullLatest();
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_EQ((*v)->source(), "shm");
+    EXPECT_GT((*v)->pull_wait_s(), 0.0);
     ExpectWeights(**v, kRows);
   }
   auto bulk = ClientOf({t.relays.back().get()}, /*allow_shm=*/false)->PullLatest();
