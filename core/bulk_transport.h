@@ -1,13 +1,14 @@
 // BulkTransport: point-to-point delivery of large tagged buffers (weight chunks), the interface
 // the relay tier sends through (DESIGN.md §4). ZmqBulkTransport is the ZeroMQ implementation (the
-// fallback when UCX is absent); FaultyTransport wraps any implementation to drop, corrupt, delay
-// or kill traffic in tests.
+// fallback when UCX is absent); FaultyTransport wraps any implementation to drop, corrupt, delay,
+// reorder or kill traffic in tests.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -58,9 +59,13 @@ struct FaultOptions {
   double drop_probability = 0;     // the message silently vanishes
   double corrupt_probability = 0;  // one byte of the payload is flipped
   int delay_ms = 0;                // every send waits this long first
+  double reorder_probability = 0;  // the message is held back and sent after the next one
   uint64_t seed = 1;
 };
 
+// Wraps `inner`, injecting FaultOptions' faults into Send. A held-back (reordered) message goes
+// out right after the next Send, or at FlushHeld; Kill discards it. Thread-compatible like the
+// interface: one sender thread and one receiver thread.
 class FaultyTransport : public BulkTransport {
  public:
   FaultyTransport(std::unique_ptr<BulkTransport> inner, FaultOptions options);
@@ -68,10 +73,13 @@ class FaultyTransport : public BulkTransport {
   Status Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
               int timeout_ms) override;
   StatusOr<BulkMessage> Receive(int timeout_ms) override;
+  // Sends the held-back message, if any (call after the last Send when reordering).
+  Status FlushHeld(int timeout_ms);
   // From now on every Send and Receive fails with Unavailable, as if the process died.
   void Kill();
   int dropped() const { return dropped_; }
   int corrupted() const { return corrupted_; }
+  int reordered() const { return reordered_; }  // sent after their successor
 
  private:
   std::unique_ptr<BulkTransport> inner_;
@@ -80,6 +88,13 @@ class FaultyTransport : public BulkTransport {
   bool killed_ = false;
   int dropped_ = 0;
   int corrupted_ = 0;
+  int reordered_ = 0;
+  struct Held {
+    std::string peer;
+    uint64_t tag = 0;
+    std::string bytes;
+  };
+  std::optional<Held> held_;
 };
 
 }  // namespace laminar
