@@ -1,11 +1,49 @@
-// ZeroMQ bulk transport and the fault-injecting wrapper.
+// ZeroMQ bulk transport, the factory by name, and the fault-injecting wrapper.
 #include "core/bulk_transport.h"
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "core/ucx_transport.h"
+
 namespace laminar {
+
+namespace {
+
+struct BulkTransportKind {
+  std::string_view name;
+  StatusOr<std::unique_ptr<BulkTransport>> (*create)(const std::string& host);
+};
+
+template <typename T>
+StatusOr<std::unique_ptr<BulkTransport>> Upcast(StatusOr<std::unique_ptr<T>> created) {
+  if (!created.ok()) return created.status();
+  return std::unique_ptr<BulkTransport>(std::move(*created));
+}
+
+constexpr std::array<BulkTransportKind, 2> kBulkTransportKinds = {{
+    {"ucx", [](const std::string& host) { return Upcast(UcxBulkTransport::Create(host)); }},
+    {"zmq",
+     [](const std::string& host) {
+       bool v6 = host.find(':') != std::string::npos;
+       return Upcast(ZmqBulkTransport::Create("tcp://" + (v6 ? "[" + host + "]" : host) + ":*"));
+     }},
+}};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
+                                                             const std::string& host) {
+  std::string choices;
+  for (const auto& k : kBulkTransportKinds) {
+    if (k.name == kind) return k.create(host);
+    choices += (choices.empty() ? "" : ", ") + std::string(k.name);
+  }
+  return InvalidArgumentError("unknown bulk transport '" + std::string(kind) +
+                              "' (choices: " + choices + ")");
+}
 
 StatusOr<std::unique_ptr<ZmqBulkTransport>> ZmqBulkTransport::Create(
     const std::string& bind_endpoint) {

@@ -1,7 +1,7 @@
 // BulkTransport: point-to-point delivery of large tagged buffers (weight chunks), the interface
-// the relay tier sends through (DESIGN.md §4). ZmqBulkTransport is the ZeroMQ implementation (the
-// fallback when UCX is absent); FaultyTransport wraps any implementation to drop, corrupt, delay,
-// reorder or kill traffic in tests.
+// the relay tier sends through (DESIGN.md §4). UcxBulkTransport (core/ucx_transport.h) is the fast
+// implementation, ZmqBulkTransport the ZeroMQ fallback; CreateBulkTransport picks one by name.
+// FaultyTransport wraps any implementation to drop, corrupt, delay, reorder or kill traffic.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/zmq_transport.h"
@@ -37,6 +38,14 @@ class BulkTransport {
   // The next message sent to this address; DeadlineExceeded after `timeout_ms`.
   virtual StatusOr<BulkMessage> Receive(int timeout_ms) = 0;
 };
+
+// The implementation named `kind`, receiving on `host` (an address of this machine):
+//   "ucx"  UcxBulkTransport listening on a free port of host   (address "ucx://HOST:PORT")
+//   "zmq"  ZmqBulkTransport bound to tcp://HOST:*               (address "tcp://HOST:PORT")
+// Errors: InvalidArgument for another kind (the message lists the choices); the implementation's
+// own errors otherwise.
+StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
+                                                             const std::string& host = "127.0.0.1");
 
 // ZeroMQ PUSH/PULL: messages are [8-byte tag | payload]; one PUSH socket per peer, kept open.
 class ZmqBulkTransport : public BulkTransport {

@@ -1,5 +1,5 @@
-// UcxBulkTransport over real UCX endpoints on 127.0.0.1 (whatever transport UCX picks here), and
-// FaultyTransport's reordering on top of UCX.
+// UcxBulkTransport over real UCX endpoints on 127.0.0.1 (shared memory, CMA or TCP, whatever UCX
+// picks here), the factory by name, and FaultyTransport's reordering on top of UCX.
 #include "core/ucx_transport.h"
 
 #include <dirent.h>
@@ -238,6 +238,27 @@ TEST(UcxTransportTest, BadPeerStringsAreInvalidArgument) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << peer << ": " << st;
     EXPECT_NE(st.message().find(peer), std::string::npos) << st;
   }
+}
+
+TEST(UcxTransportTest, FactoryCreatesEachKind) {
+  for (std::string_view kind : {"ucx", "zmq"}) {
+    auto a = CreateBulkTransport(kind);
+    auto b = CreateBulkTransport(kind);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    std::string scheme = kind == "ucx" ? "ucx://127.0.0.1:" : "tcp://127.0.0.1:";
+    EXPECT_EQ((*b)->address().rfind(scheme, 0), 0u) << (*b)->address();
+    auto p = Payload(70000, 9);
+    ASSERT_TRUE((*a)->Send((*b)->address(), 9, p, 2000).ok()) << kind;
+    auto m = (*b)->Receive(2000);
+    ASSERT_TRUE(m.ok()) << kind << ": " << m.status();
+    EXPECT_EQ(m->tag, 9u);
+    EXPECT_TRUE(SameBytes(m->bytes, p));
+  }
+  auto bad = CreateBulkTransport("nccl");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  for (const char* word : {"nccl", "ucx", "zmq"})
+    EXPECT_NE(bad.status().message().find(word), std::string::npos) << bad.status();
 }
 
 TEST(UcxTransportTest, FaultyTransportReordersOverUcx) {
