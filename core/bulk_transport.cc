@@ -1,11 +1,49 @@
-// ZeroMQ bulk transport and the fault-injecting wrapper.
+// ZeroMQ bulk transport, the factory by name, and the fault-injecting wrapper.
 #include "core/bulk_transport.h"
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "core/ucx_transport.h"
+
 namespace laminar {
+
+namespace {
+
+struct BulkTransportKind {
+  std::string_view name;
+  StatusOr<std::unique_ptr<BulkTransport>> (*create)(const std::string& host);
+};
+
+template <typename T>
+StatusOr<std::unique_ptr<BulkTransport>> Upcast(StatusOr<std::unique_ptr<T>> created) {
+  if (!created.ok()) return created.status();
+  return std::unique_ptr<BulkTransport>(std::move(*created));
+}
+
+constexpr std::array<BulkTransportKind, 2> kBulkTransportKinds = {{
+    {"ucx", [](const std::string& host) { return Upcast(UcxBulkTransport::Create(host)); }},
+    {"zmq",
+     [](const std::string& host) {
+       bool v6 = host.find(':') != std::string::npos;
+       return Upcast(ZmqBulkTransport::Create("tcp://" + (v6 ? "[" + host + "]" : host) + ":*"));
+     }},
+}};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
+                                                             const std::string& host) {
+  std::string choices;
+  for (const auto& k : kBulkTransportKinds) {
+    if (k.name == kind) return k.create(host);
+    choices += (choices.empty() ? "" : ", ") + std::string(k.name);
+  }
+  return InvalidArgumentError("unknown bulk transport '" + std::string(kind) +
+                              "' (choices: " + choices + ")");
+}
 
 StatusOr<std::unique_ptr<ZmqBulkTransport>> ZmqBulkTransport::Create(
     const std::string& bind_endpoint) {
@@ -63,14 +101,34 @@ Status FaultyTransport::Send(const std::string& peer, uint64_t tag, std::span<co
     ++dropped_;
     return OkStatus();  // lost on the wire: the sender does not know
   }
+  std::string copy;
+  std::span<const uint8_t> payload = bytes;
   if (!bytes.empty() && u(rng_) < options_.corrupt_probability) {
-    std::string copy(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    copy.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     copy[rng_() % copy.size()] ^= 0x5a;
     ++corrupted_;
-    return inner_->Send(peer, tag, {reinterpret_cast<const uint8_t*>(copy.data()), copy.size()},
-                        timeout_ms);
+    payload = {reinterpret_cast<const uint8_t*>(copy.data()), copy.size()};
   }
-  return inner_->Send(peer, tag, bytes, timeout_ms);
+  // The random draw happens only when reordering is on, so other faults keep their sequence.
+  if (!held_ && options_.reorder_probability > 0 && u(rng_) < options_.reorder_probability) {
+    held_ =
+        Held{peer, tag, std::string(reinterpret_cast<const char*>(payload.data()), payload.size())};
+    return OkStatus();  // goes out after the next message
+  }
+  Status st = inner_->Send(peer, tag, payload, timeout_ms);
+  if (held_) ++reordered_;
+  Status held = FlushHeld(timeout_ms);
+  return st.ok() ? held : st;
+}
+
+Status FaultyTransport::FlushHeld(int timeout_ms) {
+  if (!held_) return OkStatus();
+  if (killed_) return UnavailableError(address() + " was killed (FaultyTransport)");
+  Held h = std::move(*held_);
+  held_.reset();
+  return inner_->Send(h.peer, h.tag,
+                      {reinterpret_cast<const uint8_t*>(h.bytes.data()), h.bytes.size()},
+                      timeout_ms);
 }
 
 StatusOr<BulkMessage> FaultyTransport::Receive(int timeout_ms) {
@@ -78,7 +136,10 @@ StatusOr<BulkMessage> FaultyTransport::Receive(int timeout_ms) {
   return inner_->Receive(timeout_ms);
 }
 
-void FaultyTransport::Kill() { killed_ = true; }
+void FaultyTransport::Kill() {
+  killed_ = true;
+  held_.reset();
+}
 
 StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
                                                              const std::string& host) {

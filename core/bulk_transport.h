@@ -1,16 +1,18 @@
 // BulkTransport: point-to-point delivery of large tagged buffers (weight chunks), the interface
-// the relay tier sends through (DESIGN.md §4). ZmqBulkTransport is the ZeroMQ implementation (the
-// fallback when UCX is absent); FaultyTransport wraps any implementation to drop, corrupt, delay
-// or kill traffic in tests.
+// the relay tier sends through (DESIGN.md §4). UcxBulkTransport (core/ucx_transport.h) is the fast
+// implementation, ZmqBulkTransport the ZeroMQ fallback; CreateBulkTransport picks one by name.
+// FaultyTransport wraps any implementation to drop, corrupt, delay, reorder or kill traffic.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/zmq_transport.h"
@@ -37,6 +39,14 @@ class BulkTransport {
   virtual StatusOr<BulkMessage> Receive(int timeout_ms) = 0;
 };
 
+// The implementation named `kind`, receiving on `host` (an address of this machine):
+//   "ucx"  UcxBulkTransport listening on a free port of host   (address "ucx://HOST:PORT")
+//   "zmq"  ZmqBulkTransport bound to tcp://HOST:*               (address "tcp://HOST:PORT")
+// Errors: InvalidArgument for another kind (the message lists the choices); the implementation's
+// own errors otherwise.
+StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
+                                                             const std::string& host = "127.0.0.1");
+
 // ZeroMQ PUSH/PULL: messages are [8-byte tag | payload]; one PUSH socket per peer, kept open.
 class ZmqBulkTransport : public BulkTransport {
  public:
@@ -58,9 +68,13 @@ struct FaultOptions {
   double drop_probability = 0;     // the message silently vanishes
   double corrupt_probability = 0;  // one byte of the payload is flipped
   int delay_ms = 0;                // every send waits this long first
+  double reorder_probability = 0;  // the message is held back and sent after the next one
   uint64_t seed = 1;
 };
 
+// Wraps `inner`, injecting FaultOptions' faults into Send. A held-back (reordered) message goes
+// out right after the next Send, or at FlushHeld; Kill discards it. Thread-compatible like the
+// interface: one sender thread and one receiver thread.
 class FaultyTransport : public BulkTransport {
  public:
   FaultyTransport(std::unique_ptr<BulkTransport> inner, FaultOptions options);
@@ -68,10 +82,13 @@ class FaultyTransport : public BulkTransport {
   Status Send(const std::string& peer, uint64_t tag, std::span<const uint8_t> bytes,
               int timeout_ms) override;
   StatusOr<BulkMessage> Receive(int timeout_ms) override;
+  // Sends the held-back message, if any (call after the last Send when reordering).
+  Status FlushHeld(int timeout_ms);
   // From now on every Send and Receive fails with Unavailable, as if the process died.
   void Kill();
   int dropped() const { return dropped_; }
   int corrupted() const { return corrupted_; }
+  int reordered() const { return reordered_; }  // sent after their successor
 
  private:
   std::unique_ptr<BulkTransport> inner_;
@@ -80,6 +97,13 @@ class FaultyTransport : public BulkTransport {
   bool killed_ = false;
   int dropped_ = 0;
   int corrupted_ = 0;
+  int reordered_ = 0;
+  struct Held {
+    std::string peer;
+    uint64_t tag = 0;
+    std::string bytes;
+  };
+  std::optional<Held> held_;
 };
 
 // A transport by config name: "zmq" binds tcp://HOST:* (UCX arrives with ucx_transport.h).
