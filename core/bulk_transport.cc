@@ -141,13 +141,4 @@ void FaultyTransport::Kill() {
   held_.reset();
 }
 
-StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
-                                                             const std::string& host) {
-  if (kind == "zmq") {
-    LAMINAR_ASSIGN_OR_RETURN(auto t, ZmqBulkTransport::Create("tcp://" + host + ":*"));
-    return std::unique_ptr<BulkTransport>(std::move(t));
-  }
-  return InvalidArgumentError("bulk transport '" + std::string(kind) + "'; choices: zmq");
-}
-
 }  // namespace laminar

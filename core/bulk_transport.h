@@ -106,8 +106,4 @@ class FaultyTransport : public BulkTransport {
   std::optional<Held> held_;
 };
 
-// A transport by config name: "zmq" binds tcp://HOST:* (UCX arrives with ucx_transport.h).
-StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
-                                                             const std::string& host = "127.0.0.1");
-
 }  // namespace laminar
