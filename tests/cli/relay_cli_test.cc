@@ -117,9 +117,11 @@ void ExpectWeights(const relay::PulledVersion& v, int num_tensors, int64_t bytes
 }
 
 std::unique_ptr<relay::Publisher> PublisherFor(const std::string& master, uint64_t chunk_bytes,
-                                               std::unique_ptr<BulkTransport> t = nullptr) {
+                                               std::unique_ptr<BulkTransport> t = nullptr,
+                                               const std::string& transport = "zmq") {
   relay::PublisherOptions o;
   o.master_endpoint = master;
+  o.bulk_kind = transport;
   o.chunk_bytes = chunk_bytes;
   o.transport = std::move(t);
   auto p = relay::Publisher::Create(std::move(o));
@@ -127,9 +129,11 @@ std::unique_ptr<relay::Publisher> PublisherFor(const std::string& master, uint64
   return p.ok() ? std::move(*p) : nullptr;
 }
 
-std::unique_ptr<relay::RelayClient> ClientFor(std::vector<std::string> relays, bool shm) {
+std::unique_ptr<relay::RelayClient> ClientFor(std::vector<std::string> relays, bool shm,
+                                              const std::string& transport = "zmq") {
   relay::RelayClientOptions o;
   o.relays = std::move(relays);
+  o.bulk_kind = transport;
   o.allow_shm = shm;
   o.request_timeout_ms = 300;
   auto c = relay::RelayClient::Create(std::move(o));
@@ -151,16 +155,20 @@ void RemoveLeftoverSegments() {
   }
 }
 
-TEST(RelayProcessTest, ChainOfFourDeliversBitIdenticalAndPullsAreAlwaysComplete) {
+class RelayChainTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RelayChainTest, ChainOfFourDeliversBitIdenticalAndPullsAreAlwaysComplete) {
+  const std::string transport = GetParam();
   const auto logs = TempDir("logs");
-  RelayProcess master = StartRelay(logs, "m", "");
+  RelayProcess master = StartRelay(logs, "m", "", {"--transport", transport});
   std::vector<RelayProcess> relays;
   std::vector<std::string> ids;
   for (int i = 1; i <= 4; ++i) {
-    relays.push_back(StartRelay(logs, "r" + std::to_string(i), master.control));
+    relays.push_back(
+        StartRelay(logs, "r" + std::to_string(i), master.control, {"--transport", transport}));
     ids.push_back(relays.back().id);
   }
-  auto publisher = PublisherFor(master.control, 256 * 1024);
+  auto publisher = PublisherFor(master.control, 256 * 1024, nullptr, transport);
   ASSERT_TRUE(publisher);
   const int kTensors = 6;
   const int64_t kBytes = 700 * 1000;  // ~4 MB in 17 chunks
@@ -169,7 +177,7 @@ TEST(RelayProcessTest, ChainOfFourDeliversBitIdenticalAndPullsAreAlwaysComplete)
   ASSERT_TRUE(WaitFor([&] { return AllAt(master.control, ids, 1); }, 20000));
   for (const auto& r : relays) {
     for (bool shm : {true, false}) {
-      auto v = ClientFor({r.control}, shm)->PullLatest();
+      auto v = ClientFor({r.control}, shm, transport)->PullLatest();
       ASSERT_TRUE(v.ok()) << v.status();
       EXPECT_EQ((*v)->source(), shm ? "shm" : "bulk");
       ExpectWeights(**v, kTensors, kBytes);
@@ -207,15 +215,17 @@ TEST(RelayProcessTest, ChainOfFourDeliversBitIdenticalAndPullsAreAlwaysComplete)
   EXPECT_EQ(LeftoverSegments(), 0u);
 }
 
-TEST(RelayProcessTest, ARelayKilledMidBroadcastIsRoutedAroundAndItsRolloutsMoveOn) {
+TEST_P(RelayChainTest, ARelayKilledMidBroadcastIsRoutedAroundAndItsRolloutsMoveOn) {
+  const std::string transport = GetParam();
   const auto logs = TempDir("logs");
-  RelayProcess master = StartRelay(logs, "m", "");
+  RelayProcess master = StartRelay(logs, "m", "", {"--transport", transport});
   std::vector<RelayProcess> relays;
   for (int i = 1; i <= 4; ++i) {
-    relays.push_back(StartRelay(logs, "r" + std::to_string(i), master.control));
+    relays.push_back(
+        StartRelay(logs, "r" + std::to_string(i), master.control, {"--transport", transport}));
   }
   // Small chunks sent slowly by r1, so that r2 is surely mid-version when it dies.
-  auto publisher = PublisherFor(master.control, 64 * 1024);
+  auto publisher = PublisherFor(master.control, 64 * 1024, nullptr, transport);
   ASSERT_TRUE(publisher);
   const int kTensors = 4;
   const int64_t kBytes = 4 * 1000 * 1000;  // 16 MB in 245 chunks
@@ -242,14 +252,18 @@ TEST(RelayProcessTest, ARelayKilledMidBroadcastIsRoutedAroundAndItsRolloutsMoveO
   auto c = Completions(master.control);
   EXPECT_EQ(c["#rebuilds"], 1);
   EXPECT_EQ(c["#chain"], 3);
-  std::printf("relay killed mid-broadcast: the rest complete %.3f s after the kill\n", recovered_s);
+  std::printf("%s: relay killed mid-broadcast; the rest complete %.3f s after the kill\n",
+              transport.c_str(), recovered_s);
   // r2's rollouts list r2 first and r3 next: they get the version from r3.
-  auto v = ClientFor({relays[1].control, relays[2].control}, true)->PullLatest();
+  auto v = ClientFor({relays[1].control, relays[2].control}, true, transport)->PullLatest();
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ((*v)->relay(), relays[2].control);
   ExpectWeights(**v, kTensors, kBytes);
   RemoveLeftoverSegments();  // r2 died without cleaning up
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, RelayChainTest, ::testing::Values("zmq", "ucx"),
+                         [](const auto& p) { return p.param; });
 
 TEST(RelayProcessTest, CorruptedChunksInTheChainAreDetectedAndSentAgain) {
   const auto logs = TempDir("logs");
