@@ -68,23 +68,23 @@ Status ZmqBulkTransport::Send(const std::string& peer, uint64_t tag, std::span<c
     }
     push = slot.get();
   }
-  std::string frame(sizeof(tag) + bytes.size(), '\0');
-  std::memcpy(frame.data(), &tag, sizeof(tag));
-  if (!bytes.empty()) std::memcpy(frame.data() + sizeof(tag), bytes.data(), bytes.size());
-  return push->Send(frame, timeout_ms);
+  // The tag goes last, so that the receiver can drop it without moving the payload.
+  return push->SendGather({{reinterpret_cast<const char*>(bytes.data()), bytes.size()},
+                           {reinterpret_cast<const char*>(&tag), sizeof(tag)}},
+                          timeout_ms);
 }
 
 StatusOr<BulkMessage> ZmqBulkTransport::Receive(int timeout_ms) {
   auto received = pull_->Receive(timeout_ms);
   if (!received.ok()) return received.status();
-  const std::string& frame = *received;
-  if (frame.size() < sizeof(uint64_t)) {
-    return DataLossError("bulk message on " + address() + " of " + std::to_string(frame.size()) +
+  BulkMessage m;
+  m.bytes = std::move(*received);
+  if (m.bytes.size() < sizeof(uint64_t)) {
+    return DataLossError("bulk message on " + address() + " of " + std::to_string(m.bytes.size()) +
                          " bytes has no tag");
   }
-  BulkMessage m;
-  std::memcpy(&m.tag, frame.data(), sizeof(m.tag));
-  m.bytes = frame.substr(sizeof(m.tag));
+  std::memcpy(&m.tag, m.bytes.data() + m.bytes.size() - sizeof(m.tag), sizeof(m.tag));
+  m.bytes.resize(m.bytes.size() - sizeof(m.tag));
   return m;
 }
 

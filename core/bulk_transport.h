@@ -47,7 +47,7 @@ class BulkTransport {
 StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view kind,
                                                              const std::string& host = "127.0.0.1");
 
-// ZeroMQ PUSH/PULL: messages are [8-byte tag | payload]; one PUSH socket per peer, kept open.
+// ZeroMQ PUSH/PULL: messages are [payload | 8-byte tag]; one PUSH socket per peer, kept open.
 class ZmqBulkTransport : public BulkTransport {
  public:
   // Binds `bind_endpoint` ("tcp://127.0.0.1:*", "ipc://path", "inproc://name").

@@ -156,9 +156,21 @@ StatusOr<std::unique_ptr<ZmqPush>> ZmqPush::Connect(const std::string& endpoint)
 ZmqPush::~ZmqPush() = default;
 
 Status ZmqPush::Send(std::string_view message, int timeout_ms) {
+  return SendGather({message}, timeout_ms);
+}
+
+Status ZmqPush::SendGather(std::initializer_list<std::string_view> parts, int timeout_ms) {
+  size_t total = 0;
+  for (std::string_view p : parts) total += p.size();
   try {
+    zmq::message_t msg(total);  // the one copy: ZeroMQ owns the message from here on
+    auto* out = static_cast<char*>(msg.data());
+    for (std::string_view p : parts) {
+      if (!p.empty()) std::memcpy(out, p.data(), p.size());
+      out += p.size();
+    }
     socket_->set(zmq::sockopt::sndtimeo, timeout_ms);
-    if (!socket_->send(zmq::buffer(message.data(), message.size()), zmq::send_flags::none)) {
+    if (!socket_->send(msg, zmq::send_flags::none)) {
       return DeadlineExceededError("send to " + endpoint_ + " blocked for " +
                                    std::to_string(timeout_ms) + " ms");
     }

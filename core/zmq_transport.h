@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -80,6 +81,8 @@ class ZmqPush {
   static StatusOr<std::unique_ptr<ZmqPush>> Connect(const std::string& endpoint);
   ~ZmqPush();
   Status Send(std::string_view message, int timeout_ms);
+  // One message made of `parts` back to back, copied once (no joined string in between).
+  Status SendGather(std::initializer_list<std::string_view> parts, int timeout_ms);
 
  private:
   ZmqPush() = default;
