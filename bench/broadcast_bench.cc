@@ -2,6 +2,7 @@
 #include "bench/broadcast_bench.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,7 +65,16 @@ std::map<std::string, int64_t> Completions(ZmqRequestClient& master) {
 struct Stats {
   double median = 0;
   double spread = 0;
+  double cpu_s = 0;  // CPU seconds of every process involved, per repetition
 };
+
+// User + system CPU seconds of this process (RUSAGE_SELF) or its reaped children.
+double CpuSeconds(int who) {
+  rusage u{};
+  getrusage(who, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 Stats Summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -74,6 +84,7 @@ Stats Summarize(std::vector<double> v) {
 // Times `repeats` versions from publish to every relay (and the master) holding them.
 StatusOr<Stats> TimeBroadcast(const BroadcastConfig& c, int relays, const std::string& topology,
                               const std::vector<relay::TensorBytes>& tensors) {
+  const double cpu_start = CpuSeconds(RUSAGE_SELF) + CpuSeconds(RUSAGE_CHILDREN);
   LAMINAR_ASSIGN_OR_RETURN(Spawned master, SpawnRelay(c, "m", "", topology));
   std::vector<Spawned> spawned;
   std::vector<std::string> ids = {"m"};
@@ -111,7 +122,9 @@ StatusOr<Stats> TimeBroadcast(const BroadcastConfig& c, int relays, const std::s
   master.process.Signal(SIGTERM);
   for (auto& s : spawned) s.process.Wait(10000).status().IgnoreError();
   master.process.Wait(10000).status().IgnoreError();
-  return Summarize(times);
+  Stats stats = Summarize(times);
+  stats.cpu_s = (CpuSeconds(RUSAGE_SELF) + CpuSeconds(RUSAGE_CHILDREN) - cpu_start) / c.repeats;
+  return stats;
 }
 
 }  // namespace
@@ -124,12 +137,13 @@ StatusOr<std::vector<BroadcastRow>> BenchBroadcast(const BroadcastConfig& c) {
       {"weights", DType::kU8, {static_cast<int64_t>(c.bytes)}, data}};
   std::vector<BroadcastRow> rows;
   LAMINAR_ASSIGN_OR_RETURN(Stats p2p, TimeBroadcast(c, 0, "chain", tensors), "p2p");
-  rows.push_back({c.transport, "p2p", 0, p2p.median, p2p.spread, 1.0});
+  rows.push_back({c.transport, "p2p", 0, p2p.median, p2p.spread, 1.0, p2p.cpu_s});
   for (int n : c.relay_counts) {
     for (const char* topology : {"chain", "star"}) {
       LAMINAR_ASSIGN_OR_RETURN(Stats s, TimeBroadcast(c, n, topology, tensors),
                                std::string(topology) + " to " + std::to_string(n));
-      rows.push_back({c.transport, topology, n, s.median, s.spread, s.median / p2p.median});
+      rows.push_back(
+          {c.transport, topology, n, s.median, s.spread, s.median / p2p.median, s.cpu_s});
     }
   }
   return rows;

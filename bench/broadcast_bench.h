@@ -31,6 +31,9 @@ struct BroadcastRow {
   double median_s = 0;   // from the end of Publish until every relay holds the version
   double spread_s = 0;   // max - min over repeats
   double ratio_to_p2p = 0;
+  // CPU seconds of all processes per broadcast (relays' start-up included). On a machine with
+  // fewer cores than relays, cpu_s / cores bounds the time from below whatever the topology.
+  double cpu_s = 0;
 };
 
 // Runs p2p once, then chain and star for each relay count. Errors: a relay process that does

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "bench/broadcast_bench.h"
 #include "bench/hw_limits.h"
@@ -64,14 +65,18 @@ int RunBroadcast(const BenchArgs& a) {
                       {"relays", r.relays},
                       {"median_s", r.median_s},
                       {"spread_s", r.spread_s},
-                      {"ratio_to_p2p", r.ratio_to_p2p}});
-      std::fprintf(stderr, "%s %-5s to %d relay(s): %7.3f s (spread %.3f)  %.2fx one transfer\n",
+                      {"ratio_to_p2p", r.ratio_to_p2p},
+                      {"cpu_s", r.cpu_s}});
+      std::fprintf(stderr,
+                   "%s %-5s to %d relay(s): %7.3f s (spread %.3f)  %.2fx one transfer  "
+                   "(%.2f CPU s)\n",
                    r.transport.c_str(), r.topology.c_str(), r.relays, r.median_s, r.spread_s,
-                   r.ratio_to_p2p);
+                   r.ratio_to_p2p, r.cpu_s);
     }
   }
   out["bytes"] = a.bytes;
   out["chunk_bytes"] = a.chunk_bytes;
+  out["cores"] = std::thread::hardware_concurrency();
   out["broadcast"] = rows;
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
