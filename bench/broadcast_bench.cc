@@ -34,12 +34,14 @@ StatusOr<Spawned> SpawnRelay(const BroadcastConfig& c, const std::string& id,
       c.laminar_binary, "relay",     "--id",         id,
       "--transport",    c.transport, "--shm-prefix", "lb" + std::to_string(getpid()) + "-" + id};
   if (master.empty()) {
-    argv.insert(argv.end(), {"--topology", topology});
+    argv.insert(argv.end(), {"--topology", topology});  // the master routes; relays follow
   } else {
     argv.insert(argv.end(), {"--master", master});
   }
   Spawned s;
-  LAMINAR_ASSIGN_OR_RETURN(s.process, Process::Spawn(argv, "/dev/null"));
+  const std::string log =
+      c.log_dir.empty() ? "/dev/null" : c.log_dir + "/" + topology + "-" + id + ".log";
+  LAMINAR_ASSIGN_OR_RETURN(s.process, Process::Spawn(argv, log));
   LAMINAR_ASSIGN_OR_RETURN(std::string line, s.process.ReadLine(20000), "relay " + id);
   auto info = nlohmann::json::parse(line, nullptr, false);
   if (!info.is_object() || !info.contains("control")) {
@@ -90,7 +92,7 @@ StatusOr<Stats> TimeBroadcast(const BroadcastConfig& c, int relays, const std::s
   std::vector<std::string> ids = {"m"};
   for (int i = 1; i <= relays; ++i) {
     ids.push_back("r" + std::to_string(i));
-    LAMINAR_ASSIGN_OR_RETURN(Spawned r, SpawnRelay(c, ids.back(), master.control, ""));
+    LAMINAR_ASSIGN_OR_RETURN(Spawned r, SpawnRelay(c, ids.back(), master.control, topology));
     spawned.push_back(std::move(r));
   }
   relay::PublisherOptions po;

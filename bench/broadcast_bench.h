@@ -22,6 +22,7 @@ struct BroadcastConfig {
   uint64_t chunk_bytes = uint64_t{4} << 20;
   std::vector<int> relay_counts = {1, 2, 4, 8};
   int repeats = 3;
+  std::string log_dir;  // the relays' logs (<topology>-<id>.log); empty: discarded
 };
 
 struct BroadcastRow {

@@ -32,6 +32,7 @@ struct BenchArgs {
   double bytes = 500e6;
   double chunk_bytes = 4 * 1024 * 1024;
   std::vector<int> relays = {1, 2, 4, 8};
+  std::string log_dir;
 };
 
 int Fail(const Status& s) {
@@ -57,6 +58,7 @@ int RunBroadcast(const BenchArgs& a) {
     c.chunk_bytes = static_cast<uint64_t>(a.chunk_bytes);
     c.relay_counts = a.relays;
     c.repeats = a.repeats;
+    c.log_dir = a.log_dir;
     auto result = bench::BenchBroadcast(c);
     if (!result.ok()) return Fail(result.status());
     for (const auto& r : *result) {
@@ -207,6 +209,8 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--relays", a->relays, "broadcast: relay counts (besides the master)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
+  app->add_option("--log-dir", a->log_dir, "broadcast: keep the relays' logs in this folder")
+      ->check(CLI::ExistingDirectory);
   app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
   return [a] { return RunBench(*a); };

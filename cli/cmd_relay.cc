@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,7 +26,7 @@ struct RelayArgs {
   std::string topology = "chain";
   std::string shm_prefix;
   int ping_interval_ms = 200;
-  int dead_after = 2;
+  int dead_after = 3;
   int join_timeout_ms = 5000;
   double fault_corrupt = 0;
   double fault_drop = 0;
@@ -52,7 +53,7 @@ int Run(const RelayArgs& a) {
   o.host = a.host;
   o.shm_prefix = a.shm_prefix;
   o.ping_interval_ms = a.ping_interval_ms;
-  o.ping_timeout_ms = 2 * a.ping_interval_ms;
+  o.ping_timeout_ms = std::max(4 * a.ping_interval_ms, 200);
   o.dead_after_failures = a.dead_after;
   o.join_timeout_ms = a.join_timeout_ms;
   auto topology = relay::ParseTopology(a.topology);

@@ -48,7 +48,7 @@ StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view ki
 StatusOr<std::unique_ptr<ZmqBulkTransport>> ZmqBulkTransport::Create(
     const std::string& bind_endpoint) {
   std::unique_ptr<ZmqBulkTransport> t(new ZmqBulkTransport());
-  LAMINAR_ASSIGN_OR_RETURN(t->pull_, ZmqPull::Bind(bind_endpoint));
+  LAMINAR_ASSIGN_OR_RETURN(t->pull_, ZmqPull::Bind(bind_endpoint, kQueueMessages));
   return t;
 }
 
@@ -59,7 +59,7 @@ Status ZmqBulkTransport::Send(const std::string& peer, uint64_t tag, std::span<c
     std::lock_guard<std::mutex> lock(mu_);
     auto& slot = pushes_[peer];
     if (!slot) {
-      auto created = ZmqPush::Connect(peer);
+      auto created = ZmqPush::Connect(peer, kQueueMessages);
       if (!created.ok()) {
         pushes_.erase(peer);
         return created.status();

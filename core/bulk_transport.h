@@ -50,6 +50,9 @@ StatusOr<std::unique_ptr<BulkTransport>> CreateBulkTransport(std::string_view ki
 // ZeroMQ PUSH/PULL: messages are [payload | 8-byte tag]; one PUSH socket per peer, kept open.
 class ZmqBulkTransport : public BulkTransport {
  public:
+  // Messages queued per peer on each side before Send blocks: bounds the memory a slow receiver
+  // costs (16 x a 4 MiB chunk = 64 MiB) and gives the sender backpressure.
+  static constexpr int kQueueMessages = 16;
   // Binds `bind_endpoint` ("tcp://127.0.0.1:*", "ipc://path", "inproc://name").
   static StatusOr<std::unique_ptr<ZmqBulkTransport>> Create(const std::string& bind_endpoint);
   const std::string& address() const override { return pull_->endpoint(); }

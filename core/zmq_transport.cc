@@ -140,11 +140,13 @@ void ZmqReplyServer::Loop() {
   }
 }
 
-StatusOr<std::unique_ptr<ZmqPush>> ZmqPush::Connect(const std::string& endpoint) {
+StatusOr<std::unique_ptr<ZmqPush>> ZmqPush::Connect(const std::string& endpoint,
+                                                    int queue_messages) {
   std::unique_ptr<ZmqPush> p(new ZmqPush());
   p->endpoint_ = endpoint;
   try {
     p->socket_ = std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::push);
+    p->socket_->set(zmq::sockopt::sndhwm, queue_messages);
     p->socket_->set(zmq::sockopt::linger, 0);
     p->socket_->connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -180,10 +182,11 @@ Status ZmqPush::SendGather(std::initializer_list<std::string_view> parts, int ti
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<ZmqPull>> ZmqPull::Bind(const std::string& endpoint) {
+StatusOr<std::unique_ptr<ZmqPull>> ZmqPull::Bind(const std::string& endpoint, int queue_messages) {
   std::unique_ptr<ZmqPull> p(new ZmqPull());
   try {
     p->socket_ = std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::pull);
+    p->socket_->set(zmq::sockopt::rcvhwm, queue_messages);
     p->socket_->set(zmq::sockopt::linger, 0);
     p->socket_->bind(endpoint);
     p->endpoint_ = p->socket_->get(zmq::sockopt::last_endpoint);

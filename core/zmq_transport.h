@@ -78,7 +78,9 @@ class ZmqReplyServer {
 // queue is full; Receive waits at most `timeout_ms`. Not thread-safe.
 class ZmqPush {
  public:
-  static StatusOr<std::unique_ptr<ZmqPush>> Connect(const std::string& endpoint);
+  // `queue_messages`: ZeroMQ's high-water mark, messages queued before Send blocks.
+  static StatusOr<std::unique_ptr<ZmqPush>> Connect(const std::string& endpoint,
+                                                    int queue_messages = 1000);
   ~ZmqPush();
   Status Send(std::string_view message, int timeout_ms);
   // One message made of `parts` back to back, copied once (no joined string in between).
@@ -92,7 +94,8 @@ class ZmqPush {
 
 class ZmqPull {
  public:
-  static StatusOr<std::unique_ptr<ZmqPull>> Bind(const std::string& endpoint);
+  static StatusOr<std::unique_ptr<ZmqPull>> Bind(const std::string& endpoint,
+                                                 int queue_messages = 1000);
   ~ZmqPull();
   const std::string& endpoint() const { return endpoint_; }
   // DeadlineExceeded when nothing arrived within `timeout_ms`.

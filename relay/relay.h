@@ -42,9 +42,11 @@ struct RelayOptions {
   std::string shm_prefix;                // segment names "/<prefix>-v<version>"; default
                                          // "laminar-<id>-<pid>"
   int ping_interval_ms = 200;            // master: liveness pings to each relay
-  int ping_timeout_ms = 400;
-  int dead_after_failures = 2;      // master: consecutive failed pings before a relay is dropped
-  int stall_resend_ms = 400;        // missing chunks are re-requested after this long idle
+  int ping_timeout_ms = 1000;
+  int dead_after_failures = 3;  // master: consecutive failed pings before a relay is dropped
+  // Missing chunks are asked for again after this long without progress (a corrupted chunk at
+  // once). Not much shorter than a busy upstream's queue, or the resends only add load.
+  int stall_resend_ms = 2000;
   int rebroadcast_after_ms = 3000;  // master: a relay lagging without progress gets it again
   int send_timeout_ms = 5000;
   int join_timeout_ms = 5000;  // non-master: how long to keep trying to reach the master

@@ -175,6 +175,7 @@ struct Tier {
     mo.ping_interval_ms = 50;
     mo.ping_timeout_ms = 200;
     mo.rebroadcast_after_ms = 600;
+    mo.stall_resend_ms = 300;
     auto m = Relay::Start(std::move(mo));
     EXPECT_TRUE(m.ok()) << m.status();
     t.master = std::move(*m);
@@ -183,6 +184,7 @@ struct Tier {
       o.id = "r" + std::to_string(i + 1);
       o.master_endpoint = t.master->info().control_endpoint();
       o.ping_interval_ms = 50;
+      o.stall_resend_ms = 300;
       auto r = Relay::Start(std::move(o));
       EXPECT_TRUE(r.ok()) << r.status();
       t.relays.push_back(std::move(*r));
@@ -309,6 +311,7 @@ TEST(RelayTierTest, ChunksLostInsideTheChainAreRecovered) {
   RelayOptions lossy;
   lossy.id = "lossy";
   lossy.master_endpoint = t.master->info().control_endpoint();
+  lossy.stall_resend_ms = 300;
   auto inner = CreateBulkTransport("zmq");
   ASSERT_TRUE(inner.ok());
   auto* faulty = new FaultyTransport(std::move(*inner), {.drop_probability = 0.2, .seed = 9});
@@ -318,6 +321,7 @@ TEST(RelayTierTest, ChunksLostInsideTheChainAreRecovered) {
   RelayOptions o;
   o.id = "after";
   o.master_endpoint = t.master->info().control_endpoint();
+  o.stall_resend_ms = 300;
   auto r2 = Relay::Start(std::move(o));
   ASSERT_TRUE(r2.ok()) << r2.status();
   FakeWeights w = MakeWeights(5, kRows);
