@@ -205,14 +205,21 @@ void Relay::ReceiveLoop() {
       if (missing.size() > 1024) missing.resize(1024);
       RequestResend(stalled, std::move(missing));
     }
-    // A relay the master stopped pinging (it thought us dead) joins again.
+    // A relay the master stopped pinging joins again, if the master really dropped it (a busy
+    // master pings late; joining again would only cost everyone a rebroadcast).
     if (!is_master() && NowMs() - last_ping_ms_ > 15 * options_.ping_interval_ms) {
-      LAMINAR_LOG(WARN, RELAY) << options_.id << ": no ping from the master for "
-                               << NowMs() - last_ping_ms_ << " ms; joining again";
-      Status s = Join();
-      if (!s.ok()) {
-        LAMINAR_LOG(WARN, RELAY) << s;
-        last_ping_ms_ = NowMs();
+      last_ping_ms_ = NowMs();
+      proto::RelayRequest query;
+      query.mutable_chain();
+      auto chain = Call(options_.master_endpoint, query, options_.join_timeout_ms, 1);
+      const bool listed = chain.ok() && std::any_of(chain->chain().begin(), chain->chain().end(),
+                                                    [&](const proto::RelayInfo& r) {
+                                                      return r.id() == info_.id();
+                                                    });
+      if (chain.ok() && !listed) {
+        LAMINAR_LOG(WARN, RELAY) << options_.id << ": the master dropped us; joining again";
+        Status s = Join();
+        if (!s.ok()) LAMINAR_LOG(WARN, RELAY) << s;
       }
     }
   }
@@ -508,6 +515,10 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
       std::lock_guard<std::mutex> chain_lock(chain_mu_);
       if (request.has_join()) {
         const proto::RelayInfo& info = request.join().relay();
+        const bool same = std::any_of(chain_.begin(), chain_.end(), [&](const auto& m) {
+          return m->info.SerializeAsString() == info.SerializeAsString();
+        });
+        if (same) break;  // joining twice changes nothing
         std::erase_if(chain_, [&](const auto& m) { return m->info.id() == info.id(); });
         auto member = std::make_unique<Member>();
         member->info = info;
