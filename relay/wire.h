@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "proto/relay.pb.h"
+#include "proto/weights.pb.h"
 
 namespace laminar::relay {
 
