@@ -100,7 +100,8 @@ std::function<int()> SetupRelay(CLI::App* app) {
   app->add_option("--shm-prefix", a->shm_prefix,
                   "shared-memory names /PREFIX-vN (default laminar-ID-PID)");
   app->add_option("--ping-interval-ms", a->ping_interval_ms,
-                  "master only: liveness pings to each relay")
+                  "the master pings each relay this often; a relay not pinged for 15 intervals "
+                  "checks that it is still in the chain")
       ->check(CLI::Range(10, 60000));
   app->add_option("--dead-after", a->dead_after,
                   "master only: missed pings before a relay leaves the chain")

@@ -78,9 +78,13 @@ Process::~Process() { Close(); }
 
 void Process::Close() {
   if (pid_ > 0 && !reaped_) {
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    // SIGTERM first, so that the child can clean up (a relay removes its shared memory).
+    kill(pid_, SIGTERM);
+    if (!Wait(kTermGraceMs).ok()) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
     reaped_ = true;
   }
   if (stdout_fd_ >= 0) close(stdout_fd_);

@@ -11,10 +11,12 @@
 
 namespace laminar {
 
-// One running child. Owns it: the destructor sends SIGKILL and reaps it if it is still running,
-// so a failed test never leaves a process behind. Not thread-safe.
+// One running child. Owns it: the destructor sends SIGTERM, then SIGKILL after kTermGraceMs, and
+// reaps it if it is still running, so a failed test never leaves a process behind. Not
+// thread-safe.
 class Process {
  public:
+  static constexpr int kTermGraceMs = 2000;
   // Starts `argv[0]` (looked up in PATH when it has no '/') with `argv`. The child's stdout is a
   // pipe read by ReadLine; its stderr is inherited, or appended to `stderr_path` when non-empty.
   // Errors: InvalidArgument for an empty argv, Unavailable naming the program when it cannot start.

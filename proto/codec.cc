@@ -99,7 +99,12 @@ Status Validate(const Trajectory& m) {
 Status Validate(const WeightManifest& m) {
   if (m.version() < 0) return Bad("version is negative");
   if (m.chunk_bytes() == 0) return Bad("chunk_bytes is 0");
-  uint64_t want_chunks = (m.total_bytes() + m.chunk_bytes() - 1) / m.chunk_bytes();
+  if (m.total_bytes() > kMaxVersionBytes) {
+    return Bad("total_bytes " + std::to_string(m.total_bytes()) + " is above the limit of " +
+               std::to_string(kMaxVersionBytes));
+  }
+  const uint64_t want_chunks =
+      m.total_bytes() / m.chunk_bytes() + (m.total_bytes() % m.chunk_bytes() != 0);
   if (m.num_chunks() != want_chunks) {
     return Bad("num_chunks = " + std::to_string(m.num_chunks()) + " but " +
                std::to_string(m.total_bytes()) + " bytes in chunks of " +

@@ -17,6 +17,9 @@
 namespace laminar::proto {
 
 inline constexpr uint32_t kProtocolVersion = 1;
+// The largest policy version a manifest may describe (4 TiB): anything above is a bad message,
+// not a model, and must not reach an allocation.
+inline constexpr uint64_t kMaxVersionBytes = uint64_t{1} << 42;
 
 // XXH64 (seed 0) of `data`: the checksum of weight chunks (DESIGN.md §4).
 uint64_t Checksum(std::string_view data);

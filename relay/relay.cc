@@ -183,8 +183,11 @@ void Relay::ReceiveLoop() {
         HandleChunk(tag->version, tag->index, m->bytes);
       }
     } else if (m.status().code() != StatusCode::kDeadlineExceeded) {
-      LAMINAR_LOG(ERROR, RELAY) << options_.id << ": receive failed: " << m.status();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      LAMINAR_LOG(WARN, RELAY) << options_.id << ": receive failed: " << m.status();
+      // A bad message from a peer costs nothing; a broken transport is not spun on.
+      if (m.status().code() == StatusCode::kUnavailable) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     }
     // Chunks lost on the way (dropped, or never sent by a dead upstream) are asked for again.
     std::shared_ptr<Slot> stalled;
@@ -249,7 +252,8 @@ void Relay::HandleBroadcast(const std::string& bytes) {
       slot = inflight_;
     } else if ((newest_ && version < newest_->version()) ||
                (inflight_ && version < inflight_->version())) {
-      LAMINAR_LOG(DEBUG, RELAY) << options_.id << ": ignored stale version " << version;
+      LAMINAR_LOG(WARN, RELAY) << options_.id << ": ignored version " << version
+                               << ", older than the one held (versions only go up)";
       return;
     }
     const bool is_new = slot == nullptr;
@@ -429,18 +433,21 @@ void Relay::RequestResend(const std::shared_ptr<Slot>& slot, std::vector<uint32_
 
 void Relay::ServeLocked(const std::shared_ptr<Slot>& slot, const std::string& dest,
                         const std::vector<uint32_t>& chunks, bool with_header) {
+  // Each pull or resend is its own generation: a requester that failed once (slow, or gone) is
+  // skipped for the rest of that request only, and served again when it asks again.
+  const uint64_t generation = ++serve_generation_;
   if (with_header) {
     proto::RelayBroadcast b;
     b.mutable_header()->set_sender("relay/" + options_.id);
     proto::SetBroadcastManifest(slot->assembler->manifest(), &b);
     b.set_upstream_control(info_.control_endpoint());
     serve_sender_->Push(SendItem::Owned(dest, EncodeTag({BulkKind::kBroadcast, slot->version(), 0}),
-                                        proto::Encode(b)));
+                                        proto::Encode(b), generation));
   }
   for (uint32_t i : chunks) {
     if (!slot->assembler->has(i)) continue;  // it comes down the chain later
     serve_sender_->Push(SendItem::View(dest, EncodeTag({BulkKind::kChunk, slot->version(), i}),
-                                       slot->assembler->Chunk(i), slot));
+                                       slot->assembler->Chunk(i), slot, generation));
   }
 }
 
@@ -519,6 +526,24 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
           return m->info.SerializeAsString() == info.SerializeAsString();
         });
         if (same) break;  // joining twice changes nothing
+        const auto scheme = [](const std::string& a) { return a.substr(0, a.find("://")); };
+        if (scheme(info.bulk_address()) != scheme(info_.bulk_address())) {
+          reply.set_error("relay " + info.id() + " sends over " + info.bulk_address() +
+                          " but this tier uses " + scheme(info_.bulk_address()) +
+                          " (start every relay with the same --transport)");
+          LAMINAR_LOG(WARN, RELAY) << reply.error();
+          break;
+        }
+        auto live = std::find_if(chain_.begin(), chain_.end(), [&](const auto& m) {
+          return m->info.id() == info.id() && m->failures == 0;
+        });
+        if (live != chain_.end()) {
+          reply.set_error("relay id " + info.id() + " is taken by the relay at " +
+                          (*live)->info.control_endpoint() + ", which answers pings");
+          LAMINAR_LOG(WARN, RELAY) << reply.error();
+          break;
+        }
+        // The same id from new endpoints: a relay that restarted; the old entry is dead.
         std::erase_if(chain_, [&](const auto& m) { return m->info.id() == info.id(); });
         auto member = std::make_unique<Member>();
         member->info = info;

@@ -114,6 +114,7 @@ class Relay {
   std::shared_ptr<Slot> newest_;    // newest complete version
   std::shared_ptr<Slot> inflight_;  // the version being assembled
   uint64_t forward_generation_ = 0;
+  uint64_t serve_generation_ = 0;
   uint64_t epoch_ = 0;                                                // master: broadcasts started
   std::map<std::string, std::unique_ptr<ZmqRequestClient>> clients_;  // receiver thread only
 

@@ -107,7 +107,8 @@ StatusOr<std::shared_ptr<const PulledVersion>> RelayClient::PullFrom(const std::
     }
     if (options_.allow_shm && reply.host() == hostname_ && !reply.shm_name().empty()) {
       auto shm = ShmVersion::OpenReadOnly(reply.shm_name());
-      if (shm.status().code() == StatusCode::kNotFound) continue;  // superseded meanwhile
+      // Gone: superseded since the reply (ask again), or removed by hand (then pull over bulk).
+      if (shm.status().code() == StatusCode::kNotFound && attempt < 2) continue;
       if (shm.ok()) {
         if (options_.verify_shm) LAMINAR_RETURN_IF_ERROR((*shm)->Verify());
         auto v = std::make_shared<PulledVersion>();

@@ -68,7 +68,9 @@ void SendWorker::Loop() {
       if (stop_) return;
       item = std::move(queue_.front());
       queue_.pop_front();
-      if (failed_.count({item.dest, item.generation})) continue;
+      if (auto f = failed_.find(item.dest); f != failed_.end() && f->second == item.generation) {
+        continue;
+      }
       busy_ = true;
     }
     std::span<const uint8_t> bytes =
@@ -86,7 +88,7 @@ void SendWorker::Loop() {
       bytes_sent_ += bytes.size();
     } else {
       ++failures_;
-      failed_.insert({item.dest, item.generation});
+      failed_[item.dest] = item.generation;
       LAMINAR_LOG(WARN, RELAY) << name_ << ": send to " << item.dest << " failed (" << s
                                << "); skipping it for the rest of this broadcast";
     }

@@ -2,15 +2,15 @@
 // reads in place from a version buffer kept alive by a shared pointer. Items carry a generation;
 // Supersede(g) drops queued items of older generations (a newer broadcast replaces the route).
 // A destination that fails once is skipped for the rest of its generation, so a dead peer costs
-// one timeout, not one per chunk.
+// one timeout, not one per chunk; a later generation tries it again.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -78,7 +78,7 @@ class SendWorker {
   std::condition_variable cv_;
   std::deque<SendItem> queue_;
   uint64_t min_generation_ = 0;
-  std::set<std::pair<std::string, uint64_t>> failed_;  // (dest, generation)
+  std::map<std::string, uint64_t> failed_;  // dest -> the generation whose send to it failed
   bool busy_ = false;
   bool stop_ = false;
   uint64_t bytes_sent_ = 0;

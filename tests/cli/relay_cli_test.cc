@@ -285,6 +285,11 @@ TEST(RelayProcessTest, CorruptedChunksInTheChainAreDetectedAndSentAgain) {
   ExpectWeights(**v, 3, 1000 * 1000);
   std::string log = Slurp(logs / "r2.log");
   EXPECT_NE(log.find("fails its xxHash64 checksum"), std::string::npos);
+  for (RelayProcess* r : {&r1, &r2, &master}) {
+    r->process.Signal(SIGTERM);
+    EXPECT_EQ(*r->process.Wait(10000), 0);
+  }
+  EXPECT_EQ(LeftoverSegments(), 0u);
 }
 
 TEST(RelayProcessTest, BadArgumentsGiveClearErrors) {

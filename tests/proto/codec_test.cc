@@ -185,6 +185,12 @@ TEST(CodecTest, InvariantsAreChecked) {
   m = SampleManifest();
   m.mutable_tensors(0)->set_size_bytes(12);
   EXPECT_FALSE(Decode<WeightManifest>(Encode(m), "relay/0").ok());
+  // A total that overflows the chunk count, and one beyond any model, are both refused.
+  WeightManifest huge;
+  huge.set_total_bytes(~uint64_t{0});
+  huge.set_chunk_bytes(2);
+  EXPECT_NE(Decode<WeightManifest>(Encode(huge), "relay/0").status().message().find("limit"),
+            std::string::npos);
   m = SampleManifest();
   m.mutable_tensors(0)->set_offset(8);
   EXPECT_FALSE(Decode<WeightManifest>(Encode(m), "relay/0").ok());

@@ -3,6 +3,7 @@
 #include "relay/relay.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "relay/chunk_assembler.h"
 #include "relay/publisher.h"
 #include "relay/relay_client.h"
+#include "relay/send_worker.h"
 #include "relay/shm_version.h"
 #include "relay/wire.h"
 
@@ -356,6 +358,52 @@ TEST(RelayTierTest, ARelayThatStopsIsDroppedAndTheRestStillGetTheVersion) {
   EXPECT_EQ((*v)->version(), 2);
   EXPECT_EQ((*v)->relay(), t.relays[2]->info().control_endpoint());
   ExpectWeights(**v, kRows);
+}
+
+TEST(RelayTierTest, ARemovedSegmentFallsBackToTheBulkPlane) {
+  Tier t = Tier::Start(1);
+  FakeWeights w = MakeWeights(3, kRows);
+  ASSERT_TRUE(t.publisher->Publish(3, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(3); }, 10000));
+  const std::string name = "/laminar-r1-" + std::to_string(getpid()) + "-v3";
+  ASSERT_EQ(shm_unlink(name.c_str()), 0) << name;
+  auto v = ClientOf({t.relays[0].get()}, true)->PullLatest();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->source(), "bulk");
+  ExpectWeights(**v, kRows);
+}
+
+TEST(RelayTierTest, JoinRefusesATakenIdAndAnotherTransport) {
+  Tier t = Tier::Start(1);
+  RelayOptions twin;
+  twin.id = "r1";
+  twin.master_endpoint = t.master->info().control_endpoint();
+  twin.join_timeout_ms = 500;
+  auto r = Relay::Start(std::move(twin));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("relay id r1 is taken"), std::string::npos) << r.status();
+  RelayOptions other;
+  other.id = "u1";
+  other.bulk_kind = "ucx";
+  other.master_endpoint = t.master->info().control_endpoint();
+  other.join_timeout_ms = 500;
+  r = Relay::Start(std::move(other));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("same --transport"), std::string::npos) << r.status();
+  EXPECT_EQ(t.master->Chain().size(), 1u);
+}
+
+TEST(SendWorkerTest, AFailedDestinationIsSkippedForItsGenerationOnly) {
+  auto transport = CreateBulkTransport("ucx");
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  std::mutex send_mu;
+  SendWorker worker("test", transport->get(), &send_mu, 500);
+  const std::string nobody = "ucx://127.0.0.1:1";  // nothing listens there
+  for (uint64_t generation : {1, 1, 1, 2}) {
+    worker.Push(SendItem::Owned(nobody, 0, "x", generation));
+  }
+  ASSERT_TRUE(worker.WaitIdle(10000));
+  EXPECT_EQ(worker.failures(), 2u);  // one per generation, not one per item
 }
 
 TEST(RelayTierTest, BadOptionsAndPeersGiveClearErrors) {
