@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,6 +51,16 @@ StatusOr<std::unique_ptr<ShmVersion>> ShmVersion::Create(const std::string& name
   const std::string encoded = manifest.SerializeAsString();
   const uint64_t data_offset = RoundUp(kPage + encoded.size());
   const uint64_t size = data_offset + RoundUp(manifest.total_bytes());
+  // tmpfs hands out pages on first touch: a segment larger than the free space would kill the
+  // relay with SIGBUS mid-copy, so check first (posix_fallocate would close the race, but costs
+  // the whole zeroing up front, on the path that forwards the manifest down the chain).
+  struct statvfs fs {};
+  if (statvfs("/dev/shm", &fs) == 0 && static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize < size) {
+    return ResourceExhaustedError("version " + std::to_string(manifest.version()) + " needs " +
+                                  std::to_string(size) + " bytes of shared memory, /dev/shm has " +
+                                  std::to_string(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) +
+                                  " free (a container may need --shm-size)");
+  }
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
   if (fd < 0) return ErrnoError("shm_open " + name, errno);
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
