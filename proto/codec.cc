@@ -153,6 +153,16 @@ Status Validate(const Heartbeat& m) {
   return OkStatus();
 }
 
+Status Validate(const Stats& m) {
+  if (m.id().empty()) return Bad("id is empty");
+  if (!(m.interval_s() >= 0)) return Bad("interval_s is negative or NaN");
+  for (const auto& [name, value] : m.values()) {
+    if (name.empty()) return Bad("a metric has an empty name");
+    if (!std::isfinite(value)) return Bad("metric '" + name + "' is not finite");
+  }
+  return OkStatus();
+}
+
 Status Validate(const WorkRequest& m) {
   if (m.rollout_id().empty()) return Bad("rollout_id is empty");
   if (m.max_groups() < 0) return Bad("max_groups is negative");

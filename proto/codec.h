@@ -31,6 +31,7 @@ Status Validate(const Trajectory& m);
 Status Validate(const WeightManifest& m);
 Status Validate(const WeightChunk& m);
 Status Validate(const Heartbeat& m);
+Status Validate(const Stats& m);
 Status Validate(const WorkRequest& m);
 Status Validate(const WorkReply& m);
 Status Validate(const RepackCommand& m);

@@ -14,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)Decode<WeightManifest>(bytes, "fuzz").ok();
   (void)Decode<WeightChunk>(bytes, "fuzz").ok();
   (void)Decode<Heartbeat>(bytes, "fuzz").ok();
+  (void)Decode<Stats>(bytes, "fuzz").ok();
   (void)Decode<WorkRequest>(bytes, "fuzz").ok();
   (void)Decode<WorkReply>(bytes, "fuzz").ok();
   (void)Decode<RepackCommand>(bytes, "fuzz").ok();

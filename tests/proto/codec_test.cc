@@ -88,6 +88,15 @@ TEST(CodecTest, EveryMessageRoundTrips) {
   h.set_kv_blocks_capacity(10);
   EXPECT_EQ(RoundTrip(h).kv_blocks_capacity(), 10);
 
+  Stats st;
+  st.set_id("rollout/1");
+  st.set_interval_s(2.5);
+  (*st.mutable_values())["relay/pull_wait_s"] = 0.25;
+  EXPECT_EQ(RoundTrip(st).values().at("relay/pull_wait_s"), 0.25);
+  (*st.mutable_values())["bad"] = std::nan("");
+  EXPECT_NE(Decode<Stats>(Encode(st), "rollout/1").status().message().find("'bad'"),
+            std::string::npos);
+
   WorkRequest w;
   w.set_rollout_id("rollout/1");
   w.set_max_groups(2);
