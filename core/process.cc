@@ -14,19 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "core/host.h"
+
 extern char** environ;
 
 namespace laminar {
-namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
                                  const std::string& stderr_path) {
   if (argv.empty()) return InvalidArgumentError("Process::Spawn: empty argv");
@@ -93,7 +85,7 @@ void Process::Close() {
 }
 
 StatusOr<std::string> Process::ReadLine(int timeout_ms) {
-  const int64_t deadline = NowMs() + timeout_ms;
+  const int64_t deadline = SteadyNowMs() + timeout_ms;
   while (true) {
     if (size_t nl = buffer_.find('\n'); nl != std::string::npos) {
       std::string line = buffer_.substr(0, nl);
@@ -102,7 +94,7 @@ StatusOr<std::string> Process::ReadLine(int timeout_ms) {
     }
     if (stdout_fd_ < 0)
       return UnavailableError("process " + std::to_string(pid_) + " has no stdout");
-    const int64_t left = deadline - NowMs();
+    const int64_t left = deadline - SteadyNowMs();
     if (left <= 0) {
       return DeadlineExceededError("no line from process " + std::to_string(pid_) + " within " +
                                    std::to_string(timeout_ms) + " ms");
@@ -130,7 +122,7 @@ void Process::Signal(int signal) {
 
 StatusOr<int> Process::Wait(int timeout_ms) {
   if (reaped_) return exit_code_;
-  const int64_t deadline = NowMs() + timeout_ms;
+  const int64_t deadline = SteadyNowMs() + timeout_ms;
   while (true) {
     int status = 0;
     const pid_t r = waitpid(pid_, &status, WNOHANG);
@@ -142,7 +134,7 @@ StatusOr<int> Process::Wait(int timeout_ms) {
     if (r < 0 && errno != EINTR) {
       return UnavailableError("waitpid " + std::to_string(pid_) + ": " + std::strerror(errno));
     }
-    if (NowMs() >= deadline) {
+    if (SteadyNowMs() >= deadline) {
       return DeadlineExceededError("process " + std::to_string(pid_) + " still running after " +
                                    std::to_string(timeout_ms) + " ms");
     }

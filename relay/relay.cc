@@ -7,24 +7,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/host.h"
 #include "core/logging.h"
 #include "proto/codec.h"
 #include "relay/wire.h"
 
 namespace laminar::relay {
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
 
 std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -102,7 +91,7 @@ Status Relay::Init() {
                                                options_.send_timeout_ms);
   serve_sender_ = std::make_unique<SendWorker>(options_.id + "/serve", transport_.get(), &send_mu_,
                                                options_.send_timeout_ms);
-  last_ping_ms_ = NowMs();
+  last_ping_ms_ = SteadyNowMs();
   if (!is_master()) LAMINAR_RETURN_IF_ERROR(Join());
   receiver_ = std::thread([this] { ReceiveLoop(); });
   if (is_master()) monitor_ = std::thread([this] { MonitorLoop(); });
@@ -164,7 +153,7 @@ Status Relay::Join() {
   LAMINAR_RETURN_IF_ERROR(
       Call(options_.master_endpoint, r, std::max(1, options_.join_timeout_ms / 5), 5).status(),
       "joining the master at " + options_.master_endpoint);
-  last_ping_ms_ = NowMs();
+  last_ping_ms_ = SteadyNowMs();
   return OkStatus();
 }
 
@@ -194,9 +183,9 @@ void Relay::ReceiveLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (inflight_ && !inflight_->upstream_control.empty() &&
-          NowMs() - inflight_->last_progress_ms > options_.stall_resend_ms) {
+          SteadyNowMs() - inflight_->last_progress_ms > options_.stall_resend_ms) {
         stalled = inflight_;
-        stalled->last_progress_ms = NowMs();
+        stalled->last_progress_ms = SteadyNowMs();
       }
     }
     if (stalled) {
@@ -210,8 +199,8 @@ void Relay::ReceiveLoop() {
     }
     // A relay the master stopped pinging joins again, if the master really dropped it (a busy
     // master pings late; joining again would only cost everyone a rebroadcast).
-    if (!is_master() && NowMs() - last_ping_ms_ > 15 * options_.ping_interval_ms) {
-      last_ping_ms_ = NowMs();
+    if (!is_master() && SteadyNowMs() - last_ping_ms_ > 15 * options_.ping_interval_ms) {
+      last_ping_ms_ = SteadyNowMs();
       proto::RelayRequest query;
       query.mutable_chain();
       auto chain = Call(options_.master_endpoint, query, options_.join_timeout_ms, 1);
@@ -271,7 +260,7 @@ void Relay::HandleBroadcast(const std::string& bytes) {
     // only announce the version: they never change where it goes next.
     const bool reroute = is_master() ? is_new : b.epoch() > slot->epoch;
     if (reroute) {
-      slot->last_progress_ms = NowMs();
+      slot->last_progress_ms = SteadyNowMs();
       slot->upstream_control = b.upstream_control();
       slot->targets.clear();
       if (is_master()) {
@@ -303,7 +292,7 @@ StatusOr<std::shared_ptr<Relay::Slot>> Relay::NewSlotLocked(const proto::WeightM
   auto slot = std::make_shared<Slot>();
   slot->shm = std::move(*shm);
   slot->assembler = std::make_unique<ChunkAssembler>(manifest, slot->shm->mutable_data());
-  slot->last_progress_ms = NowMs();
+  slot->last_progress_ms = SteadyNowMs();
   // Sends of older versions still queued are pointless now; those of this version's earlier
   // routes are not (a reroute adds relays, it does not take the version from the others).
   slot->generation = ++forward_generation_;
@@ -326,7 +315,7 @@ void Relay::RouteFromChainLocked(const std::shared_ptr<Slot>& slot,
     if (!only_ids.empty() && !only_ids.count(m->info.id())) continue;
     route.push_back(m->info.bulk_address());
     m->needs_version = false;
-    m->last_progress_ms = NowMs();
+    m->last_progress_ms = SteadyNowMs();
   }
   if (options_.topology == Topology::kStar) {
     for (const auto& dest : route) slot->targets.push_back({dest, {}});
@@ -378,7 +367,7 @@ void Relay::HandleChunk(int64_t version, uint32_t index, const std::string& byte
                                << inflight_->upstream_control << " again";
       corrupt = inflight_;
     } else if (*accepted) {
-      inflight_->last_progress_ms = NowMs();
+      inflight_->last_progress_ms = SteadyNowMs();
       ForwardChunkLocked(inflight_, index);
       if (inflight_->assembler->complete()) {
         CompleteLocked(inflight_);
@@ -479,7 +468,7 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
   }
   switch (request.kind_case()) {
     case proto::RelayRequest::kPing:
-      last_ping_ms_ = NowMs();
+      last_ping_ms_ = SteadyNowMs();
       break;
     case proto::RelayRequest::kLatest:
       break;
@@ -547,7 +536,7 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
         std::erase_if(chain_, [&](const auto& m) { return m->info.id() == info.id(); });
         auto member = std::make_unique<Member>();
         member->info = info;
-        member->last_progress_ms = NowMs();
+        member->last_progress_ms = SteadyNowMs();
         chain_.push_back(std::move(member));
         LAMINAR_LOG(INFO, RELAY) << "relay " << info.id() << " joined the chain at position "
                                  << chain_.size();
@@ -609,7 +598,7 @@ void Relay::MonitorLoop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_lock<std::mutex> chain_lock(chain_mu_);
-    const int64_t now = NowMs();
+    const int64_t now = SteadyNowMs();
     bool removed = false;
     for (auto& m : chain_) {
       auto it = replies.find(m->info.id());

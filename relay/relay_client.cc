@@ -5,22 +5,13 @@
 
 #include <chrono>
 
+#include "core/host.h"
 #include "core/logging.h"
 #include "proto/codec.h"
 #include "relay/chunk_assembler.h"
 #include "relay/wire.h"
 
 namespace laminar::relay {
-namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 StatusOr<std::span<const uint8_t>> PulledVersion::Tensor(const std::string& name) const {
   for (const auto& t : manifest_.tensors()) {
     if (t.name() == name) return data_.subspan(t.offset(), t.size_bytes());
@@ -34,8 +25,7 @@ StatusOr<std::unique_ptr<RelayClient>> RelayClient::Create(RelayClientOptions op
     if (r.empty()) return InvalidArgumentError("relay client: an empty relay endpoint");
   }
   std::unique_ptr<RelayClient> c(new RelayClient(std::move(options)));
-  char buf[256] = {};
-  c->hostname_ = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "localhost";
+  c->hostname_ = Hostname();
   return c;
 }
 
@@ -147,17 +137,17 @@ StatusOr<std::shared_ptr<PulledVersion>> RelayClient::PullBulk(const std::string
   LAMINAR_RETURN_IF_ERROR(send_pull());
   auto v = std::make_shared<PulledVersion>();
   std::unique_ptr<ChunkAssembler> assembler;
-  const int64_t deadline = NowMs() + options_.pull_timeout_ms;
-  int64_t last_progress = NowMs();
+  const int64_t deadline = SteadyNowMs() + options_.pull_timeout_ms;
+  int64_t last_progress = SteadyNowMs();
   while (!assembler || !assembler->complete()) {
-    if (NowMs() > deadline) {
+    if (SteadyNowMs() > deadline) {
       return DeadlineExceededError("pulling version " + std::to_string(version) + " from " + relay +
                                    ": " + std::to_string(assembler ? assembler->num_present() : 0) +
                                    " chunks after " + std::to_string(options_.pull_timeout_ms) +
                                    " ms");
     }
-    if (NowMs() - last_progress > options_.stall_resend_ms) {
-      last_progress = NowMs();
+    if (SteadyNowMs() - last_progress > options_.stall_resend_ms) {
+      last_progress = SteadyNowMs();
       if (!assembler) {
         LAMINAR_RETURN_IF_ERROR(send_pull());
       } else {
@@ -182,13 +172,13 @@ StatusOr<std::shared_ptr<PulledVersion>> RelayClient::PullBulk(const std::string
       LAMINAR_ASSIGN_OR_RETURN(v->manifest_, proto::BroadcastManifest(b));
       v->heap_.assign(v->manifest_.total_bytes(), 0);
       assembler = std::make_unique<ChunkAssembler>(v->manifest_, v->heap_);
-      last_progress = NowMs();
+      last_progress = SteadyNowMs();
       continue;
     }
     if (!assembler) continue;  // before its manifest: asked for again when we stall
     auto accepted = assembler->Accept(
         tag->index, {reinterpret_cast<const uint8_t*>(m->bytes.data()), m->bytes.size()});
-    if (accepted.ok() && *accepted) last_progress = NowMs();
+    if (accepted.ok() && *accepted) last_progress = SteadyNowMs();
     if (!accepted.ok()) {
       LAMINAR_LOG(WARN, RELAY) << "rollout " << options_.id << ": " << accepted.status();
     }

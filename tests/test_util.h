@@ -1,11 +1,14 @@
-// Helpers shared by the tests: locating ../shared/data and temporary folders.
+// Helpers shared by the tests: locating ../shared/data, temporary folders, polling.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <thread>
 
 namespace laminar::testing {
 
@@ -35,6 +38,16 @@ inline std::filesystem::path TempDir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
+}
+
+// Polls `done` every `poll_ms` until it holds or `timeout_ms` passes; its last value.
+inline bool WaitFor(const std::function<bool()>& done, int timeout_ms, int poll_ms = 5) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  return done();
 }
 
 }  // namespace laminar::testing

@@ -67,15 +67,6 @@ std::map<std::string, int64_t> Completions(const std::string& master) {
   return out;
 }
 
-bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
-
 bool AllAt(const std::string& master, const std::vector<std::string>& ids, int64_t version) {
   auto c = Completions(master);
   for (const auto& id : ids) {

@@ -22,18 +22,12 @@
 #include "relay/send_worker.h"
 #include "relay/shm_version.h"
 #include "relay/wire.h"
+#include "tests/test_util.h"
 
 namespace laminar::relay {
 namespace {
 
-bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
+using ::laminar::testing::WaitFor;
 
 // Tensors whose bytes are a function of (version, tensor index), so any mix-up shows.
 struct FakeWeights {
