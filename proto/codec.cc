@@ -237,6 +237,9 @@ Status Validate(const RelayRequest& m) {
       if (m.complete().relay_id().empty()) return Bad("complete: relay_id is empty");
       if (m.complete().version() < 0) return Bad("complete: version is negative");
       return OkStatus();
+    case RelayRequest::kLeave:
+      if (m.leave().relay_id().empty()) return Bad("leave: relay_id is empty");
+      return OkStatus();
     case RelayRequest::kPing:
     case RelayRequest::kLatest:
     case RelayRequest::kChain:

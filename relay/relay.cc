@@ -105,6 +105,22 @@ Relay::~Relay() { Stop(); }
 
 void Relay::Stop() {
   if (stop_.exchange(true)) return;
+  if (!is_master() && receiver_.joinable()) {
+    // Our own socket: clients_ belongs to the receiver thread, which is still running.
+    ZmqRequestClient master(options_.master_endpoint);
+    proto::RelayRequest leave;
+    leave.mutable_header()->set_sender("relay/" + options_.id);
+    leave.mutable_leave()->set_relay_id(options_.id);
+    Status s = master.Call(proto::Encode(leave), 500, 1).status();
+    if (!s.ok()) LAMINAR_LOG(WARN, RELAY) << options_.id << ": leaving the chain: " << s;
+  }
+  {
+    // Names first: a send stuck on a dead peer may hold the threads below for a while, and a
+    // process killed meanwhile must not leave segments behind. Mappings stay valid.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (newest_) newest_->shm->Unlink();
+    if (inflight_) inflight_->shm->Unlink();
+  }
   stop_cv_.notify_all();
   if (control_) control_->Stop();
   if (receiver_.joinable()) receiver_.join();
@@ -503,6 +519,7 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
     }
     case proto::RelayRequest::kJoin:
     case proto::RelayRequest::kComplete:
+    case proto::RelayRequest::kLeave:
     case proto::RelayRequest::kChain: {
       if (!is_master()) {
         reply.set_error("relay " + options_.id + " is not the master");
@@ -540,6 +557,15 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
         chain_.push_back(std::move(member));
         LAMINAR_LOG(INFO, RELAY) << "relay " << info.id() << " joined the chain at position "
                                  << chain_.size();
+      } else if (request.has_leave()) {
+        const auto gone = std::erase_if(
+            chain_, [&](const auto& m) { return m->info.id() == request.leave().relay_id(); });
+        if (gone > 0) {
+          completions_.erase(request.leave().relay_id());
+          ++chain_rebuilds_;
+          chain_changed_ = true;  // the monitor re-routes whoever still lacks the version
+          LAMINAR_LOG(INFO, RELAY) << "relay " << request.leave().relay_id() << " left the chain";
+        }
       } else if (request.has_complete()) {
         completions_[request.complete().relay_id()] = request.complete().version();
         for (auto& m : chain_) {
@@ -631,6 +657,7 @@ void Relay::MonitorLoop() {
         ++it;
       }
     }
+    removed = removed || std::exchange(chain_changed_, false);
     std::shared_ptr<Slot> target = inflight_ ? inflight_ : newest_;
     if (!target) continue;
     std::set<std::string> lagging, stalled, fresh;

@@ -122,6 +122,7 @@ class Relay {
   mutable std::mutex chain_mu_;
   std::vector<std::unique_ptr<Member>> chain_;
   uint64_t chain_rebuilds_ = 0;
+  bool chain_changed_ = false;                  // a relay left since the monitor last looked
   std::map<std::string, int64_t> completions_;  // relay id -> newest complete version
 
   std::atomic<int64_t> last_ping_ms_{0};

@@ -334,7 +334,8 @@ TEST(RelayTierTest, ARelayThatStopsIsDroppedAndTheRestStillGetTheVersion) {
   FakeWeights w1 = MakeWeights(1, kRows);
   ASSERT_TRUE(t.publisher->Publish(1, w1.tensors).ok());
   ASSERT_TRUE(WaitFor([&] { return t.AllHave(1); }, 10000));
-  t.relays[0]->Stop();  // the head of the chain after the master
+  t.relays[0]->Stop();  // the head of the chain after the master; it leaves at once
+  EXPECT_EQ(t.master->Chain().size(), 2u);
   FakeWeights w2 = MakeWeights(2, kRows);
   ASSERT_TRUE(t.publisher->Publish(2, w2.tensors).ok());
   ASSERT_TRUE(WaitFor(
