@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "core/host.h"
 #include "core/logging.h"
@@ -607,20 +608,27 @@ void Relay::MonitorLoop() {
       std::lock_guard<std::mutex> lock(chain_mu_);
       for (const auto& m : chain_) members.push_back(m->info);
     }
-    // Ping outside the locks: a dead relay costs ping_timeout_ms here, nowhere else.
-    std::map<std::string, StatusOr<proto::RelayReply>> replies;
+    // Ping outside the locks and all at once (one socket each): a round costs one
+    // ping_timeout_ms however many relays are slow or dead.
+    proto::RelayRequest ping;
+    ping.mutable_ping();
+    ping.mutable_header()->set_sender("relay/" + options_.id);
+    const std::string ping_bytes = proto::Encode(ping);
+    std::vector<std::future<StatusOr<proto::RelayReply>>> pending;
     for (const auto& info : members) {
       auto& client = clients[info.id() + "@" + info.control_endpoint()];
       if (!client) client = std::make_unique<ZmqRequestClient>(info.control_endpoint());
-      proto::RelayRequest ping;
-      ping.mutable_ping();
-      ping.mutable_header()->set_sender("relay/" + options_.id);
-      auto bytes = client->Call(proto::Encode(ping), options_.ping_timeout_ms, 1);
-      if (bytes.ok()) {
-        replies.emplace(info.id(), proto::Decode<proto::RelayReply>(*bytes, info.id()));
-      } else {
-        replies.emplace(info.id(), bytes.status());
-      }
+      pending.push_back(
+          std::async(std::launch::async,
+                     [this, &ping_bytes, &info, c = client.get()]() -> StatusOr<proto::RelayReply> {
+                       LAMINAR_ASSIGN_OR_RETURN(std::string bytes,
+                                                c->Call(ping_bytes, options_.ping_timeout_ms, 1));
+                       return proto::Decode<proto::RelayReply>(bytes, info.id());
+                     }));
+    }
+    std::map<std::string, StatusOr<proto::RelayReply>> replies;
+    for (size_t i = 0; i < members.size(); ++i) {
+      replies.emplace(members[i].id(), pending[i].get());
     }
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_lock<std::mutex> chain_lock(chain_mu_);
