@@ -497,7 +497,15 @@ proto::RelayReply Relay::HandleRequestImpl(const proto::RelayRequest& request) {
                         std::to_string(newest_ ? newest_->version() : -1) + ")");
         break;
       }
-      std::vector<uint32_t> all(newest_->assembler->manifest().num_chunks());
+      // Pulls queue behind each other; past a few versions' worth, a rollout is better served
+      // by another relay (RelayClient moves on when refused) than by waiting here.
+      const size_t num_chunks = newest_->assembler->manifest().num_chunks();
+      if (serve_sender_->queued() > options_.max_queued_pulls * (num_chunks + 1)) {
+        reply.set_error("relay " + options_.id + " is busy serving " +
+                        std::to_string(serve_sender_->queued()) + " queued chunks; try another");
+        break;
+      }
+      std::vector<uint32_t> all(num_chunks);
       for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
       ServeLocked(newest_, request.pull().bulk_address(), all, /*with_header=*/true);
       break;

@@ -49,7 +49,8 @@ struct RelayOptions {
   int stall_resend_ms = 2000;
   int rebroadcast_after_ms = 3000;  // master: a relay lagging without progress gets it again
   int send_timeout_ms = 5000;
-  int join_timeout_ms = 5000;  // non-master: how long to keep trying to reach the master
+  int join_timeout_ms = 5000;   // non-master: how long to keep trying to reach the master
+  size_t max_queued_pulls = 8;  // whole versions queued for pulls before new pulls are refused
   // Use this transport instead of creating one (tests wrap a FaultyTransport around one).
   std::unique_ptr<BulkTransport> transport;
 };

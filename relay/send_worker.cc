@@ -52,6 +52,11 @@ uint64_t SendWorker::bytes_sent() const {
   return bytes_sent_;
 }
 
+size_t SendWorker::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
 uint64_t SendWorker::failures() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failures_;

@@ -66,6 +66,8 @@ class SendWorker {
   bool WaitIdle(int timeout_ms);
   void Stop();
   uint64_t bytes_sent() const;
+  // Items waiting to be sent.
+  size_t queued() const;
   uint64_t failures() const;
 
  private:

@@ -388,6 +388,33 @@ TEST(RelayTierTest, JoinRefusesATakenIdAndAnotherTransport) {
   EXPECT_EQ(t.master->Chain().size(), 1u);
 }
 
+TEST(RelayTierTest, ABusyRelayRefusesPullsInsteadOfQueueingThemForever) {
+  RelayOptions mo;
+  mo.id = "m";
+  mo.max_queued_pulls = 0;  // refuse a pull while anything is queued
+  mo.send_timeout_ms = 300;
+  auto master = Relay::Start(std::move(mo));
+  ASSERT_TRUE(master.ok()) << master.status();
+  PublisherOptions po;
+  po.master_endpoint = (*master)->info().control_endpoint();
+  po.chunk_bytes = 64 * 1024;
+  auto publisher = Publisher::Create(std::move(po));
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  FakeWeights w = MakeWeights(1, kRows);
+  ASSERT_TRUE((*publisher)->Publish(1, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return (*master)->latest_complete_version() == 1; }, 10000));
+  // A rollout that asks and is gone: its chunks wait on a peer that never reads them.
+  ZmqRequestClient client((*master)->info().control_endpoint());
+  proto::RelayRequest pull;
+  pull.mutable_pull()->set_bulk_address("tcp://127.0.0.1:1");
+  auto first = proto::Decode<proto::RelayReply>(*client.Call(proto::Encode(pull), 1000), "m");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->error(), "");
+  auto second = proto::Decode<proto::RelayReply>(*client.Call(proto::Encode(pull), 1000), "m");
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->error().find("busy"), std::string::npos) << second->error();
+}
+
 TEST(SendWorkerTest, AFailedDestinationIsSkippedForItsGenerationOnly) {
   auto transport = CreateBulkTransport("ucx");
   ASSERT_TRUE(transport.ok()) << transport.status();
