@@ -220,12 +220,16 @@ void Relay::ReceiveLoop() {
       last_ping_ms_ = SteadyNowMs();
       proto::RelayRequest query;
       query.mutable_chain();
-      auto chain = Call(options_.master_endpoint, query, options_.join_timeout_ms, 1);
+      auto chain = Call(options_.master_endpoint, query, 1000, 1);  // the receive loop waits
       const bool listed = chain.ok() && std::any_of(chain->chain().begin(), chain->chain().end(),
                                                     [&](const proto::RelayInfo& r) {
                                                       return r.id() == info_.id();
                                                     });
-      if (chain.ok() && !listed) {
+      if (!chain.ok()) {
+        LAMINAR_LOG(WARN, RELAY) << options_.id << ": the master at " << options_.master_endpoint
+                                 << " does not answer (" << chain.status()
+                                 << "); serving the versions held until it is back";
+      } else if (!listed) {
         LAMINAR_LOG(WARN, RELAY) << options_.id << ": the master dropped us; joining again";
         Status s = Join();
         if (!s.ok()) LAMINAR_LOG(WARN, RELAY) << s;
