@@ -35,10 +35,7 @@ struct BenchArgs {
   std::string log_dir;
 };
 
-int Fail(const Status& s) {
-  std::fprintf(stderr, "laminar bench: %s\n", s.ToString().c_str());
-  return 1;
-}
+int Fail(const Status& s) { return CommandFail("bench", s.ToString()); }
 
 std::string SelfPath() {
   char buf[4096] = {};
@@ -137,22 +134,13 @@ int RunBench(const BenchArgs& a) {
   out["gemm_f32_gflop_per_s"] = gemm / 1e9;
   if (a.what != "hw") {
     auto path = model::ResolveModelPath(a.model);
-    if (!path.ok()) {
-      std::fprintf(stderr, "laminar bench: %s\n", path.status().ToString().c_str());
-      return 1;
-    }
+    if (!path.ok()) return Fail(path.status());
     auto ckpt = model::LoadCheckpoint(*path);
-    if (!ckpt.ok()) {
-      std::fprintf(stderr, "laminar bench: %s\n", ckpt.status().ToString().c_str());
-      return 1;
-    }
+    if (!ckpt.ok()) return Fail(ckpt.status());
     DType wdtype = a.weights == "bf16" ? DType::kBF16 : DType::kF32;
     auto lm =
         engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, wdtype);
-    if (!lm.ok()) {
-      std::fprintf(stderr, "laminar bench: %s\n", lm.status().ToString().c_str());
-      return 1;
-    }
+    if (!lm.ok()) return Fail(lm.status());
     out["model"] = a.model;
     out["weights_dtype"] = a.weights;
     double step_bytes = bench::WeightBytesPerStep(ckpt->config, wdtype == DType::kBF16 ? 2.0 : 4.0);

@@ -24,8 +24,7 @@ struct ChatArgs {
 };
 
 int Fail(const std::string& message, int code = 1) {
-  std::fprintf(stderr, "laminar chat-template: %s\n", message.c_str());
-  return code;
+  return CommandFail("chat-template", message, code);
 }
 
 // The chat template text of a checkpoint without loading its weights.

@@ -21,10 +21,7 @@ struct ConvertArgs {
   bool overwrite = false;
 };
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "laminar convert: %s\n", message.c_str());
-  return 1;
-}
+int Fail(const std::string& message) { return CommandFail("convert", message); }
 
 int Run(const ConvertArgs& a) {
   auto path = model::ResolveModelPath(a.model);

@@ -40,8 +40,7 @@ struct GenerateArgs {
 };
 
 int Fail(const std::string& message, int code = 1) {
-  std::fprintf(stderr, "laminar generate: %s\n", message.c_str());
-  return code;
+  return CommandFail("generate", message, code);
 }
 
 void Emit(const std::string& text) {

@@ -22,10 +22,7 @@ struct InspectArgs {
   bool metadata = false;
 };
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "laminar inspect: %s\n", message.c_str());
-  return 1;
-}
+int Fail(const std::string& message) { return CommandFail("inspect", message); }
 
 void PrintConfig(const model::ModelConfig& c) {
   std::printf("architecture   %s\n", c.architecture.c_str());

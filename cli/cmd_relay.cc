@@ -32,10 +32,7 @@ struct RelayArgs {
   double fault_drop = 0;
 };
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "laminar relay: %s\n", message.c_str());
-  return 1;
-}
+int Fail(const std::string& message) { return CommandFail("relay", message); }
 
 int Run(const RelayArgs& a) {
   // Block the stop signals before any thread starts, so that only sigwait below takes them.

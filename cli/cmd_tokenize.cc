@@ -23,8 +23,7 @@ struct TokenizeArgs {
 };
 
 int Fail(const std::string& message, int code = 1) {
-  std::fprintf(stderr, "laminar tokenize: %s\n", message.c_str());
-  return code;
+  return CommandFail("tokenize", message, code);
 }
 
 int RunEncode(const model::Tokenizer& tok, const TokenizeArgs& args, const std::string& input) {

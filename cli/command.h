@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace laminar::cli {
@@ -18,6 +19,10 @@ struct Command {
 };
 
 std::vector<Command>& CommandRegistry();
+
+// Prints "laminar <command>: <message>" on stderr and returns `code` (1: the command failed,
+// 2: a usage error), so each command reports errors in one form.
+int CommandFail(std::string_view command, std::string_view message, int code = 1);
 
 struct CommandRegistrar {
   CommandRegistrar(std::string name, std::string description, CommandSetup setup) {

@@ -15,6 +15,12 @@ std::vector<Command>& CommandRegistry() {
   return registry;
 }
 
+int CommandFail(std::string_view command, std::string_view message, int code) {
+  std::fprintf(stderr, "laminar %.*s: %.*s\n", static_cast<int>(command.size()), command.data(),
+               static_cast<int>(message.size()), message.data());
+  return code;
+}
+
 namespace {
 
 std::function<int()> SetupVersion(CLI::App*) {

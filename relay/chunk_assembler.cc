@@ -38,11 +38,6 @@ StatusOr<bool> ChunkAssembler::Accept(uint32_t index, std::span<const uint8_t> b
   return true;
 }
 
-void ChunkAssembler::MarkAllPresent() {
-  present_.assign(present_.size(), true);
-  num_present_ = static_cast<uint32_t>(present_.size());
-}
-
 std::vector<uint32_t> ChunkAssembler::Missing() const {
   std::vector<uint32_t> out;
   for (uint32_t i = 0; i < present_.size(); ++i) {

@@ -21,8 +21,6 @@ class ChunkAssembler {
   // Errors (nothing written): InvalidArgument for an index or size the manifest does not have,
   // DataLoss when the bytes fail the checksum.
   StatusOr<bool> Accept(uint32_t index, std::span<const uint8_t> bytes);
-  // Marks every chunk present, for a buffer filled by other means (checksums not recomputed).
-  void MarkAllPresent();
 
   const proto::WeightManifest& manifest() const { return manifest_; }
   bool has(uint32_t index) const { return index < present_.size() && present_[index]; }

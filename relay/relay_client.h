@@ -67,8 +67,6 @@ class RelayClient {
   // Pulls the newest complete version if it is above `newer_than`; NotFound when there is none.
   // Errors: Unavailable when no relay could serve it, naming each relay and why.
   StatusOr<std::shared_ptr<const PulledVersion>> PullLatest(int64_t newer_than = -1);
-  // The relay that answered last.
-  const std::string& current_relay() const { return options_.relays[current_]; }
 
  private:
   explicit RelayClient(RelayClientOptions options) : options_(std::move(options)) {}

@@ -47,11 +47,6 @@ void SendWorker::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t SendWorker::bytes_sent() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return bytes_sent_;
-}
-
 size_t SendWorker::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();
@@ -89,9 +84,7 @@ void SendWorker::Loop() {
       s = transport_->Send(item.dest, item.tag, bytes, timeout_ms_);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (s.ok()) {
-      bytes_sent_ += bytes.size();
-    } else {
+    if (!s.ok()) {
       ++failures_;
       failed_[item.dest] = item.generation;
       LAMINAR_LOG(WARN, RELAY) << name_ << ": send to " << item.dest << " failed (" << s

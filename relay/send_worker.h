@@ -65,7 +65,6 @@ class SendWorker {
   // Blocks until the queue is empty and nothing is being sent, or `timeout_ms` passes.
   bool WaitIdle(int timeout_ms);
   void Stop();
-  uint64_t bytes_sent() const;
   // Items waiting to be sent.
   size_t queued() const;
   uint64_t failures() const;
@@ -83,7 +82,6 @@ class SendWorker {
   std::map<std::string, uint64_t> failed_;  // dest -> the generation whose send to it failed
   bool busy_ = false;
   bool stop_ = false;
-  uint64_t bytes_sent_ = 0;
   uint64_t failures_ = 0;
   std::thread thread_;
 };
