@@ -1,4 +1,4 @@
-// `laminar bench hw|decode|prefill|broadcast|publish`: JSON output, reported against measured
+// `laminar bench hw|decode|prefill|train|broadcast|publish`: JSON output, reported against measured
 // hardware limits (bench/hw_limits.h) or a peer measured in the same run (the relay tier's
 // point-to-point transfer, bench/broadcast_bench.h).
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include "bench/broadcast_bench.h"
 #include "bench/hw_limits.h"
 #include "bench/model_bench.h"
+#include "bench/train_bench.h"
 #include "cli/command.h"
 #include "engine/llama_model.h"
 #include "kernels/cpu/cpu_features.h"
@@ -33,6 +34,11 @@ struct BenchArgs {
   double chunk_bytes = 4 * 1024 * 1024;
   std::vector<int> relays = {1, 2, 4, 8};
   std::string log_dir;
+  int64_t seq_len = 512;
+  int64_t seqs = 8;
+  std::string compute = "both";
+  bool recompute = false;
+  std::string peer_python;
 };
 
 int Fail(const Status& s) { return CommandFail("bench", s.ToString()); }
@@ -123,8 +129,59 @@ int RunPublish(const BenchArgs& a) {
   return 0;
 }
 
+// Trainer forward + backward throughput against oneDNN's GEMM peak and, when a Python with
+// PyTorch is given, against PyTorch's LlamaForCausalLM of the same shape in the same run.
+int RunTrain(const BenchArgs& a) {
+  auto path = model::ResolveModelPath(a.model);
+  if (!path.ok()) return Fail(path.status());
+  auto ckpt = model::LoadCheckpoint(*path);
+  if (!ckpt.ok()) return Fail(ckpt.status());
+  const double gemm = bench::MeasureGemmPeakF32();
+  nlohmann::json out = {{"model", a.model},
+                        {"seq_len", a.seq_len},
+                        {"seqs", a.seqs},
+                        {"recompute", a.recompute},
+                        {"gemm_f32_gflop_per_s", gemm / 1e9}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string compute : {"f32", "bf16"}) {
+    if (a.compute != "both" && a.compute != compute) continue;
+    bench::TrainBenchConfig c;
+    c.seq_len = a.seq_len;
+    c.num_seqs = a.seqs;
+    c.bf16_compute = compute == "bf16";
+    c.recompute = a.recompute;
+    c.repeats = a.repeats;
+    auto r = bench::BenchTrain(ckpt->config, ckpt->weights, c);
+    if (!r.ok()) return Fail(r.status());
+    nlohmann::json row = {{"compute", compute},
+                          {"tokens", r->tokens},
+                          {"median_s", r->median_s},
+                          {"spread_s", r->spread_s},
+                          {"tokens_per_s", r->tokens_per_s},
+                          {"gemm_peak_fraction", r->model_flop_per_s / gemm},
+                          {"activation_bytes", r->activation_bytes}};
+    std::string peer_note;
+    if (!a.peer_python.empty()) {
+      auto peer = bench::RunTorchTrainPeer(a.peer_python, ckpt->config, c);
+      if (!peer.ok()) return Fail(peer.status());
+      row["torch_tokens_per_s"] = *peer;
+      row["ratio_to_torch"] = r->tokens_per_s / *peer;
+      peer_note = "  PyTorch " + std::to_string(static_cast<int64_t>(*peer)) + " tok/s, ratio " +
+                  std::to_string(r->tokens_per_s / *peer);
+    }
+    std::fprintf(stderr, "train %s %lld x %lld: %8.1f tok/s (%.0f%% of GEMM peak)%s\n",
+                 compute.c_str(), static_cast<long long>(a.seqs), static_cast<long long>(a.seq_len),
+                 r->tokens_per_s, 100 * r->model_flop_per_s / gemm, peer_note.c_str());
+    rows.push_back(row);
+  }
+  out["train"] = rows;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
 int RunBench(const BenchArgs& a) {
   if (a.what == "broadcast") return RunBroadcast(a);
+  if (a.what == "train") return RunTrain(a);
   if (a.what == "publish") return RunPublish(a);
   nlohmann::json out;
   out["isa"] = kernels::cpu::IsaName(kernels::cpu::BestIsa());
@@ -177,9 +234,9 @@ int RunBench(const BenchArgs& a) {
 std::function<int()> SetupBench(CLI::App* app) {
   auto a = std::make_shared<BenchArgs>();
   app->add_option("what", a->what,
-                  "hw (limits only), decode, prefill, broadcast (relay tier) or publish (actor "
-                  "stall)")
-      ->check(CLI::IsMember({"hw", "decode", "prefill", "broadcast", "publish"}));
+                  "hw (limits only), decode, prefill, train (trainer), broadcast (relay tier) or "
+                  "publish (actor stall)")
+      ->check(CLI::IsMember({"hw", "decode", "prefill", "train", "broadcast", "publish"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
   app->add_option("--batch", a->batches, "decode batch sizes")->check(CLI::Range(1, 4096));
   app->add_option("--steps", a->steps, "decode steps timed per batch size")
@@ -201,11 +258,22 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::ExistingDirectory);
   app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app->add_option("--seq-len", a->seq_len, "train: tokens per sequence")
+      ->check(CLI::Range(2, 1 << 16));
+  app->add_option("--seqs", a->seqs, "train: sequences per packed batch")
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--compute", a->compute, "train: f32, bf16 or both")
+      ->check(CLI::IsMember({"f32", "bf16", "both"}));
+  app->add_option("--recompute", a->recompute, "train: recompute activations per layer");
+  app->add_option("--peer-python", a->peer_python,
+                  "train: a Python with torch and transformers (scripts/setup.sh --bench) to "
+                  "measure PyTorch on the same shape")
+      ->check(CLI::ExistingFile);
   return [a] { return RunBench(*a); };
 }
-LAMINAR_REGISTER_COMMAND("bench",
-                         "benchmarks with JSON output: hw, decode, prefill, broadcast, publish",
-                         SetupBench);
+LAMINAR_REGISTER_COMMAND(
+    "bench", "benchmarks with JSON output: hw, decode, prefill, train, broadcast, publish",
+    SetupBench);
 
 }  // namespace
 }  // namespace laminar::cli
