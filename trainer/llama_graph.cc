@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/check.h"
@@ -36,11 +37,6 @@ kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
   p.original_max_position_embeddings =
       static_cast<double>(c.rope_scaling->original_max_position_embeddings);
   return p;
-}
-
-template <typename T>
-void Release(std::vector<T>& v) {
-  std::vector<T>().swap(v);
 }
 
 template <typename T>
@@ -99,6 +95,39 @@ const T* LlamaGraph<T>::Rounded(const T* x, size_t n, std::vector<T>& scratch) c
 }
 
 template <typename T>
+template <typename Fn>
+void LlamaGraph<T>::ParallelFor(int64_t n, const Fn& fn) const {
+  if (pool_ == nullptr || n < 32) {
+    fn(int64_t{0}, n);
+  } else {
+    pool_->ParallelFor(n, 16, fn);
+  }
+}
+
+template <typename T>
+void LlamaGraph<T>::NormForward(const T* x, size_t w, T* y, T* rstd) {
+  const int64_t dm = config_.hidden_size;
+  const T* wp = values_.data() + w;
+  ParallelFor(batch_.num_tokens(), [&](int64_t b, int64_t e) {
+    ops::RmsNormForward(x + b * dm, wp, e - b, dm, config_.rms_norm_eps, y + b * dm, rstd + b);
+  });
+}
+
+template <typename T>
+void LlamaGraph<T>::NormBackward(const T* x, size_t w, const T* rstd, const T* dy, T* dx,
+                                 std::span<T> grads) {
+  const int64_t dm = config_.hidden_size;
+  const T* wp = values_.data() + w;
+  std::mutex mu;
+  ParallelFor(batch_.num_tokens(), [&](int64_t b, int64_t e) {
+    std::vector<T> dw(static_cast<size_t>(dm), T(0));
+    ops::RmsNormBackward(x + b * dm, wp, rstd + b, dy + b * dm, e - b, dm, dx + b * dm, dw.data());
+    std::lock_guard<std::mutex> lock(mu);
+    for (int64_t j = 0; j < dm; ++j) grads[w + j] += dw[j];
+  });
+}
+
+template <typename T>
 void LlamaGraph<T>::Linear(const T* x, size_t w, int64_t m, int64_t n, int64_t k, T* out) {
   const T* xr = Rounded(x, static_cast<size_t>(m * k), scratch_b_);
   const T* wr = (options_.bf16_compute ? rounded_values_.data() : values_.data()) + w;
@@ -124,11 +153,10 @@ void LlamaGraph<T>::LayerForward(const LayerParams& lp, LayerActs& a, std::vecto
   const auto layout = c.rope_layout == model::RopeLayout::kInterleaved
                           ? kernels::RopeLayout::kInterleaved
                           : kernels::RopeLayout::kRotateHalf;
-  a.x_in = x;
+  a.x_in.assign(x.begin(), x.end());
   a.rstd1.resize(t);
   a.hn1.resize(t * dm);
-  ops::RmsNormForward(x.data(), p + lp.attn_norm, t, dm, c.rms_norm_eps, a.hn1.data(),
-                      a.rstd1.data());
+  NormForward(x.data(), lp.attn_norm, a.hn1.data(), a.rstd1.data());
   a.q.resize(t * h * d);
   a.k.resize(t * hkv * d);
   a.v.resize(t * hkv * d);
@@ -151,17 +179,19 @@ void LlamaGraph<T>::LayerForward(const LayerParams& lp, LayerActs& a, std::vecto
                         a.att.data(), pool_);
   Linear(a.att.data(), lp.wo, t, dm, h * d, x.data());
   for (int64_t i = 0; i < t * dm; ++i) x[i] += a.x_in[i];
-  a.x_mid = x;
+  a.x_mid.assign(x.begin(), x.end());
   a.rstd2.resize(t);
   a.hn2.resize(t * dm);
-  ops::RmsNormForward(x.data(), p + lp.ffn_norm, t, dm, c.rms_norm_eps, a.hn2.data(),
-                      a.rstd2.data());
+  NormForward(x.data(), lp.ffn_norm, a.hn2.data(), a.rstd2.data());
   a.gate.resize(t * f);
   a.up.resize(t * f);
   a.act.resize(t * f);
   Linear(a.hn2.data(), lp.w_gate, t, f, dm, a.gate.data());
   Linear(a.hn2.data(), lp.w_up, t, f, dm, a.up.data());
-  ops::SwiGluForward(a.gate.data(), a.up.data(), t * f, a.act.data());
+  ParallelFor(t, [&](int64_t b, int64_t e) {
+    ops::SwiGluForward(a.gate.data() + b * f, a.up.data() + b * f, (e - b) * f,
+                       a.act.data() + b * f);
+  });
   Linear(a.act.data(), lp.w_down, t, dm, f, x.data());
   for (int64_t i = 0; i < t * dm; ++i) x[i] += a.x_mid[i];
 }
@@ -172,47 +202,50 @@ void LlamaGraph<T>::LayerBackward(const LayerParams& lp, LayerActs& a, std::vect
   const auto& c = config_;
   const int64_t t = batch_.num_tokens(), dm = c.hidden_size, f = c.intermediate_size;
   const int64_t h = c.num_attention_heads, hkv = c.num_key_value_heads, d = c.head_dim;
-  const T* p = values_.data();
   const auto layout = c.rope_layout == model::RopeLayout::kInterleaved
                           ? kernels::RopeLayout::kInterleaved
                           : kernels::RopeLayout::kRotateHalf;
   // Feed-forward block: x_out = x_mid + down(silu(gate(hn2)) · up(hn2)).
-  std::vector<T> d_act(t * f), d_gate(t * f), d_up(t * f), d_hn(t * dm), tmp(t * dm);
-  LinearBackward(dx.data(), a.act.data(), lp.w_down, t, dm, f, 0.0, d_act.data(), grads);
-  ops::SwiGluBackward(a.gate.data(), a.up.data(), d_act.data(), t * f, d_gate.data(), d_up.data());
-  Release(d_act);
-  LinearBackward(d_gate.data(), a.hn2.data(), lp.w_gate, t, f, dm, 0.0, d_hn.data(), grads);
-  LinearBackward(d_up.data(), a.hn2.data(), lp.w_up, t, f, dm, 1.0, d_hn.data(), grads);
-  Release(d_gate);
-  Release(d_up);
-  ops::RmsNormBackward(a.x_mid.data(), p + lp.ffn_norm, a.rstd2.data(), d_hn.data(), t, dm,
-                       tmp.data(), grads.data() + lp.ffn_norm);
-  for (int64_t i = 0; i < t * dm; ++i) dx[i] += tmp[i];
+  d_act_.resize(t * f);
+  d_gate_.resize(t * f);
+  d_up_.resize(t * f);
+  d_hn_.resize(t * dm);
+  d_tmp_.resize(t * dm);
+  LinearBackward(dx.data(), a.act.data(), lp.w_down, t, dm, f, 0.0, d_act_.data(), grads);
+  ParallelFor(t, [&](int64_t b, int64_t e) {
+    ops::SwiGluBackward(a.gate.data() + b * f, a.up.data() + b * f, d_act_.data() + b * f,
+                        (e - b) * f, d_gate_.data() + b * f, d_up_.data() + b * f);
+  });
+  LinearBackward(d_gate_.data(), a.hn2.data(), lp.w_gate, t, f, dm, 0.0, d_hn_.data(), grads);
+  LinearBackward(d_up_.data(), a.hn2.data(), lp.w_up, t, f, dm, 1.0, d_hn_.data(), grads);
+  NormBackward(a.x_mid.data(), lp.ffn_norm, a.rstd2.data(), d_hn_.data(), d_tmp_.data(), grads);
+  for (int64_t i = 0; i < t * dm; ++i) dx[i] += d_tmp_[i];
   // Attention block: x_mid = x_in + o(attention(rope(q(hn1)), rope(k(hn1)), v(hn1))).
-  std::vector<T> d_att(t * h * d), dq(t * h * d), dk(t * hkv * d), dv(t * hkv * d);
-  LinearBackward(dx.data(), a.att.data(), lp.wo, t, dm, h * d, 0.0, d_att.data(), grads);
-  ops::AttentionBackward(a.q.data(), a.k.data(), a.v.data(), d_att.data(), batch_.seq_offsets, h,
-                         hkv, d, dq.data(), dk.data(), dv.data(), pool_);
-  Release(d_att);
-  ops::Rope(dq.data(), rope_, t, h, d, layout, true);
-  ops::Rope(dk.data(), rope_, t, hkv, d, layout, true);
+  d_att_.resize(t * h * d);
+  dq_.resize(t * h * d);
+  dk_.resize(t * hkv * d);
+  dv_.resize(t * hkv * d);
+  LinearBackward(dx.data(), a.att.data(), lp.wo, t, dm, h * d, 0.0, d_att_.data(), grads);
+  ops::AttentionBackward(a.q.data(), a.k.data(), a.v.data(), d_att_.data(), batch_.seq_offsets, h,
+                         hkv, d, dq_.data(), dk_.data(), dv_.data(), pool_);
+  ops::Rope(dq_.data(), rope_, t, h, d, layout, true);
+  ops::Rope(dk_.data(), rope_, t, hkv, d, layout, true);
   auto bias_grad = [&](const std::vector<T>& dy, int64_t b, int64_t n) {
     if (b < 0) return;
     for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t i = 0; i < t; ++i) s += double(dy[i * n + j]);
-      grads[b + j] = static_cast<T>(grads[b + j] + s);
+      double sum = 0;
+      for (int64_t i = 0; i < t; ++i) sum += double(dy[i * n + j]);
+      grads[b + j] = static_cast<T>(grads[b + j] + sum);
     }
   };
-  bias_grad(dq, lp.bq, h * d);
-  bias_grad(dk, lp.bk, hkv * d);
-  bias_grad(dv, lp.bv, hkv * d);
-  LinearBackward(dq.data(), a.hn1.data(), lp.wq, t, h * d, dm, 0.0, d_hn.data(), grads);
-  LinearBackward(dk.data(), a.hn1.data(), lp.wk, t, hkv * d, dm, 1.0, d_hn.data(), grads);
-  LinearBackward(dv.data(), a.hn1.data(), lp.wv, t, hkv * d, dm, 1.0, d_hn.data(), grads);
-  ops::RmsNormBackward(a.x_in.data(), p + lp.attn_norm, a.rstd1.data(), d_hn.data(), t, dm,
-                       tmp.data(), grads.data() + lp.attn_norm);
-  for (int64_t i = 0; i < t * dm; ++i) dx[i] += tmp[i];
+  bias_grad(dq_, lp.bq, h * d);
+  bias_grad(dk_, lp.bk, hkv * d);
+  bias_grad(dv_, lp.bv, hkv * d);
+  LinearBackward(dq_.data(), a.hn1.data(), lp.wq, t, h * d, dm, 0.0, d_hn_.data(), grads);
+  LinearBackward(dk_.data(), a.hn1.data(), lp.wk, t, hkv * d, dm, 1.0, d_hn_.data(), grads);
+  LinearBackward(dv_.data(), a.hn1.data(), lp.wv, t, hkv * d, dm, 1.0, d_hn_.data(), grads);
+  NormBackward(a.x_in.data(), lp.attn_norm, a.rstd1.data(), d_hn_.data(), d_tmp_.data(), grads);
+  for (int64_t i = 0; i < t * dm; ++i) dx[i] += d_tmp_[i];
 }
 
 template <typename T>
@@ -237,8 +270,10 @@ void LlamaGraph<T>::HeadForward(std::vector<T>* logprobs, std::vector<T>* entrop
     const T* hr = Rounded(hc.data(), hc.size(), scratch_b_);
     z.resize(n * vocab);
     ops::Gemm(n, vocab, dm, 1.0, hr, dm, false, w, dm, true, 0.0, z.data(), vocab, pool_);
-    ops::LogprobEntropyForward(z.data(), tg.data(), n, vocab, lp.data(), &head_entropy_[r0],
-                               &head_lse_[r0]);
+    ParallelFor(n, [&](int64_t b, int64_t e) {
+      ops::LogprobEntropyForward(z.data() + b * vocab, tg.data() + b, e - b, vocab, lp.data() + b,
+                                 &head_entropy_[r0 + b], &head_lse_[r0 + b]);
+    });
     for (int64_t i = 0; i < n; ++i) {
       (*logprobs)[head_rows_[r0 + i]] = lp[i];
       (*entropy)[head_rows_[r0 + i]] = head_entropy_[r0 + i];
@@ -334,20 +369,19 @@ Status LlamaGraph<T>::Forward(const TrainBatch& batch, std::span<const T> values
   for (int64_t i = 0; i < t; ++i) {
     std::copy_n(values.data() + embed_ + batch.tokens[i] * dm, dm, &x[i * dm]);
   }
-  acts_.assign(layer_params_.size(), LayerActs{});
+  acts_.resize(layer_params_.size());
   for (size_t l = 0; l < layer_params_.size(); ++l) {
-    LayerForward(layer_params_[l], acts_[l], x);
     if (options_.recompute_activations) {
-      std::vector<T> keep = std::move(acts_[l].x_in);
-      acts_[l] = LayerActs{};
-      acts_[l].x_in = std::move(keep);
+      acts_[l].x_in.assign(x.begin(), x.end());
+      LayerForward(layer_params_[l], recompute_, x);
+    } else {
+      LayerForward(layer_params_[l], acts_[l], x);
     }
   }
   x_final_ = std::move(x);
   rstd_final_.resize(t);
   h_final_.resize(t * dm);
-  ops::RmsNormForward(x_final_.data(), values.data() + final_norm_, t, dm, c.rms_norm_eps,
-                      h_final_.data(), rstd_final_.data());
+  NormForward(x_final_.data(), final_norm_, h_final_.data(), rstd_final_.data());
   head_rows_.clear();
   for (int64_t i = 0; i < t; ++i) {
     if (batch.targets[i] >= 0) head_rows_.push_back(i);
@@ -376,16 +410,15 @@ Status LlamaGraph<T>::Backward(std::span<const T> grad_logprobs, std::span<const
   std::vector<T> dhf(static_cast<size_t>(t * dm), T(0));
   HeadBackward(grad_logprobs, grad_entropy, dhf, grads);
   std::vector<T> dx(dhf.size());
-  ops::RmsNormBackward(x_final_.data(), values_.data() + final_norm_, rstd_final_.data(),
-                       dhf.data(), t, dm, dx.data(), grads.data() + final_norm_);
-  Release(dhf);
+  NormBackward(x_final_.data(), final_norm_, rstd_final_.data(), dhf.data(), dx.data(), grads);
   for (size_t l = layer_params_.size(); l-- > 0;) {
     if (options_.recompute_activations) {
       std::vector<T> x = acts_[l].x_in;
-      LayerForward(layer_params_[l], acts_[l], x);
+      LayerForward(layer_params_[l], recompute_, x);
+      LayerBackward(layer_params_[l], recompute_, dx, grads);
+    } else {
+      LayerBackward(layer_params_[l], acts_[l], dx, grads);
     }
-    LayerBackward(layer_params_[l], acts_[l], dx, grads);
-    acts_[l] = LayerActs{};
   }
   for (int64_t i = 0; i < t; ++i) {
     T* row = grads.data() + embed_ + batch_.tokens[i] * dm;

@@ -33,8 +33,10 @@ struct GraphOptions {
   bool bf16_compute = false;
   // Keep only each layer's input and recompute the layer in the backward pass.
   bool recompute_activations = false;
-  // Rows of [rows, V] logits materialized at once (never a [T, V] tensor).
-  int64_t logits_chunk_rows = 64;
+  // Rows of [rows, V] logits materialized at once (never a [T, V] tensor): 256 rows of
+  // SmolLM2's 49152-token vocabulary are 50 MB, and fewer rows re-read the head's weights and
+  // gradient more often.
+  int64_t logits_chunk_rows = 256;
 };
 
 // Owns its activations; uses the caller's parameter buffers, which must not change between
@@ -78,6 +80,11 @@ class LlamaGraph {
   void LayerForward(const LayerParams& lp, LayerActs& a, std::vector<T>& x);
   void LayerBackward(const LayerParams& lp, LayerActs& a, std::vector<T>& dx, std::span<T> grads);
   void HeadForward(std::vector<T>* logprobs, std::vector<T>* entropy);
+  // fn(begin, end) over [0, n), split over the pool (f32 elementwise and row ops).
+  template <typename Fn>
+  void ParallelFor(int64_t n, const Fn& fn) const;
+  void NormForward(const T* x, size_t w, T* y, T* rstd);
+  void NormBackward(const T* x, size_t w, const T* rstd, const T* dy, T* dx, std::span<T> grads);
   void HeadBackward(std::span<const T> g_lp, std::span<const T> g_ent, std::vector<T>& dhf,
                     std::span<T> grads);
 
@@ -94,7 +101,12 @@ class LlamaGraph {
   std::vector<T> rounded_values_;  // bf16-rounded copy of values_ (bf16 compute only)
   TrainBatch batch_;
   ops::RopeTable rope_;
+  // Kept across steps so that their pages are reused (allocating gigabytes per step costs page
+  // faults); with recomputation, acts_ hold x_in only and recompute_ the layer being worked on.
   std::vector<LayerActs> acts_;
+  LayerActs recompute_;
+  // Backward temporaries, also kept.
+  std::vector<T> d_act_, d_gate_, d_up_, d_hn_, d_tmp_, d_att_, dq_, dk_, dv_;
   std::vector<T> x_final_, rstd_final_, h_final_;
   std::vector<int64_t> head_rows_;  // rows with a target
   std::vector<T> head_lse_, head_entropy_;

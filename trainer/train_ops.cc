@@ -130,16 +130,22 @@ void SwiGluBackward(const T* g, const T* u, const T* dout, int64_t n, T* dg, T* 
 
 namespace {
 
-// Scores of one query head of one sequence: S [n, n] = scale · Q Kᵀ, then the causal softmax
-// of each row (entries past the diagonal set to 0).
+// Rows of query blocks: a block of rows attends to the keys up to its last row (causal), so
+// about half of the n × n scores are never computed.
+constexpr int64_t kQueryBlock = 64;
+
+// Probabilities of rows [i0, i0 + rows) of one head of one sequence over keys [0, cols) with
+// cols = i0 + rows: p [rows, cols] = causal softmax of scale · Q Kᵀ (entries past the diagonal 0).
 template <typename T>
-void CausalProbs(const T* q, int64_t ldq, const T* k, int64_t ldk, int64_t n, int64_t d,
-                 double scale, T* p) {
-  Gemm(n, n, d, scale, q, ldq, false, k, ldk, true, 0.0, p, n, nullptr);
-  for (int64_t i = 0; i < n; ++i) {
-    T* row = p + i * n;
-    SoftmaxRow(row, i + 1, row);
-    std::fill(row + i + 1, row + n, T(0));
+void CausalProbs(const T* q, int64_t ldq, const T* k, int64_t ldk, int64_t i0, int64_t rows,
+                 int64_t d, double scale, T* p) {
+  const int64_t cols = i0 + rows;
+  Gemm(rows, cols, d, scale, q + i0 * ldq, ldq, false, k, ldk, true, 0.0, p, cols, nullptr);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = p + r * cols;
+    const int64_t valid = i0 + r + 1;
+    SoftmaxRow(row, valid, row);
+    std::fill(row + valid, row + cols, T(0));
   }
 }
 
@@ -167,15 +173,19 @@ void AttentionForward(const T* q, const T* k, const T* v, std::span<const int64_
   const double scale = 1.0 / std::sqrt(double(d));
   ForEachSequenceAndKvHead(offsets, hkv, pool, [&](int64_t b, int64_t g) {
     const int64_t off = offsets[b], n = offsets[b + 1] - off;
-    if (n == 0) return;
     thread_local std::vector<T> p;
-    p.resize(static_cast<size_t>(n * n));
     const T* kg = k + off * ldk + g * d;
     const T* vg = v + off * ldk + g * d;
     for (int64_t hh = g * group; hh < (g + 1) * group; ++hh) {
-      CausalProbs(q + off * ldq + hh * d, ldq, kg, ldk, n, d, scale, p.data());
-      Gemm(n, d, n, 1.0, p.data(), n, false, vg, ldk, false, 0.0, out + off * ldq + hh * d, ldq,
-           nullptr);
+      const T* qh = q + off * ldq + hh * d;
+      T* oh = out + off * ldq + hh * d;
+      for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, n - i0), cols = i0 + rows;
+        p.resize(static_cast<size_t>(rows * cols));
+        CausalProbs(qh, ldq, kg, ldk, i0, rows, d, scale, p.data());
+        Gemm(rows, d, cols, 1.0, p.data(), cols, false, vg, ldk, false, 0.0, oh + i0 * ldq, ldq,
+             nullptr);
+      }
     }
   });
 }
@@ -188,10 +198,7 @@ void AttentionBackward(const T* q, const T* k, const T* v, const T* dout,
   const double scale = 1.0 / std::sqrt(double(d));
   ForEachSequenceAndKvHead(offsets, hkv, pool, [&](int64_t b, int64_t g) {
     const int64_t off = offsets[b], n = offsets[b + 1] - off;
-    if (n == 0) return;
     thread_local std::vector<T> p, dp;
-    p.resize(static_cast<size_t>(n * n));
-    dp.resize(p.size());
     const T* kg = k + off * ldk + g * d;
     const T* vg = v + off * ldk + g * d;
     T* dkg = dk + off * ldk + g * d;
@@ -203,20 +210,30 @@ void AttentionBackward(const T* q, const T* k, const T* v, const T* dout,
     for (int64_t hh = g * group; hh < (g + 1) * group; ++hh) {
       const T* qh = q + off * ldq + hh * d;
       const T* doh = dout + off * ldq + hh * d;
-      CausalProbs(qh, ldq, kg, ldk, n, d, scale, p.data());
-      Gemm(n, d, n, 1.0, p.data(), n, true, doh, ldq, false, 1.0, dvg, ldk, nullptr);
-      Gemm(n, n, d, 1.0, doh, ldq, false, vg, ldk, true, 0.0, dp.data(), n, nullptr);
-      for (int64_t i = 0; i < n; ++i) {
-        T* pr = p.data() + i * n;
-        T* dpr = dp.data() + i * n;
-        double rowsum = 0;
-        for (int64_t j = 0; j <= i; ++j) rowsum += double(pr[j]) * double(dpr[j]);
-        for (int64_t j = 0; j <= i; ++j) dpr[j] = static_cast<T>(pr[j] * (dpr[j] - rowsum));
-        std::fill(dpr + i + 1, dpr + n, T(0));
+      T* dqh = dq + off * ldq + hh * d;
+      for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, n - i0), cols = i0 + rows;
+        p.resize(static_cast<size_t>(rows * cols));
+        dp.resize(p.size());
+        CausalProbs(qh, ldq, kg, ldk, i0, rows, d, scale, p.data());
+        Gemm(cols, d, rows, 1.0, p.data(), cols, true, doh + i0 * ldq, ldq, false, 1.0, dvg, ldk,
+             nullptr);
+        Gemm(rows, cols, d, 1.0, doh + i0 * ldq, ldq, false, vg, ldk, true, 0.0, dp.data(), cols,
+             nullptr);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* pr = p.data() + r * cols;
+          T* dpr = dp.data() + r * cols;
+          const int64_t valid = i0 + r + 1;
+          double rowsum = 0;
+          for (int64_t j = 0; j < valid; ++j) rowsum += double(pr[j]) * double(dpr[j]);
+          for (int64_t j = 0; j < valid; ++j) dpr[j] = static_cast<T>(pr[j] * (dpr[j] - rowsum));
+          std::fill(dpr + valid, dpr + cols, T(0));
+        }
+        Gemm(rows, d, cols, scale, dp.data(), cols, false, kg, ldk, false, 0.0, dqh + i0 * ldq,
+             ldq, nullptr);
+        Gemm(cols, d, rows, scale, dp.data(), cols, true, qh + i0 * ldq, ldq, false, 1.0, dkg, ldk,
+             nullptr);
       }
-      Gemm(n, d, n, scale, dp.data(), n, false, kg, ldk, false, 0.0, dq + off * ldq + hh * d, ldq,
-           nullptr);
-      Gemm(n, d, n, scale, dp.data(), n, true, qh, ldq, false, 1.0, dkg, ldk, nullptr);
     }
   });
 }

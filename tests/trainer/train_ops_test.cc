@@ -97,7 +97,7 @@ TEST(TrainOpsGradTest, LogprobAndEntropy) {
 // The f32 path (oneDNN GEMMs, vectorized softmax) equals the f64 reference path.
 TEST(TrainOpsTest, FloatAttentionAndHeadEqualDouble) {
   const int64_t h = 6, hkv = 2, d = 16;
-  std::vector<int64_t> offsets{0, 37, 100};
+  std::vector<int64_t> offsets{0, 37, 200};  // the second spans three query blocks
   const int64_t t = offsets.back();
   auto qd = RandomVector(t * h * d, 16), kd = RandomVector(t * hkv * d, 17);
   auto vd = RandomVector(t * hkv * d, 18), rd = RandomVector(t * h * d, 19);
