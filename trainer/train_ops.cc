@@ -229,8 +229,8 @@ void AttentionBackward(const T* q, const T* k, const T* v, const T* dout,
           for (int64_t j = 0; j < valid; ++j) dpr[j] = static_cast<T>(pr[j] * (dpr[j] - rowsum));
           std::fill(dpr + valid, dpr + cols, T(0));
         }
-        Gemm(rows, d, cols, scale, dp.data(), cols, false, kg, ldk, false, 0.0, dqh + i0 * ldq,
-             ldq, nullptr);
+        Gemm(rows, d, cols, scale, dp.data(), cols, false, kg, ldk, false, 0.0, dqh + i0 * ldq, ldq,
+             nullptr);
         Gemm(cols, d, rows, scale, dp.data(), cols, true, qh + i0 * ldq, ldq, false, 1.0, dkg, ldk,
              nullptr);
       }
