@@ -201,12 +201,14 @@ void Uninstall(const std::string& tmp, const std::string& target, const std::str
   if (!displaced.empty()) (void)::rename(displaced.c_str(), target.c_str());
 }
 
-// Removes what interrupted saves left: DIR/.tmp-step_* (this process saves alone into DIR).
+// Removes what interrupted saves left: DIR/.tmp-step_* folders and DIR/latest.tmp.* files (one
+// process at a time saves into DIR).
 void RemoveTempFolders(const std::string& dir) {
   std::error_code ec;
+  const std::string latest_tmp = std::string(kLatestFile) + ".tmp.";
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(kTempPrefix, 0) != 0) continue;
+    if (name.rfind(kTempPrefix, 0) != 0 && name.rfind(latest_tmp, 0) != 0) continue;
     std::error_code remove_ec;
     fs::remove_all(entry.path(), remove_ec);
     if (remove_ec) {
@@ -309,8 +311,8 @@ StatusOr<SavedState> ParseState(const std::string& text, const std::string& path
     if (!bytes) return DataLossError(path + ": rng_states \"" + name + "\" is not a hex string");
     s.state.rng_states[name] = std::move(*bytes);
   }
-  LAMINAR_ASSIGN_OR_RETURN(
-      auto user, Member(j, "user", &nlohmann::json::is_structured, "an object or array", path));
+  auto user = j.find("user");  // any JSON value
+  if (user == j.end()) return DataLossError(path + ": missing \"user\"");
   s.state.user = *user;
   LAMINAR_ASSIGN_OR_RETURN(auto files,
                            Member(j, "files", &nlohmann::json::is_object, "an object", path));

@@ -176,13 +176,16 @@ TEST_F(CheckpointTest, PlainSgdHasAnEmptyOptimizerFile) {
   c.name = "sgd";
   auto opt = CreateOptimizer(c, params.num_elements()).value();
   ASSERT_TRUE(opt->Step(&params, 0).applied);
-  ASSERT_TRUE(SaveTrainingCheckpoint(Dir(), params, *opt, MakeState(1, "x")).ok());
+  TrainingState state = MakeState(1, "x");
+  state.user = 42;  // any JSON value
+  ASSERT_TRUE(SaveTrainingCheckpoint(Dir(), params, *opt, state).ok());
   ParameterSet fresh = TinyParams(2);
   auto fresh_opt = CreateOptimizer(c, fresh.num_elements()).value();
   auto loaded = LoadTrainingCheckpoint(Dir(), &fresh, fresh_opt.get());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(SameBits(fresh.values(), params.values()));
   EXPECT_EQ(fresh_opt->step(), 1);
+  EXPECT_EQ(loaded->state.user, 42);
 }
 
 TEST_F(CheckpointTest, NoCheckpointIsNotFound) {
@@ -208,6 +211,7 @@ TEST_F(CheckpointTest, HalfWrittenTempFolderIsIgnoredThenCleanedUp) {
   auto bytes = ReadFileToString(dir + "/step_1/model.safetensors").value();
   std::ofstream(partial + "/model.safetensors", std::ios::binary)
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  std::ofstream(dir + "/latest.tmp.12345") << "step_";  // and one of `latest`
 
   ParameterSet fresh = TinyParams(2);
   auto fresh_opt = MakeOptimizer(fresh, "adamw");
