@@ -1,0 +1,358 @@
+// Trainer: advantages, pi_old, mini-batch updates with gradient accumulation and all-reduce.
+#include "trainer/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "trainer/checkpoint.h"
+
+namespace laminar::trainer {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+constexpr const char* kShuffleRng = "shuffle";
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const model::ModelConfig& model,
+                                                   const model::WeightStore& weights,
+                                                   const TrainerConfig& config,
+                                                   std::unique_ptr<Collective> collective) {
+  LAMINAR_RETURN_IF_ERROR(config.optimizer.Validate(), "trainer.optimizer");
+  LAMINAR_RETURN_IF_ERROR(FindPolicyLoss(config.loss.loss).status(), "trainer.loss");
+  LAMINAR_RETURN_IF_ERROR(FindAdvantageEstimator(config.advantage.estimator).status(),
+                          "trainer.advantage");
+  if (config.micro_batch_tokens <= 0) {
+    return InvalidArgumentError("trainer.micro_batch_tokens must be positive, got " +
+                                std::to_string(config.micro_batch_tokens));
+  }
+  if (config.mini_batch_size < 0) {
+    return InvalidArgumentError("trainer.mini_batch_size must be >= 0 (0 = the whole step)");
+  }
+  if (config.ppo_epochs < 1) {
+    return InvalidArgumentError("trainer.ppo_epochs must be >= 1, got " +
+                                std::to_string(config.ppo_epochs));
+  }
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->model_ = model;
+  t->config_ = config;
+  t->collective_ = collective ? std::move(collective) : std::make_unique<LocalCollective>();
+  LAMINAR_ASSIGN_OR_RETURN(t->params_, ParameterSet::FromWeights(model, weights));
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads > 1) t->pool_ = std::make_unique<ThreadPool>(threads - 1);
+  LAMINAR_ASSIGN_OR_RETURN(
+      t->optimizer_, CreateOptimizer(config.optimizer, t->params_.num_elements(), t->pool_.get()));
+  t->graph_ =
+      std::make_unique<LlamaGraph<float>>(model, t->params_.params(), config.graph, t->pool_.get());
+  t->rng_.seed(config.seed);
+  if (config.loss.kl_coef != 0) {
+    t->ref_values_.assign(t->params_.values().begin(), t->params_.values().end());
+  }
+  return t;
+}
+
+Status Trainer::Validate(std::span<const TrainSample> samples) const {
+  if (samples.empty()) return InvalidArgumentError("a training step needs at least one sample");
+  const bool with_mu = !samples[0].behavior_logprobs.empty();
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto& s = samples[i];
+    const std::string where = "sample " + std::to_string(i);
+    if (s.prompt_ids.empty()) return InvalidArgumentError(where + ": empty prompt");
+    for (const auto* ids : {&s.prompt_ids, &s.response_ids}) {
+      for (int32_t id : *ids) {
+        if (id < 0 || id >= model_.vocab_size) {
+          return InvalidArgumentError(where + ": token id " + std::to_string(id) +
+                                      " outside the vocabulary of " +
+                                      std::to_string(model_.vocab_size));
+        }
+      }
+    }
+    if (with_mu && s.behavior_logprobs.size() != s.response_ids.size()) {
+      return InvalidArgumentError(where + " has " + std::to_string(s.behavior_logprobs.size()) +
+                                  " behaviour logprobs for " +
+                                  std::to_string(s.response_ids.size()) +
+                                  " response tokens (every sample of a step has them, or none)");
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<Trainer::Packed> Trainer::MicroBatches(std::span<const TrainSample> samples,
+                                                   std::span<const size_t> idx) const {
+  std::vector<Packed> out;
+  const bool with_mu = !samples[0].behavior_logprobs.empty();
+  for (size_t i : idx) {
+    const auto& s = samples[i];
+    const int64_t len = static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size());
+    if (out.empty() || (out.back().batch.num_tokens() > 0 &&
+                        out.back().batch.num_tokens() + len > config_.micro_batch_tokens)) {
+      out.emplace_back();
+    }
+    Packed& p = out.back();
+    p.samples.push_back(i);
+    auto& b = p.batch;
+    if (b.seq_offsets.empty()) b.seq_offsets.push_back(0);
+    const int64_t plen = static_cast<int64_t>(s.prompt_ids.size());
+    b.tokens.insert(b.tokens.end(), s.prompt_ids.begin(), s.prompt_ids.end());
+    b.tokens.insert(b.tokens.end(), s.response_ids.begin(), s.response_ids.end());
+    for (int64_t j = 0; j < len; ++j) {
+      const bool target = j >= plen - 1 && j + 1 < len;
+      b.targets.push_back(target ? s.response_ids[j + 1 - plen] : -1);
+      p.behavior.push_back(with_mu && target ? s.behavior_logprobs[j + 1 - plen] : 0.f);
+    }
+    b.seq_offsets.push_back(b.num_tokens());
+    const int64_t a = all_.start[i];
+    auto append = [&](std::vector<float>& dst, const std::vector<float>& src) {
+      if (!src.empty()) dst.insert(dst.end(), src.begin() + a, src.begin() + a + len);
+    };
+    append(p.mask, all_.mask);
+    append(p.advantages, all_.advantages);
+    append(p.old_logprobs, all_.old_logprobs);
+    append(p.ref_logprobs, all_.ref_logprobs);
+  }
+  if (!with_mu) {
+    for (auto& p : out) p.behavior.clear();
+  }
+  return out;
+}
+
+Status Trainer::Logprobs(const Packed& p, std::span<const float> values,
+                         std::vector<float>* logprobs) {
+  std::vector<float> entropy;
+  return graph_->Forward(p.batch, values, logprobs, &entropy);
+}
+
+StatusOr<std::vector<std::vector<float>>> Trainer::ResponseLogprobs(
+    std::span<const TrainSample> samples) {
+  LAMINAR_RETURN_IF_ERROR(Validate(samples));
+  all_ = StepTokens{};
+  all_.start.push_back(0);
+  for (const auto& s : samples) {
+    all_.start.push_back(all_.start.back() +
+                         static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size()));
+  }
+  std::vector<size_t> idx(samples.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::vector<std::vector<float>> out(samples.size());
+  std::vector<float> lp;
+  for (const Packed& p : MicroBatches(samples, idx)) {
+    LAMINAR_RETURN_IF_ERROR(Logprobs(p, params_.values(), &lp));
+    for (size_t k = 0; k < p.samples.size(); ++k) {
+      const auto& s = samples[p.samples[k]];
+      const int64_t off = p.batch.seq_offsets[k] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
+      out[p.samples[k]].assign(lp.begin() + off, lp.begin() + off + s.response_ids.size());
+    }
+  }
+  return out;
+}
+
+StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSample> samples,
+                                                        std::span<const size_t> idx) {
+  std::vector<Packed> micro = MicroBatches(samples, idx);
+  // Global normalizers: masked tokens and sequences with one, over this mini-batch on all ranks.
+  std::vector<double> counts(2, 0.0);
+  for (const Packed& p : micro) {
+    for (size_t k = 0; k + 1 < p.batch.seq_offsets.size(); ++k) {
+      double n = 0;
+      for (int64_t j = p.batch.seq_offsets[k]; j < p.batch.seq_offsets[k + 1]; ++j) n += p.mask[j];
+      counts[0] += n;
+      counts[1] += n > 0 ? 1 : 0;
+    }
+  }
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(counts)));
+  params_.ZeroGrad();
+  std::map<std::string, double> sums;
+  double loss = 0;
+  std::vector<float> lp, ent;
+  const bool entropy_bonus = config_.loss.entropy_coef != 0;
+  for (const Packed& p : micro) {
+    LAMINAR_RETURN_IF_ERROR(graph_->Forward(p.batch, params_.values(), &lp, &ent));
+    PolicyLossInput in;
+    in.logprobs = lp;
+    in.old_logprobs = p.old_logprobs;
+    in.behavior_logprobs = p.behavior;
+    in.ref_logprobs = p.ref_logprobs;
+    in.entropy = ent;
+    in.advantages = p.advantages;
+    in.loss_mask = p.mask;
+    in.seq_offsets = p.batch.seq_offsets;
+    in.global_num_tokens = counts[0];
+    in.global_num_sequences = counts[1];
+    LAMINAR_ASSIGN_OR_RETURN(PolicyLossOutput out, ComputePolicyLoss(in, config_.loss));
+    LAMINAR_RETURN_IF_ERROR(graph_->Backward(
+        out.grad_logprobs,
+        entropy_bonus ? std::span<const float>(out.grad_entropy) : std::span<const float>(),
+        params_.grads()));
+    loss += out.loss;
+    for (const auto& [k, v] : out.metrics) sums[k] += v;
+  }
+  // One all-reduce for the loss and the metrics (every rank has the same keys: same config).
+  std::vector<double> reduced{loss};
+  for (const auto& [k, v] : sums) reduced.push_back(v);
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(reduced)));
+  if (collective_->world_size() > 1) {
+    LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(params_.grads()));
+  }
+  size_t i = 1;
+  for (auto& [k, v] : sums) v = reduced[i++];
+  StepResult step = optimizer_->Step(&params_, global_step_, reduced[0]);
+  sums["actor/loss"] = reduced[0];
+  sums["actor/grad_norm"] = step.grad_norm;
+  sums["actor/lr"] = step.lr;
+  sums["actor/update_applied"] = step.applied ? 1.0 : 0.0;
+  return sums;
+}
+
+StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSample> samples) {
+  LAMINAR_RETURN_IF_ERROR(Validate(samples));
+  const auto step_start = std::chrono::steady_clock::now();
+  // Token layout of the whole step: sample i owns [start[i], start[i+1]).
+  all_ = StepTokens{};
+  all_.start.push_back(0);
+  std::vector<float> scores;
+  std::vector<int64_t> groups;
+  double response_tokens = 0;
+  for (const auto& s : samples) {
+    const int64_t plen = static_cast<int64_t>(s.prompt_ids.size());
+    const int64_t len = plen + static_cast<int64_t>(s.response_ids.size());
+    for (int64_t j = 0; j < len; ++j) all_.mask.push_back(j >= plen - 1 && j + 1 < len ? 1.f : 0.f);
+    all_.start.push_back(all_.start.back() + len);
+    scores.push_back(static_cast<float>(s.score));
+    groups.push_back(s.group_id);
+    response_tokens += static_cast<double>(s.response_ids.size());
+  }
+  AdvantageInput adv_in;
+  adv_in.scores = scores;
+  adv_in.group_ids = groups;
+  adv_in.loss_mask = all_.mask;
+  adv_in.seq_offsets = all_.start;
+  LAMINAR_ASSIGN_OR_RETURN(AdvantageOutput adv, ComputeAdvantages(adv_in, config_.advantage));
+  all_.advantages = std::move(adv.advantages);
+
+  // pi_old (and pi_ref) under the weights this step starts from.
+  std::vector<size_t> idx(samples.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  const auto old_start = std::chrono::steady_clock::now();
+  all_.old_logprobs.assign(all_.mask.size(), 0.f);
+  if (!ref_values_.empty()) all_.ref_logprobs.assign(all_.mask.size(), 0.f);
+  std::vector<float> lp;
+  for (const Packed& p : MicroBatches(samples, idx)) {
+    auto scatter = [&](std::vector<float>& dst) {
+      for (size_t k = 0; k < p.samples.size(); ++k) {
+        const int64_t from = p.batch.seq_offsets[k], n = p.batch.seq_offsets[k + 1] - from;
+        std::copy_n(lp.begin() + from, n, dst.begin() + all_.start[p.samples[k]]);
+      }
+    };
+    LAMINAR_RETURN_IF_ERROR(Logprobs(p, params_.values(), &lp));
+    scatter(all_.old_logprobs);
+    if (!ref_values_.empty()) {
+      LAMINAR_RETURN_IF_ERROR(Logprobs(p, ref_values_, &lp));
+      scatter(all_.ref_logprobs);
+    }
+  }
+  const double old_s = Since(old_start);
+
+  // Mini-batch updates.
+  const auto update_start = std::chrono::steady_clock::now();
+  const size_t mb =
+      config_.mini_batch_size > 0 ? static_cast<size_t>(config_.mini_batch_size) : samples.size();
+  const size_t num_minibatches = (samples.size() + mb - 1) / mb;
+  std::vector<double> check{static_cast<double>(num_minibatches), 1.0};
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(check)));
+  if (check[0] != static_cast<double>(num_minibatches) * check[1]) {
+    return FailedPreconditionError("ranks have different numbers of mini-batches this step (rank " +
+                                   std::to_string(rank()) + " has " +
+                                   std::to_string(num_minibatches) + ")");
+  }
+  std::map<std::string, double> metrics;
+  int updates = 0;
+  for (int epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
+    if (config_.shuffle) std::shuffle(idx.begin(), idx.end(), rng_);
+    for (size_t m = 0; m < num_minibatches; ++m) {
+      std::span<const size_t> part(idx.data() + m * mb, std::min(mb, idx.size() - m * mb));
+      LAMINAR_ASSIGN_OR_RETURN(auto mini, Update(samples, part));
+      for (const auto& [k, v] : mini) metrics[k] += v;
+      ++updates;
+    }
+  }
+  for (auto& [k, v] : metrics) v /= updates;
+  const double update_s = Since(update_start);
+  ++global_step_;
+  ++policy_version_;
+
+  double adv_sum = 0, adv_max = -1e300, adv_min = 1e300, masked = 0;
+  for (size_t j = 0; j < all_.mask.size(); ++j) {
+    if (all_.mask[j] == 0) continue;
+    adv_sum += all_.advantages[j];
+    adv_max = std::max<double>(adv_max, all_.advantages[j]);
+    adv_min = std::min<double>(adv_min, all_.advantages[j]);
+    masked += 1;
+  }
+  double score_sum = std::accumulate(scores.begin(), scores.end(), 0.0);
+  metrics["critic/score/mean"] = score_sum / static_cast<double>(samples.size());
+  metrics["critic/advantages/mean"] = masked > 0 ? adv_sum / masked : 0;
+  metrics["critic/advantages/max"] = masked > 0 ? adv_max : 0;
+  metrics["critic/advantages/min"] = masked > 0 ? adv_min : 0;
+  metrics["response_length/mean"] = response_tokens / static_cast<double>(samples.size());
+  metrics["timing_s/old_log_prob"] = old_s;
+  metrics["timing_s/update_actor"] = update_s;
+  metrics["timing_s/step"] = Since(step_start);
+  metrics["perf/throughput"] =
+      static_cast<double>(all_.mask.size()) * config_.ppo_epochs / std::max(update_s, 1e-9);
+  metrics["actor/skipped_steps"] = static_cast<double>(optimizer_->skipped_steps());
+  metrics["actor/activation_bytes"] = static_cast<double>(graph_->activation_bytes());
+  metrics["actor/policy_version"] = static_cast<double>(policy_version_);
+  return metrics;
+}
+
+StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& dir, const nlohmann::json& user,
+                                              int keep_last) {
+  std::string path = dir + "/step_" + std::to_string(global_step_);
+  if (rank() == 0) {
+    TrainingState state;
+    state.global_step = global_step_;
+    state.policy_version = policy_version_;
+    std::ostringstream rng;
+    rng << rng_;
+    state.rng_states[kShuffleRng] = rng.str();
+    state.user = user;
+    CheckpointSaveOptions options;
+    options.keep_last = keep_last;
+    LAMINAR_ASSIGN_OR_RETURN(path,
+                             SaveTrainingCheckpoint(dir, params_, *optimizer_, state, options));
+  }
+  LAMINAR_RETURN_IF_ERROR(collective_->Barrier());
+  return path;
+}
+
+StatusOr<nlohmann::json> Trainer::LoadCheckpoint(const std::string& dir) {
+  LAMINAR_ASSIGN_OR_RETURN(LoadedCheckpoint loaded,
+                           LoadTrainingCheckpoint(dir, &params_, optimizer_.get()));
+  global_step_ = loaded.state.global_step;
+  policy_version_ = loaded.state.policy_version;
+  auto it = loaded.state.rng_states.find(kShuffleRng);
+  if (it != loaded.state.rng_states.end()) {
+    std::istringstream in(it->second);
+    in >> rng_;
+    if (!in) return DataLossError(loaded.path + ": unreadable shuffle RNG state");
+  }
+  return loaded.state.user;
+}
+
+Status Trainer::ExportHuggingFace(const std::string& dir,
+                                  const std::map<std::string, std::string>& tokenizer_files,
+                                  DType dtype, bool overwrite) {
+  if (rank() == 0) {
+    LAMINAR_RETURN_IF_ERROR(
+        trainer::ExportHuggingFace(dir, model_, params_, tokenizer_files, dtype, overwrite));
+  }
+  return collective_->Barrier();
+}
+
+}  // namespace laminar::trainer

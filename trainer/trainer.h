@@ -1,0 +1,131 @@
+// Trainer: the policy update of one actor rank (DESIGN.md §2-3). Given completed trajectories it
+// computes advantages, recomputes pi_old under the current weights, and runs the configured
+// mini-batch updates (gradient accumulation over token-budgeted micro-batches, gradients
+// all-reduced across data-parallel ranks, AdamW), then bumps the policy version. Also computes
+// response logprobs (pi_old, the lr = 0 check), saves/loads checkpoints and exports HF folders.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/model_config.h"
+#include "model/weight_store.h"
+#include "trainer/advantages.h"
+#include "trainer/collective.h"
+#include "trainer/llama_graph.h"
+#include "trainer/losses.h"
+#include "trainer/optimizer.h"
+#include "trainer/parameters.h"
+
+namespace laminar::trainer {
+
+// One finished trajectory. Its logprob targets are the response tokens; the prompt is context.
+struct TrainSample {
+  std::vector<int32_t> prompt_ids;       // >= 1 token
+  std::vector<int32_t> response_ids;     // may be empty (contributes nothing)
+  std::vector<float> behavior_logprobs;  // [response] log mu from the rollout, or empty
+  double score = 0;                      // sequence reward
+  int64_t group_id = 0;                  // GRPO group (prompt) of the sample
+};
+
+struct TrainerConfig {
+  GraphOptions graph;
+  OptimizerConfig optimizer;
+  PolicyLossConfig loss;
+  AdvantageConfig advantage;
+  // Samples per optimizer step on this rank (verl's ppo_mini_batch_size / world size); 0 = all of
+  // a step's samples in one update. Every rank must get the same number of mini-batches.
+  int64_t mini_batch_size = 0;
+  // Tokens per forward/backward (prompt + response); a longer sample runs alone.
+  int64_t micro_batch_tokens = 8192;
+  int ppo_epochs = 1;
+  bool shuffle = false;  // reorder samples before each epoch (seeded; saved in checkpoints)
+  uint64_t seed = 1;
+};
+
+// Owns the parameters, optimizer, graph and collective. Not thread-safe; one per rank.
+class Trainer {
+ public:
+  // Errors: invalid configs (naming the field), weights that do not fit `model` (naming the
+  // tensor). The collective decides the rank; nullptr means a single rank.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const model::ModelConfig& model,
+                                                   const model::WeightStore& weights,
+                                                   const TrainerConfig& config,
+                                                   std::unique_ptr<Collective> collective);
+
+  // One global step over this rank's samples. Returns verl-named metrics (actor/pg_loss,
+  // actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/grad_norm, actor/lr, rollout_corr/kl,
+  // critic/score/mean, critic/advantages/{mean,max,min}, response_length/mean,
+  // timing_s/{old_log_prob,update_actor}, perf/throughput, actor/skipped_steps). An update whose
+  // loss or gradient is not finite is skipped and counted, and the version still advances.
+  // Errors: InvalidArgument naming the sample (empty prompt, ids outside the vocabulary,
+  // behaviour logprobs of the wrong length), a collective's error.
+  StatusOr<std::map<std::string, double>> Step(std::span<const TrainSample> samples);
+
+  // Logprobs of each sample's response tokens under the current weights, [B][response].
+  StatusOr<std::vector<std::vector<float>>> ResponseLogprobs(std::span<const TrainSample> samples);
+
+  // Rank 0 writes DIR/step_<global_step> (trainer/checkpoint.h; atomic), `user` stored as given;
+  // every rank waits for it. Returns the folder.
+  StatusOr<std::string> SaveCheckpoint(const std::string& dir, const nlohmann::json& user,
+                                       int keep_last = 2);
+  // Every rank loads DIR's latest checkpoint: weights, optimizer, step, version, shuffle RNG.
+  // Returns the saved `user` JSON. Errors as LoadTrainingCheckpoint (nothing changed on error).
+  StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir);
+  // Rank 0 writes a Hugging Face folder of the current policy.
+  Status ExportHuggingFace(const std::string& dir,
+                           const std::map<std::string, std::string>& tokenizer_files, DType dtype,
+                           bool overwrite = false);
+
+  int64_t global_step() const { return global_step_; }
+  int64_t policy_version() const { return policy_version_; }
+  const ParameterSet& params() const { return params_; }
+  const model::ModelConfig& model_config() const { return model_; }
+  int rank() const { return collective_->rank(); }
+  int world_size() const { return collective_->world_size(); }
+
+ private:
+  // Tokens of a set of samples packed for the graph, with per-token loss inputs.
+  struct Packed {
+    TrainBatch batch;
+    std::vector<float> mask, advantages, behavior, old_logprobs, ref_logprobs;
+    std::vector<size_t> samples;  // which samples, in order
+  };
+  Trainer() = default;
+  Status Validate(std::span<const TrainSample> samples) const;
+  // Packs samples[idx...] (with the per-sample token arrays in all_) into micro-batches of at
+  // most micro_batch_tokens tokens.
+  std::vector<Packed> MicroBatches(std::span<const TrainSample> samples,
+                                   std::span<const size_t> idx) const;
+  // Logprobs at every position of a packed batch under `values`.
+  Status Logprobs(const Packed& p, std::span<const float> values, std::vector<float>* logprobs);
+  StatusOr<std::map<std::string, double>> Update(std::span<const TrainSample> samples,
+                                                 std::span<const size_t> idx);
+
+  model::ModelConfig model_;
+  TrainerConfig config_;
+  std::unique_ptr<Collective> collective_;
+  std::unique_ptr<ThreadPool> pool_;
+  ParameterSet params_;
+  std::vector<float> ref_values_;  // frozen initial policy, only when kl_coef != 0
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LlamaGraph<float>> graph_;
+  std::mt19937_64 rng_;
+  int64_t global_step_ = 0;
+  int64_t policy_version_ = 0;
+  // Per-step token arrays of every sample, indexed by sample: start offset into the arrays below.
+  struct StepTokens {
+    std::vector<int64_t> start;  // [B+1]
+    std::vector<float> mask, advantages, old_logprobs, ref_logprobs;
+  } all_;
+};
+
+}  // namespace laminar::trainer
