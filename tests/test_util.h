@@ -1,7 +1,11 @@
 // Helpers shared by the tests: locating ../shared/data, temporary folders, polling.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -48,6 +52,22 @@ inline bool WaitFor(const std::function<bool()>& done, int timeout_ms, int poll_
     std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
   }
   return done();
+}
+
+// A loopback TCP port no one listens on now: bound to port 0, read back, released. Another process
+// may take it before the caller does; callers retry on "Address already in use".
+inline int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace laminar::testing

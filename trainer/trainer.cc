@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -171,8 +173,19 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
   double loss = 0;
   std::vector<float> lp, ent;
   const bool entropy_bonus = config_.loss.entropy_coef != 0;
+  // A non-finite logprob or entropy (weights that overflowed) makes this rank's loss NaN: every
+  // rank still joins the all-reduces below, and the optimizer skips the step everywhere.
+  bool finite = true;
   for (const Packed& p : micro) {
+    if (!finite) break;
     LAMINAR_RETURN_IF_ERROR(graph_->Forward(p.batch, params_.values(), &lp, &ent));
+    for (size_t j = 0; j < lp.size() && finite; ++j) {
+      finite = p.mask[j] == 0 || (std::isfinite(lp[j]) && std::isfinite(ent[j]));
+    }
+    if (!finite) {
+      loss = std::numeric_limits<double>::quiet_NaN();
+      break;
+    }
     PolicyLossInput in;
     in.logprobs = lp;
     in.old_logprobs = p.old_logprobs;
@@ -192,17 +205,24 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
     loss += out.loss;
     for (const auto& [k, v] : out.metrics) sums[k] += v;
   }
-  // One all-reduce for the loss and the metrics (every rank has the same keys: same config).
-  std::vector<double> reduced{loss};
-  for (const auto& [k, v] : sums) reduced.push_back(v);
-  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(reduced)));
-  if (collective_->world_size() > 1) {
-    LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(params_.grads()));
+  // The loss first: when any rank's is not finite every rank skips the rest together.
+  std::vector<double> global_loss{loss};
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(global_loss)));
+  if (std::isfinite(global_loss[0])) {
+    // Then the metrics (every rank has the same keys: same config) and the gradients.
+    std::vector<double> reduced;
+    for (const auto& [k, v] : sums) reduced.push_back(v);
+    LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(reduced)));
+    size_t i = 0;
+    for (auto& [k, v] : sums) v = reduced[i++];
+    if (collective_->world_size() > 1) {
+      LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(params_.grads()));
+    }
+  } else {
+    sums.clear();
   }
-  size_t i = 1;
-  for (auto& [k, v] : sums) v = reduced[i++];
-  StepResult step = optimizer_->Step(&params_, global_step_, reduced[0]);
-  sums["actor/loss"] = reduced[0];
+  StepResult step = optimizer_->Step(&params_, global_step_, global_loss[0]);
+  sums["actor/loss"] = global_loss[0];
   sums["actor/grad_norm"] = step.grad_norm;
   sums["actor/lr"] = step.lr;
   sums["actor/update_applied"] = step.applied ? 1.0 : 0.0;

@@ -1,0 +1,259 @@
+// Trainer on tiny random models: a step's metrics and version, non-finite steps skipped,
+// gradient accumulation equal to one big micro-batch, 2-rank data parallel (Gloo over loopback)
+// equal to one rank on the combined batch, resume bit-identical, lr = 0 logprobs equal to the
+// engine's sampled logprobs, and bad samples.
+#include "trainer/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "engine/llama_model.h"
+#include "engine/sampler.h"
+#include "tests/model/random_weights.h"
+#include "tests/test_util.h"
+
+namespace laminar::trainer {
+namespace {
+
+model::ModelConfig Config() {
+  auto c = laminar::testing::TinyLlamaConfig();
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+// `groups` GRPO groups of 2 samples with random prompts/responses, behaviour logprobs slightly
+// off the policy's and 0/1 scores.
+std::vector<TrainSample> Samples(int groups, uint32_t seed, int64_t first_group = 0) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, 31);
+  std::uniform_int_distribution<int> len(1, 6);
+  std::vector<TrainSample> out;
+  for (int g = 0; g < groups; ++g) {
+    for (int k = 0; k < 2; ++k) {
+      TrainSample s;
+      for (int i = len(rng); i > 0; --i) s.prompt_ids.push_back(id(rng));
+      for (int i = len(rng); i > 0; --i) {
+        s.response_ids.push_back(id(rng));
+        s.behavior_logprobs.push_back(-3.4f + 0.1f * static_cast<float>(i % 3));
+      }
+      s.score = k;
+      s.group_id = first_group + g;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+TrainerConfig BaseConfig() {
+  TrainerConfig c;
+  c.optimizer.lr = 1e-2;
+  c.micro_batch_tokens = 1 << 20;
+  return c;
+}
+
+std::unique_ptr<Trainer> MakeTrainer(const TrainerConfig& config,
+                                     std::unique_ptr<Collective> collective = nullptr) {
+  auto cfg = Config();
+  auto t = Trainer::Create(cfg, laminar::testing::RandomWeights(cfg, 21, 0.3f), config,
+                           std::move(collective));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+TEST(TrainerTest, StepReportsVerlMetricsAndAdvancesTheVersion) {
+  auto config = BaseConfig();
+  config.loss.kl_coef = 0.01;
+  config.loss.entropy_coef = 0.001;
+  config.mini_batch_size = 2;
+  config.ppo_epochs = 2;
+  config.shuffle = true;
+  auto t = MakeTrainer(config);
+  const std::vector<float> before(t->params().values().begin(), t->params().values().end());
+  auto m = t->Step(Samples(3, 1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const char* key : {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy",
+                          "actor/grad_norm", "actor/lr", "actor/kl_loss", "rollout_corr/kl",
+                          "critic/score/mean", "critic/advantages/mean", "response_length/mean",
+                          "timing_s/update_actor", "perf/throughput"}) {
+    EXPECT_TRUE(m->count(key)) << key;
+  }
+  EXPECT_EQ(m->at("critic/score/mean"), 0.5);
+  EXPECT_GT(m->at("actor/grad_norm"), 0);
+  EXPECT_EQ(t->policy_version(), 1);
+  EXPECT_EQ(t->global_step(), 1);
+  EXPECT_NE(before, std::vector<float>(t->params().values().begin(), t->params().values().end()));
+}
+
+TEST(TrainerTest, NonFiniteLossSkipsTheUpdateAndCountsIt) {
+  // Overflowing weights make every logprob non-finite.
+  auto cfg = Config();
+  auto weights = laminar::testing::RandomWeights(cfg, 21, 0.3f);
+  auto w = weights.GetMutable("model.norm.weight");
+  ASSERT_TRUE(w.ok());
+  for (int64_t i = 0; i < (*w)->num_elements(); ++i) (*w)->data_as<float>()[i] = 1e38f;
+  auto bad = Trainer::Create(cfg, weights, BaseConfig(), nullptr);
+  ASSERT_TRUE(bad.ok());
+  const std::vector<float> before((*bad)->params().values().begin(),
+                                  (*bad)->params().values().end());
+  auto m = (*bad)->Step(Samples(2, 2));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->at("actor/update_applied"), 0.0);
+  EXPECT_EQ(m->at("actor/skipped_steps"), 1.0);
+  EXPECT_EQ(before,
+            std::vector<float>((*bad)->params().values().begin(), (*bad)->params().values().end()));
+}
+
+// Gradient accumulation: micro-batches of a few tokens give the update of one micro-batch.
+TEST(TrainerTest, MicroBatchesAccumulateToTheWholeBatch) {
+  auto whole = MakeTrainer(BaseConfig());
+  auto config = BaseConfig();
+  config.micro_batch_tokens = 7;
+  auto split = MakeTrainer(config);
+  auto samples = Samples(4, 3);
+  ASSERT_TRUE(whole->Step(samples).ok());
+  ASSERT_TRUE(split->Step(samples).ok());
+  auto a = whole->params().values(), b = split->params().values();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f) << i;
+}
+
+// 2 ranks (threads, Gloo over loopback TCP) on halves of a batch end with the weights of 1 rank on
+// the whole batch.
+TEST(TrainerTest, TwoDataParallelRanksEqualOneRankOnTheCombinedBatch) {
+  auto config = BaseConfig();
+  config.optimizer.name = "adamw";
+  auto single = MakeTrainer(config);
+  std::vector<std::vector<TrainSample>> halves = {Samples(2, 5, 0), Samples(2, 6, 2)};
+  std::vector<TrainSample> combined = halves[0];
+  combined.insert(combined.end(), halves[1].begin(), halves[1].end());
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(laminar::testing::FreeTcpPort());
+  std::vector<std::unique_ptr<Trainer>> ranks(2);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      CollectiveOptions o;
+      o.backend = "gloo";
+      o.rendezvous_address = address;
+      o.rank = r;
+      o.world_size = 2;
+      o.rendezvous_timeout_ms = 20000;
+      auto c = CreateCollective(o);
+      if (!c.ok()) {
+        status[r] = c.status();
+        return;
+      }
+      ranks[r] = MakeTrainer(config, std::move(*c));
+      for (int step = 0; step < 2 && status[r].ok(); ++step) {
+        status[r] = ranks[r]->Step(halves[r]).status();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  for (int step = 0; step < 2; ++step) ASSERT_TRUE(single->Step(combined).ok());
+  auto want = single->params().values();
+  for (int r = 0; r < 2; ++r) {
+    auto got = ranks[r]->params().values();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::abs(want[i])))
+          << "rank " << r << " " << i;
+    }
+  }
+}
+
+TEST(TrainerTest, ResumeFromACheckpointContinuesBitIdentically) {
+  auto config = BaseConfig();
+  config.shuffle = true;
+  config.mini_batch_size = 2;
+  const auto dir = laminar::testing::TempDir("ckpt").string();
+  auto uninterrupted = MakeTrainer(config);
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(uninterrupted->Step(Samples(2, 10 + step)).ok());
+  {
+    auto first = MakeTrainer(config);
+    ASSERT_TRUE(first->Step(Samples(2, 10)).ok());
+    ASSERT_TRUE(first->SaveCheckpoint(dir, {{"cursor", 1}}).ok());
+    ASSERT_TRUE(first->Step(Samples(2, 99)).ok());  // work lost in a crash
+  }
+  auto resumed = MakeTrainer(config);
+  auto user = resumed->LoadCheckpoint(dir);
+  ASSERT_TRUE(user.ok()) << user.status();
+  EXPECT_EQ((*user)["cursor"], 1);
+  EXPECT_EQ(resumed->global_step(), 1);
+  for (int step = 1; step < 3; ++step) ASSERT_TRUE(resumed->Step(Samples(2, 10 + step)).ok());
+  auto a = uninterrupted->params().values(), b = resumed->params().values();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+  EXPECT_EQ(resumed->policy_version(), 3);
+}
+
+// With lr = 0 the trainer's logprobs of sampled tokens equal those the engine recorded while
+// sampling them (temperature 1, no truncation: the sampled distribution is the policy).
+TEST(TrainerTest, LogprobsEqualTheEnginesSampledLogprobs) {
+  auto cfg = Config();
+  auto weights = laminar::testing::RandomWeights(cfg, 21, 0.3f);
+  auto lm = engine::LlamaModel::Create(cfg, weights);
+  ASSERT_TRUE(lm.ok());
+  TrainSample s;
+  s.prompt_ids = {3, 17, 9};
+  engine::SamplingParams sp;
+  sp.seed = 5;
+  engine::Sampler sampler(sp);
+  auto cache = (*lm)->NewCache(1, 64);
+  std::vector<int32_t> next = s.prompt_ids;
+  int64_t pos = 0;
+  std::vector<float> logits;
+  for (int i = 0; i < 20; ++i) {
+    engine::SequenceSpan span{0, pos, static_cast<int64_t>(next.size())};
+    ASSERT_TRUE((*lm)
+                    ->Forward(next, {&span, 1}, &cache, engine::LogitsFor::kLastTokenOfEachSequence,
+                              &logits)
+                    .ok());
+    pos += static_cast<int64_t>(next.size());
+    auto tok = sampler.Sample(logits);
+    s.response_ids.push_back(tok.id);
+    s.behavior_logprobs.push_back(tok.logprob);
+    next = {tok.id};
+  }
+  auto config = BaseConfig();
+  config.optimizer.lr = 0;
+  auto t = Trainer::Create(cfg, weights, config, nullptr);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Step({&s, 1}).ok());  // lr 0: the weights stay
+  auto lp = (*t)->ResponseLogprobs({&s, 1});
+  ASSERT_TRUE(lp.ok()) << lp.status();
+  for (size_t i = 0; i < s.response_ids.size(); ++i) {
+    EXPECT_NEAR((*lp)[0][i], s.behavior_logprobs[i], 1e-5) << "token " << i;
+  }
+}
+
+TEST(TrainerTest, BadSamplesAndConfigsAreNamedErrors) {
+  auto t = MakeTrainer(BaseConfig());
+  auto samples = Samples(1, 7);
+  samples[1].prompt_ids.clear();
+  auto st = t->Step(samples).status();
+  EXPECT_NE(st.message().find("sample 1: empty prompt"), std::string::npos) << st;
+  samples = Samples(1, 7);
+  samples[0].response_ids.push_back(32);
+  samples[0].behavior_logprobs.push_back(0);
+  st = t->Step(samples).status();
+  EXPECT_NE(st.message().find("outside the vocabulary"), std::string::npos) << st;
+  samples = Samples(1, 7);
+  samples[1].behavior_logprobs.pop_back();
+  st = t->Step(samples).status();
+  EXPECT_NE(st.message().find("behaviour logprobs"), std::string::npos) << st;
+  EXPECT_FALSE(t->Step({}).ok());
+  auto config = BaseConfig();
+  config.loss.loss = "ppo2";
+  auto cfg = Config();
+  auto bad = Trainer::Create(cfg, laminar::testing::RandomWeights(cfg, 1), config, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("vanilla"), std::string::npos) << bad.status();
+  EXPECT_EQ(t->global_step(), 0);  // nothing happened
+}
+
+}  // namespace
+}  // namespace laminar::trainer
