@@ -277,6 +277,23 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     }
   }
   const double old_s = Since(old_start);
+  // The rollout-vs-trainer mismatch of the behaviour logprobs (DESIGN.md §9): the mean over all
+  // ranks, the max over this rank's tokens.
+  std::vector<double> diff{0.0, 0.0};
+  double diff_max = 0;
+  if (!samples[0].behavior_logprobs.empty()) {
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const auto& s = samples[i];
+      const int64_t first = all_.start[i] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
+      for (size_t j = 0; j < s.response_ids.size(); ++j) {
+        const double d = std::abs(double(all_.old_logprobs[first + j]) - s.behavior_logprobs[j]);
+        diff[0] += d;
+        diff[1] += 1;
+        diff_max = std::max(diff_max, d);
+      }
+    }
+  }
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(diff)));
 
   // Mini-batch updates.
   const auto update_start = std::chrono::steady_clock::now();
@@ -320,6 +337,10 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   metrics["critic/advantages/max"] = masked > 0 ? adv_max : 0;
   metrics["critic/advantages/min"] = masked > 0 ? adv_min : 0;
   metrics["response_length/mean"] = response_tokens / static_cast<double>(samples.size());
+  if (diff[1] > 0) {
+    metrics["rollout_corr/abs_logprob_diff_mean"] = diff[0] / diff[1];
+    metrics["rollout_corr/abs_logprob_diff_max"] = diff_max;
+  }
   metrics["timing_s/old_log_prob"] = old_s;
   metrics["timing_s/update_actor"] = update_s;
   metrics["timing_s/step"] = Since(step_start);

@@ -63,6 +63,7 @@ class Trainer {
 
   // One global step over this rank's samples. Returns verl-named metrics (actor/pg_loss,
   // actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/grad_norm, actor/lr, rollout_corr/kl,
+  // rollout_corr/abs_logprob_diff_{mean,max} (|pi_old − mu| per response token; max on this rank),
   // critic/score/mean, critic/advantages/{mean,max,min}, response_length/mean,
   // timing_s/{old_log_prob,update_actor}, perf/throughput, actor/skipped_steps). An update whose
   // loss or gradient is not finite is skipped and counted, and the version still advances.
