@@ -56,9 +56,9 @@ class Collective {
 struct CollectiveOptions {
   // "gloo" (CPUs, TCP), "nccl" (GPUs) or "local" (world_size 1, no communication).
   std::string backend = "gloo";
-  // tcp://HOST:PORT, where rank 0 serves the rendezvous (ZeroMQ request/reply). HOST must be an
-  // address of rank 0's machine that every rank can reach; an IPv6 host goes in brackets. Ignored
-  // by "local".
+  // tcp://HOST:PORT, where rank 0 serves the rendezvous (ZeroMQ request/reply). HOST (a name or an
+  // IPv4 address; IPv6 is not supported) must be an address of rank 0's machine that every rank
+  // can reach. Ignored by "local".
   std::string rendezvous_address = "tcp://127.0.0.1:29500";
   int rank = 0;
   int world_size = 1;

@@ -12,6 +12,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <utility>

@@ -15,8 +15,7 @@
 
 namespace laminar::trainer {
 
-// "tcp://HOST:PORT" split. HOST is a name, an IPv4 address or an IPv6 address in brackets (kept
-// without them here).
+// "tcp://HOST:PORT" split. HOST is a name or an IPv4 address.
 struct RendezvousAddress {
   std::string host;
   int port = 0;

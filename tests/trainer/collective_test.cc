@@ -276,7 +276,8 @@ TEST(GlooCollectiveTest, TwoClaimantsOfOneRankAreToldApart) {
   const std::string address = LoopbackAddress(FreePort());
   // Threads 1 and 2 both claim rank 1 of 3 and rank 2 never comes, so rank 0 keeps serving until
   // its deadline: one claimant is refused, the other waits with rank 0 for the missing rank.
-  auto results = JoinThreads(3, [&](int r) { return Options(address, std::min(r, 1), 3, 3000); });
+  auto results =
+      JoinThreads(3, [&](int r) { return Options(address, std::min(r, 1), 3, kShortTimeoutMs); });
   ASSERT_FALSE(results[0].ok());
   EXPECT_TRUE(Contains(results[0].status().message(), "not joined by the deadline: 2"))
       << results[0].status();
