@@ -30,7 +30,9 @@ std::string LayerName(int64_t i, const char* suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
 
-kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
+}  // namespace
+
+kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& c) {
   kernels::RopeScalingParams p;
   if (!c.rope_scaling) return p;
   p.type = c.rope_scaling->type;
@@ -41,8 +43,6 @@ kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
       static_cast<double>(c.rope_scaling->original_max_position_embeddings);
   return p;
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfig& config,
                                                          const model::WeightStore& weights,
@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfi
   if (threads > 1) m->pool_ = std::make_unique<ThreadPool>(threads - 1);
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
-  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config),
+  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, RopeScalingOf(config),
                             m->inv_freq_);
   return m;
 }

@@ -29,6 +29,9 @@ struct SequenceSpan {
 
 struct Workspace;  // per-call activation buffers (llama_model.cc)
 
+// The RoPE frequency scaling kernels take (kernels/reference/ops.h), from a model's config.
+kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& config);
+
 // Which kernels run the dense projections: the reference loops (the truth) or oneDNN.
 enum class Backend { kReference, kCpu };
 

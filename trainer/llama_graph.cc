@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "engine/llama_model.h"
 
 namespace laminar::trainer {
 namespace {
@@ -25,18 +26,6 @@ int64_t OptionalOffset(const std::vector<ParamInfo>& params, const std::string& 
     if (p.name == name) return static_cast<int64_t>(p.offset);
   }
   return -1;
-}
-
-kernels::RopeScalingParams ScalingParams(const model::ModelConfig& c) {
-  kernels::RopeScalingParams p;
-  if (!c.rope_scaling) return p;
-  p.type = c.rope_scaling->type;
-  p.factor = c.rope_scaling->factor;
-  p.low_freq_factor = c.rope_scaling->low_freq_factor;
-  p.high_freq_factor = c.rope_scaling->high_freq_factor;
-  p.original_max_position_embeddings =
-      static_cast<double>(c.rope_scaling->original_max_position_embeddings);
-  return p;
 }
 
 template <typename T>
@@ -81,7 +70,8 @@ LlamaGraph<T>::LlamaGraph(const model::ModelConfig& config, const std::vector<Pa
     layer_params_.push_back(lp);
   }
   inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
-  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, ScalingParams(config), inv_freq_);
+  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, engine::RopeScalingOf(config),
+                            inv_freq_);
 }
 
 template <typename T>
@@ -130,7 +120,7 @@ void LlamaGraph<T>::NormBackward(const T* x, size_t w, const T* rstd, const T* d
 template <typename T>
 void LlamaGraph<T>::Linear(const T* x, size_t w, int64_t m, int64_t n, int64_t k, T* out) {
   const T* xr = Rounded(x, static_cast<size_t>(m * k), scratch_b_);
-  const T* wr = (options_.bf16_compute ? rounded_values_.data() : values_.data()) + w;
+  const T* wr = Weight(w);
   ops::Gemm(m, n, k, 1.0, xr, k, false, wr, k, true, 0.0, out, n, pool_);
 }
 
@@ -139,7 +129,7 @@ void LlamaGraph<T>::LinearBackward(const T* dy, const T* x, size_t w, int64_t m,
                                    int64_t k, double beta_dx, T* dx, std::span<T> grads) {
   const T* dyr = Rounded(dy, static_cast<size_t>(m * n), scratch_a_);
   const T* xr = Rounded(x, static_cast<size_t>(m * k), scratch_b_);
-  const T* wr = (options_.bf16_compute ? rounded_values_.data() : values_.data()) + w;
+  const T* wr = Weight(w);
   ops::Gemm(m, k, n, 1.0, dyr, n, false, wr, k, false, beta_dx, dx, k, pool_);
   ops::Gemm(n, k, m, 1.0, dyr, n, true, xr, k, false, 1.0, grads.data() + w, k, pool_);
 }
@@ -249,27 +239,35 @@ void LlamaGraph<T>::LayerBackward(const LayerParams& lp, LayerActs& a, std::vect
 }
 
 template <typename T>
-void LlamaGraph<T>::HeadForward(std::vector<T>* logprobs, std::vector<T>* entropy) {
+const T* LlamaGraph<T>::HeadLogits(int64_t r0, int64_t n, std::vector<T>& hc,
+                                   std::vector<int32_t>& tg, std::vector<T>& z) {
   const int64_t dm = config_.hidden_size, vocab = config_.vocab_size;
+  hc.resize(n * dm);
+  tg.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = head_rows_[r0 + i];
+    std::copy_n(&h_final_[row * dm], dm, &hc[i * dm]);
+    tg[i] = batch_.targets[row];
+  }
+  const T* hr = Rounded(hc.data(), hc.size(), scratch_b_);
+  z.resize(n * vocab);
+  ops::Gemm(n, vocab, dm, 1.0, hr, dm, false, Weight(lm_head_), dm, true, 0.0, z.data(), vocab,
+            pool_);
+  return hr;
+}
+
+template <typename T>
+void LlamaGraph<T>::HeadForward(std::vector<T>* logprobs, std::vector<T>* entropy) {
+  const int64_t vocab = config_.vocab_size;
   const int64_t rows = static_cast<int64_t>(head_rows_.size());
   head_lse_.assign(head_rows_.size(), T(0));
   head_entropy_.assign(head_rows_.size(), T(0));
-  const T* w = (options_.bf16_compute ? rounded_values_.data() : values_.data()) + lm_head_;
   std::vector<T> hc, z, lp;
   std::vector<int32_t> tg;
   for (int64_t r0 = 0; r0 < rows; r0 += options_.logits_chunk_rows) {
     const int64_t n = std::min(options_.logits_chunk_rows, rows - r0);
-    hc.resize(n * dm);
-    tg.resize(n);
+    HeadLogits(r0, n, hc, tg, z);
     lp.resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = head_rows_[r0 + i];
-      std::copy_n(&h_final_[row * dm], dm, &hc[i * dm]);
-      tg[i] = batch_.targets[row];
-    }
-    const T* hr = Rounded(hc.data(), hc.size(), scratch_b_);
-    z.resize(n * vocab);
-    ops::Gemm(n, vocab, dm, 1.0, hr, dm, false, w, dm, true, 0.0, z.data(), vocab, pool_);
     ParallelFor(n, [&](int64_t b, int64_t e) {
       ops::LogprobEntropyForward(z.data() + b * vocab, tg.data() + b, e - b, vocab, lp.data() + b,
                                  &head_entropy_[r0 + b], &head_lse_[r0 + b]);
@@ -286,30 +284,26 @@ void LlamaGraph<T>::HeadBackward(std::span<const T> g_lp, std::span<const T> g_e
                                  std::vector<T>& dhf, std::span<T> grads) {
   const int64_t dm = config_.hidden_size, vocab = config_.vocab_size;
   const int64_t rows = static_cast<int64_t>(head_rows_.size());
-  const T* w = (options_.bf16_compute ? rounded_values_.data() : values_.data()) + lm_head_;
   std::vector<T> hc, z, dh, glp, gent;
   std::vector<int32_t> tg;
   for (int64_t r0 = 0; r0 < rows; r0 += options_.logits_chunk_rows) {
     const int64_t n = std::min(options_.logits_chunk_rows, rows - r0);
-    hc.resize(n * dm);
-    tg.resize(n);
+    const T* hr = HeadLogits(r0, n, hc, tg, z);
     glp.resize(n);
     gent.resize(n);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = head_rows_[r0 + i];
-      std::copy_n(&h_final_[row * dm], dm, &hc[i * dm]);
-      tg[i] = batch_.targets[row];
-      glp[i] = g_lp[row];
-      gent[i] = g_ent.empty() ? T(0) : g_ent[row];
+      glp[i] = g_lp[head_rows_[r0 + i]];
+      gent[i] = g_ent.empty() ? T(0) : g_ent[head_rows_[r0 + i]];
     }
-    const T* hr = Rounded(hc.data(), hc.size(), scratch_b_);
-    z.resize(n * vocab);
-    ops::Gemm(n, vocab, dm, 1.0, hr, dm, false, w, dm, true, 0.0, z.data(), vocab, pool_);
-    ops::LogprobEntropyBackward(z.data(), tg.data(), &head_lse_[r0], &head_entropy_[r0], glp.data(),
-                                gent.data(), n, vocab);
+    ParallelFor(n, [&](int64_t b, int64_t e) {
+      ops::LogprobEntropyBackward(z.data() + b * vocab, tg.data() + b, &head_lse_[r0 + b],
+                                  &head_entropy_[r0 + b], glp.data() + b, gent.data() + b, e - b,
+                                  vocab);
+    });
     const T* dzr = Rounded(z.data(), z.size(), scratch_a_);
     dh.resize(n * dm);
-    ops::Gemm(n, dm, vocab, 1.0, dzr, vocab, false, w, dm, false, 0.0, dh.data(), dm, pool_);
+    ops::Gemm(n, dm, vocab, 1.0, dzr, vocab, false, Weight(lm_head_), dm, false, 0.0, dh.data(), dm,
+              pool_);
     ops::Gemm(vocab, dm, n, 1.0, dzr, vocab, true, hr, dm, false, 1.0, grads.data() + lm_head_, dm,
               pool_);
     for (int64_t i = 0; i < n; ++i) {

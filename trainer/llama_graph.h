@@ -79,6 +79,14 @@ class LlamaGraph {
   const T* Rounded(const T* x, size_t n, std::vector<T>& scratch) const;
   void LayerForward(const LayerParams& lp, LayerActs& a, std::vector<T>& x);
   void LayerBackward(const LayerParams& lp, LayerActs& a, std::vector<T>& dx, std::span<T> grads);
+  // Gathers head rows [r0, r0 + n) into hc (targets into tg) and computes their logits z [n, V];
+  // returns the (bf16-rounded when asked) rows the GEMM read.
+  const T* HeadLogits(int64_t r0, int64_t n, std::vector<T>& hc, std::vector<int32_t>& tg,
+                      std::vector<T>& z);
+  // The parameter at `offset` as the GEMMs read it (bf16-rounded with bf16 compute).
+  const T* Weight(size_t offset) const {
+    return (options_.bf16_compute ? rounded_values_.data() : values_.data()) + offset;
+  }
   void HeadForward(std::vector<T>* logprobs, std::vector<T>* entropy);
   // fn(begin, end) over [0, n), split over the pool (f32 elementwise and row ops).
   template <typename Fn>

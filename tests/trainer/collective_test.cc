@@ -3,11 +3,8 @@
 // never comes, a rank that dies, bad options; NCCL on GPUs when there are any.
 #include "trainer/collective.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +20,7 @@
 
 #include "core/cuda/device.h"
 #include "core/process.h"
+#include "tests/test_util.h"
 #include "trainer/collective_gloo.h"
 #include "trainer/collective_nccl.h"
 #include "trainer/collective_rendezvous.h"
@@ -40,22 +38,6 @@ constexpr char kChildEnv[] = "LAMINAR_COLLECTIVE_CHILD";
 
 bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
-}
-
-// A port no one listens on now: bound to port 0, read back, released. Another process may take it
-// before us; JoinGroup retries on "Address already in use".
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 std::string LoopbackAddress(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
@@ -92,7 +74,7 @@ std::vector<StatusOr<std::unique_ptr<Collective>>> JoinThreads(
 // if any rank failed to join.
 Group JoinGroup(int world_size, const std::string& backend = "gloo") {
   for (int attempt = 0; attempt < 5; ++attempt) {
-    const std::string address = LoopbackAddress(FreePort());
+    const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
     auto results = JoinThreads(world_size, [&](int r) {
       auto o = Options(address, r, world_size);
       o.backend = backend;
@@ -230,7 +212,7 @@ TEST(GlooCollectiveTest, EmptySpansAndAGroupOfOneAreNoOps) {
 }
 
 TEST(GlooCollectiveTest, ARankThatNeverComesFailsTheRendezvousNamingIt) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   auto rank0 = CreateCollective(Options(address, 0, 3, kShortTimeoutMs));
   ASSERT_FALSE(rank0.ok());
   const std::string msg = rank0.status().message();
@@ -242,7 +224,7 @@ TEST(GlooCollectiveTest, ARankThatNeverComesFailsTheRendezvousNamingIt) {
 }
 
 TEST(GlooCollectiveTest, WithoutRankZeroTheOthersFailTheRendezvous) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   auto rank1 = CreateCollective(Options(address, 1, 2, kShortTimeoutMs));
   ASSERT_FALSE(rank1.ok());
   const std::string msg = rank1.status().message();
@@ -252,7 +234,7 @@ TEST(GlooCollectiveTest, WithoutRankZeroTheOthersFailTheRendezvous) {
 }
 
 TEST(GlooCollectiveTest, RankZeroOnAnAddressInUseIsUnavailable) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   auto holder = ZmqReplyServer::Start(
       address, [](std::string_view, std::string_view) { return std::string(); });
   ASSERT_TRUE(holder.ok()) << holder.status();
@@ -263,7 +245,7 @@ TEST(GlooCollectiveTest, RankZeroOnAnAddressInUseIsUnavailable) {
 }
 
 TEST(GlooCollectiveTest, RanksThatDisagreeOnTheWorldSizeAreTold) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   auto results = JoinThreads(2, [&](int r) { return Options(address, r, 2 + r, kShortTimeoutMs); });
   ASSERT_FALSE(results[1].ok());
   EXPECT_EQ(results[1].status().code(), StatusCode::kInvalidArgument) << results[1].status();
@@ -273,7 +255,7 @@ TEST(GlooCollectiveTest, RanksThatDisagreeOnTheWorldSizeAreTold) {
 }
 
 TEST(GlooCollectiveTest, TwoClaimantsOfOneRankAreToldApart) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   // Threads 1 and 2 both claim rank 1 of 3 and rank 2 never comes, so rank 0 keeps serving until
   // its deadline: one claimant is refused, the other waits with rank 0 for the missing rank.
   auto results =
@@ -294,7 +276,7 @@ TEST(GlooCollectiveTest, TwoClaimantsOfOneRankAreToldApart) {
 }
 
 TEST(GlooCollectiveTest, APeerThatLeftFailsTheNextCollectiveAndTheErrorSticks) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   auto results = JoinThreads(2, [&](int r) { return Options(address, r, 2, kShortTimeoutMs); });
   ASSERT_TRUE(results[0].ok()) << results[0].status();
   ASSERT_TRUE(results[1].ok()) << results[1].status();
@@ -425,7 +407,7 @@ std::string ReadLineStartingWith(Process& p, const std::string& prefix) {
 }
 
 TEST(GlooProcessTest, RanksInSeparateProcessesSumTogether) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   constexpr int kWorld = 3;
   std::vector<Process> children;
   for (int r = 1; r < kWorld; ++r) children.push_back(SpawnRank("sum", address, r, kWorld));
@@ -444,7 +426,7 @@ TEST(GlooProcessTest, RanksInSeparateProcessesSumTogether) {
 }
 
 TEST(GlooProcessTest, AKilledRankFailsTheCollectiveInsteadOfHanging) {
-  const std::string address = LoopbackAddress(FreePort());
+  const std::string address = LoopbackAddress(laminar::testing::FreeTcpPort());
   Process child = SpawnRank("join", address, 1, 2);
   auto options = Options(address, 0, 2);
   auto c = CreateCollective(options);
