@@ -10,6 +10,7 @@
 #include "tests/test_util.h"
 #include "trainer/llama_graph.h"
 #include "trainer/losses.h"
+#include "trainer/optimizer.h"
 
 namespace laminar::trainer {
 namespace {
@@ -116,8 +117,14 @@ TEST(Stories260KTrainTest, SgdOnAFixedBatchDrivesTheLossNearZero) {
   ThreadPool pool(2);
   LlamaGraph<float> graph(config, params->params(), {}, &pool);
   std::vector<float> lp, ent;
+  OptimizerConfig sgd;
+  sgd.name = "sgd";
+  sgd.lr = 0.05;
+  sgd.weight_decay = 0;
+  sgd.grad_clip = 0;
+  auto optimizer = CreateOptimizer(sgd, params->num_elements());
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
   double first = 0, last = 0;
-  const float lr = 0.05f;
   for (int step = 0; step < 300; ++step) {
     ASSERT_TRUE(graph.Forward(g.batch, params->values(), &lp, &ent).ok());
     PolicyLossOutput loss = NllLoss(g, lp);
@@ -126,9 +133,7 @@ TEST(Stories260KTrainTest, SgdOnAFixedBatchDrivesTheLossNearZero) {
     if (last < 0.01) break;
     params->ZeroGrad();
     ASSERT_TRUE(graph.Backward(loss.grad_logprobs, {}, params->grads()).ok());
-    auto v = params->values();
-    auto gr = params->grads();
-    for (size_t i = 0; i < v.size(); ++i) v[i] -= lr * gr[i];
+    ASSERT_TRUE((*optimizer)->Step(&*params, step, loss.loss).applied);
   }
   RecordProperty("first_loss", std::to_string(first));
   RecordProperty("last_loss", std::to_string(last));
