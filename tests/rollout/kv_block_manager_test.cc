@@ -369,6 +369,25 @@ TEST(KvBlockManagerTest, EvictionTakesPlainFreeBlocksFirstThenTheLeastRecentTail
   m.CheckInvariants();
 }
 
+TEST(KvBlockManagerTest, AllocatePromptPinsItsHitsBeforeTakingFreshBlocks) {
+  KvBlockManager m(4, 3);
+  const std::vector<int32_t> p = Iota(5, 10), q = Iota(4, 20);
+  ASSERT_EQ(*m.AllocatePrompt(1, p), 0);  // blocks 0, 1
+  ASSERT_EQ(*m.RegisterPrefix(1, p), 1);
+  ASSERT_EQ(*m.AllocatePrompt(2, q), 0);  // block 2
+  ASSERT_EQ(*m.RegisterPrefix(2, q), 1);
+  ASSERT_TRUE(m.Free(1).ok());         // block 0 evictable (oldest), block 1 plain free
+  ASSERT_TRUE(m.Free(2).ok());         // block 2 evictable
+  ASSERT_TRUE(m.Allocate(3, 4).ok());  // takes block 1: only evictable blocks are left
+  // The hit (block 0) is the least recently freed block, yet it must not be evicted for the
+  // fresh block of the same prompt: block 2 is.
+  ASSERT_EQ(m.BlocksToAllocatePrompt(p), 2);
+  ASSERT_EQ(*m.AllocatePrompt(4, p), 4);
+  EXPECT_EQ(Table(m, 4), (std::vector<BlockId>{0, 2}));
+  EXPECT_EQ(m.num_cached_blocks(), 1);
+  m.CheckInvariants();
+}
+
 TEST(KvBlockManagerTest, ReRegisteringAfterTheParentEntryWasEvictedRekeysTheBlock) {
   KvBlockManager m(4, 6);
   const std::vector<int32_t> tokens = Iota(8, 30);
