@@ -2,7 +2,10 @@
 // (trainer/sample_io.h), on one rank or several data-parallel ranks (Gloo on CPUs, NCCL on GPUs)
 // that meet at --rendezvous. Prints one JSON line of metrics per step (rank 0); saves atomic
 // checkpoints and resumes from them bit-identically; exports a Hugging Face folder at the end.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,6 +32,7 @@ struct TrainArgs {
   int keep_last = 2;
   bool resume = false;
   std::string export_hf;
+  bool overwrite_export = false;
   std::string metrics_path;
   trainer::CollectiveOptions collective;
 };
@@ -53,7 +57,44 @@ std::vector<trainer::TrainSample> StepSamples(
   return out;
 }
 
+// Everything that can be checked before the model loads and ranks meet: where results go.
+Status CheckOutputs(const TrainArgs& a) {
+  namespace fs = std::filesystem;
+  if (a.collective.rank >= a.collective.world_size) {
+    return InvalidArgumentError("--rank " + std::to_string(a.collective.rank) +
+                                " is not below --world-size " +
+                                std::to_string(a.collective.world_size));
+  }
+  if (a.resume && a.checkpoint_dir.empty()) {
+    return InvalidArgumentError("--resume needs --checkpoint-dir");
+  }
+  std::error_code ec;
+  if (!a.checkpoint_dir.empty()) {
+    if (!a.resume && a.collective.rank == 0 && fs::exists(a.checkpoint_dir, ec)) {
+      for (const auto& e : fs::directory_iterator(a.checkpoint_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name == "latest" || name.rfind("step_", 0) == 0) {
+          return AlreadyExistsError("--checkpoint-dir " + a.checkpoint_dir +
+                                    " holds an earlier run's checkpoints (" + name +
+                                    "): pass --resume to continue it, or choose another folder");
+        }
+      }
+    }
+    fs::create_directories(a.checkpoint_dir, ec);
+    if (ec || access(a.checkpoint_dir.c_str(), W_OK) != 0) {
+      return FailedPreconditionError("--checkpoint-dir " + a.checkpoint_dir +
+                                     " cannot be created or written");
+    }
+  }
+  if (!a.export_hf.empty() && !a.overwrite_export && fs::exists(a.export_hf, ec)) {
+    return AlreadyExistsError("--export-hf " + a.export_hf +
+                              " exists; pass --overwrite-export to replace it");
+  }
+  return OkStatus();
+}
+
 int Run(TrainArgs a) {
+  if (Status st = CheckOutputs(a); !st.ok()) return Fail(st.message());
   auto path = model::ResolveModelPath(a.model);
   if (!path.ok()) return Fail(path.status().message());
   auto ckpt = model::LoadCheckpoint(*path);
@@ -70,24 +111,35 @@ int Run(TrainArgs a) {
   auto t = trainer::Trainer::Create(ckpt->config, ckpt->weights, a.config, std::move(collective));
   if (!t.ok()) return Fail(t.status().message());
   auto& tr = **t;
+  // Every sample is checked now, naming its line, rather than when its step comes.
+  for (const auto& group : *groups) {
+    if (Status st = tr.ValidateSamples(group); !st.ok()) return Fail(st.message());
+  }
   const nlohmann::json run = {
       {"data", a.data}, {"groups_per_step", a.groups_per_step}, {"world_size", tr.world_size()}};
-  if (a.resume && !a.checkpoint_dir.empty()) {
+  if (a.resume) {
     auto latest = trainer::LatestCheckpointStep(a.checkpoint_dir);
     if (latest.ok()) {
       auto user = tr.LoadCheckpoint(a.checkpoint_dir);
       if (!user.ok()) return Fail(user.status().message());
-      if ((*user)["groups_per_step"] != run["groups_per_step"] ||
-          (*user)["world_size"] != run["world_size"]) {
+      const bool same =
+          user->is_object() &&
+          user->value("groups_per_step", nlohmann::json()) == run["groups_per_step"] &&
+          user->value("world_size", nlohmann::json()) == run["world_size"];
+      if (!same) {
         return Fail("checkpoint in " + a.checkpoint_dir + " was written by a run with " +
                     user->dump() + "; this run has " + run.dump());
       }
       std::fprintf(stderr, "laminar train: resumed from step %lld in %s\n",
                    static_cast<long long>(tr.global_step()), a.checkpoint_dir.c_str());
-    } else if (latest.status().code() != StatusCode::kNotFound) {
+    } else if (latest.status().code() == StatusCode::kNotFound) {
+      std::fprintf(stderr, "laminar train: no checkpoint in %s yet; starting at step 0\n",
+                   a.checkpoint_dir.c_str());
+    } else {
       return Fail(latest.status().message());
     }
   }
+  if (Status st = tr.CheckRanksAgree(); !st.ok()) return Fail(st.message());
   std::ofstream metrics_file;
   if (!a.metrics_path.empty() && tr.rank() == 0) {
     metrics_file.open(a.metrics_path, std::ios::app);
@@ -122,7 +174,7 @@ int Run(TrainArgs a) {
       auto files = model::ExportHfTokenizerFiles(**tok, ckpt->chat_template);
       if (files.ok()) tokenizer_files = std::move(*files);
     }
-    Status st = tr.ExportHuggingFace(a.export_hf, tokenizer_files, DType::kF32, true);
+    Status st = tr.ExportHuggingFace(a.export_hf, tokenizer_files, DType::kF32, a.overwrite_export);
     if (!st.ok()) return Fail(st.message());
   }
   return 0;
@@ -142,7 +194,8 @@ std::function<int()> SetupTrain(CLI::App* app) {
   app->add_option("--lr", c.optimizer.lr, "peak learning rate")->check(CLI::Range(0.0, 10.0));
   app->add_option("--weight-decay", c.optimizer.weight_decay, "decoupled weight decay");
   app->add_option("--grad-clip", c.optimizer.grad_clip, "max global grad norm (0 = off)");
-  app->add_option("--lr-schedule", c.optimizer.lr_schedule, "constant, linear_warmup or cosine");
+  app->add_option("--lr-schedule", c.optimizer.lr_schedule,
+                  "constant, constant_with_warmup or cosine");
   app->add_option("--warmup-steps", c.optimizer.warmup_steps, "linear warm-up steps");
   app->add_option("--total-steps", c.optimizer.total_steps, "cosine: steps until the floor");
   app->add_option("--loss", c.loss.loss, "policy loss: vanilla (PPO clip), gspo or pg");
@@ -164,10 +217,13 @@ std::function<int()> SetupTrain(CLI::App* app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_flag("--recompute", c.graph.recompute_activations, "recompute activations per layer");
   app->add_option("--checkpoint-dir", a->checkpoint_dir, "save checkpoints here");
-  app->add_option("--save-every", a->save_every, "steps between checkpoints (0: at the end)");
+  app->add_option("--save-every", a->save_every, "steps between checkpoints (0: at the end)")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--keep-last", a->keep_last, "checkpoints kept")->check(CLI::Range(0, 1000));
   app->add_flag("--resume", a->resume, "continue from the latest checkpoint in --checkpoint-dir");
   app->add_option("--export-hf", a->export_hf, "write the final policy as a Hugging Face folder");
+  app->add_flag("--overwrite-export", a->overwrite_export,
+                "replace an existing --export-hf folder");
   app->add_option("--metrics", a->metrics_path, "append metrics as JSON Lines to this file");
   app->add_option("--backend", a->collective.backend, "data parallel: gloo, nccl or local");
   app->add_option("--rank", a->collective.rank, "this process's rank")->check(CLI::Range(0, 65535));
@@ -176,7 +232,11 @@ std::function<int()> SetupTrain(CLI::App* app) {
   app->add_option("--rendezvous", a->collective.rendezvous_address,
                   "where ranks meet (rank 0 binds it), e.g. tcp://10.0.0.1:29500");
   app->add_option("--rendezvous-timeout-ms", a->collective.rendezvous_timeout_ms,
-                  "how long ranks wait for each other");
+                  "how long ranks wait for each other to start")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--collective-timeout-ms", a->collective.timeout_ms,
+                  "how long a gradient all-reduce may wait for the other ranks")
+      ->check(CLI::PositiveNumber);
   a->collective.backend = "local";
   return [a] {
     if (a->collective.world_size > 1 && a->collective.backend == "local") {

@@ -2,7 +2,7 @@
 """Golden loss, per-token logprobs and parameter gradients of stories260K on a fixed batch, from an
 independent implementation: a plain PyTorch Llama written here from llama2.c's model.py
 (karpathy/llama2.c: RMSNorm eps 1e-5, interleaved RoPE theta 10000, GQA, SwiGLU, tied classifier),
-run in float64. tests/trainer/trainer_golden_test.cc compares laminar's trainer with it.
+run in float64. tests/trainer/stories260k_train_test.cc compares laminar's trainer with it.
 
 Regenerate (needs torch; scripts/setup.sh --bench installs it):
   ~/.cache/laminar/bench-venv/bin/python scripts/trainer_golden.py \

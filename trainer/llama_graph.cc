@@ -425,7 +425,7 @@ Status LlamaGraph<T>::Backward(std::span<const T> grad_logprobs, std::span<const
 template <typename T>
 size_t LlamaGraph<T>::activation_bytes() const {
   size_t total = Bytes(x_final_) + Bytes(rstd_final_) + Bytes(h_final_) + Bytes(head_lse_) +
-                 Bytes(head_entropy_) + Bytes(rounded_values_);
+                 Bytes(head_entropy_);
   for (const auto& a : acts_) total += a.bytes();
   return total;
 }

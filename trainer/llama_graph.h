@@ -28,8 +28,9 @@ struct TrainBatch {
 };
 
 struct GraphOptions {
-  // bf16 compute (f32 only): every GEMM operand (weights, activations, gradients) rounded to
-  // bf16, products accumulated in f32; master weights and everything else stay f32.
+  // bf16 compute (f32 only): every operand of the projection and output-head GEMMs (weights,
+  // activations, gradients) rounded to bf16, products accumulated in f32; attention's score and
+  // value products, master weights and everything else stay f32.
   bool bf16_compute = false;
   // Keep only each layer's input and recompute the layer in the backward pass.
   bool recompute_activations = false;

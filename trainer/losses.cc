@@ -411,14 +411,18 @@ std::vector<std::string> RegisteredKlEstimators() {
   return names;
 }
 
-StatusOr<PolicyLossOutput> ComputePolicyLoss(const PolicyLossInput& in,
-                                             const PolicyLossConfig& config) {
+Status ValidatePolicyLossConfig(const PolicyLossConfig& config) {
   if (!KnownAgg(config.agg)) {
     return InvalidArgumentError("policy loss: agg '" + config.agg +
                                 "' is unknown; known: seq-mean-token-mean, seq-mean-token-sum, "
                                 "seq-mean-token-sum-norm, token-mean");
   }
-  LAMINAR_RETURN_IF_ERROR(ValidateConfig(config));
+  return ValidateConfig(config);
+}
+
+StatusOr<PolicyLossOutput> ComputePolicyLoss(const PolicyLossInput& in,
+                                             const PolicyLossConfig& config) {
+  LAMINAR_RETURN_IF_ERROR(ValidatePolicyLossConfig(config));
   LAMINAR_RETURN_IF_ERROR(ValidateInput(in, config));
   size_t own_tokens = 0, own_sequences = 0;
   for (size_t b = 0; b < NumSequences(in); ++b) {

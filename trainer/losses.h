@@ -62,6 +62,11 @@ struct PolicyLossOutput {
   std::map<std::string, double> metrics;  // verl names; see ComputePolicyLoss
 };
 
+// The config checks ComputePolicyLoss makes, without an input: unknown loss, aggregation, IS
+// level or KL estimator names (listing the known ones) and out-of-range coefficients, as
+// InvalidArgument naming the field.
+Status ValidatePolicyLossConfig(const PolicyLossConfig& config);
+
 // loss = agg(w * pg) + kl_coef * agg(kl) - entropy_coef * agg(entropy), where pg is the chosen
 // policy-gradient term per token, w the truncated importance weight (a constant, no gradient) and
 // agg the aggregation over masked tokens (verl's agg_loss) with weights a_t:

@@ -27,9 +27,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const model::ModelConfig& mod
                                                    const TrainerConfig& config,
                                                    std::unique_ptr<Collective> collective) {
   LAMINAR_RETURN_IF_ERROR(config.optimizer.Validate(), "trainer.optimizer");
-  LAMINAR_RETURN_IF_ERROR(FindPolicyLoss(config.loss.loss).status(), "trainer.loss");
+  LAMINAR_RETURN_IF_ERROR(ValidatePolicyLossConfig(config.loss), "trainer.loss");
   LAMINAR_RETURN_IF_ERROR(FindAdvantageEstimator(config.advantage.estimator).status(),
                           "trainer.advantage");
+  if (config.advantage.estimator == "gae") {
+    return InvalidArgumentError(
+        "trainer.advantage: gae needs a critic's values, and the trainer has no value head yet");
+  }
   if (config.micro_batch_tokens <= 0) {
     return InvalidArgumentError("trainer.micro_batch_tokens must be positive, got " +
                                 std::to_string(config.micro_batch_tokens));
@@ -59,12 +63,25 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const model::ModelConfig& mod
   return t;
 }
 
-Status Trainer::Validate(std::span<const TrainSample> samples) const {
+namespace {
+
+// Whether the step's samples carry behaviour logprobs (any of them; Validate checks all do).
+bool HasBehaviorLogprobs(std::span<const TrainSample> samples) {
+  for (const auto& s : samples) {
+    if (!s.behavior_logprobs.empty()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status Trainer::ValidateSamples(std::span<const TrainSample> samples) const {
   if (samples.empty()) return InvalidArgumentError("a training step needs at least one sample");
-  const bool with_mu = !samples[0].behavior_logprobs.empty();
+  const bool with_mu = HasBehaviorLogprobs(samples);
   for (size_t i = 0; i < samples.size(); ++i) {
     const auto& s = samples[i];
-    const std::string where = "sample " + std::to_string(i);
+    const std::string where =
+        "sample " + std::to_string(i) + (s.source.empty() ? "" : " (" + s.source + ")");
     if (s.prompt_ids.empty()) return InvalidArgumentError(where + ": empty prompt");
     for (const auto* ids : {&s.prompt_ids, &s.response_ids}) {
       for (int32_t id : *ids) {
@@ -75,12 +92,39 @@ Status Trainer::Validate(std::span<const TrainSample> samples) const {
         }
       }
     }
+    const size_t len = s.prompt_ids.size() + s.response_ids.size();
+    if (model_.max_position_embeddings > 0 &&
+        len > static_cast<size_t>(model_.max_position_embeddings)) {
+      return InvalidArgumentError(where + " has " + std::to_string(len) +
+                                  " tokens, beyond the model's context of " +
+                                  std::to_string(model_.max_position_embeddings));
+    }
     if (with_mu && s.behavior_logprobs.size() != s.response_ids.size()) {
       return InvalidArgumentError(where + " has " + std::to_string(s.behavior_logprobs.size()) +
                                   " behaviour logprobs for " +
                                   std::to_string(s.response_ids.size()) +
                                   " response tokens (every sample of a step has them, or none)");
     }
+    for (float lp : s.behavior_logprobs) {
+      if (!std::isfinite(lp) || lp > 1e-4f) {
+        return InvalidArgumentError(where + ": behaviour logprob " + std::to_string(lp) +
+                                    " is not a log-probability (finite, <= 0)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status Trainer::CheckRanksAgree() {
+  std::vector<double> v{static_cast<double>(global_step_), static_cast<double>(policy_version_)};
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(v)));
+  const double w = world_size();
+  if (v[0] != w * static_cast<double>(global_step_) ||
+      v[1] != w * static_cast<double>(policy_version_)) {
+    return FailedPreconditionError(
+        "data-parallel ranks are at different steps (rank " + std::to_string(rank()) +
+        " is at step " + std::to_string(global_step_) + ", the mean is " +
+        std::to_string(v[0] / w) + "): every rank must resume from the same checkpoint");
   }
   return OkStatus();
 }
@@ -88,7 +132,7 @@ Status Trainer::Validate(std::span<const TrainSample> samples) const {
 std::vector<Trainer::Packed> Trainer::MicroBatches(std::span<const TrainSample> samples,
                                                    std::span<const size_t> idx) const {
   std::vector<Packed> out;
-  const bool with_mu = !samples[0].behavior_logprobs.empty();
+  const bool with_mu = HasBehaviorLogprobs(samples);
   for (size_t i : idx) {
     const auto& s = samples[i];
     const int64_t len = static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size());
@@ -132,7 +176,7 @@ Status Trainer::Logprobs(const Packed& p, std::span<const float> values,
 
 StatusOr<std::vector<std::vector<float>>> Trainer::ResponseLogprobs(
     std::span<const TrainSample> samples) {
-  LAMINAR_RETURN_IF_ERROR(Validate(samples));
+  LAMINAR_RETURN_IF_ERROR(ValidateSamples(samples));
   all_ = StepTokens{};
   all_.start.push_back(0);
   for (const auto& s : samples) {
@@ -230,7 +274,7 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
 }
 
 StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSample> samples) {
-  LAMINAR_RETURN_IF_ERROR(Validate(samples));
+  LAMINAR_RETURN_IF_ERROR(ValidateSamples(samples));
   const auto step_start = std::chrono::steady_clock::now();
   // Token layout of the whole step: sample i owns [start[i], start[i+1]).
   all_ = StepTokens{};
@@ -281,7 +325,7 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   // ranks, the max over this rank's tokens.
   std::vector<double> diff{0.0, 0.0};
   double diff_max = 0;
-  if (!samples[0].behavior_logprobs.empty()) {
+  if (HasBehaviorLogprobs(samples)) {
     for (size_t i = 0; i < samples.size(); ++i) {
       const auto& s = samples[i];
       const int64_t first = all_.start[i] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
@@ -300,25 +344,38 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   const size_t mb =
       config_.mini_batch_size > 0 ? static_cast<size_t>(config_.mini_batch_size) : samples.size();
   const size_t num_minibatches = (samples.size() + mb - 1) / mb;
-  std::vector<double> check{static_cast<double>(num_minibatches), 1.0};
+  // Every rank must run the same collectives: as many mini-batches, and the same metric keys
+  // (which depend on whether the samples carry behaviour logprobs).
+  const double with_mu = HasBehaviorLogprobs(samples) ? 1.0 : 0.0;
+  std::vector<double> check{static_cast<double>(num_minibatches), with_mu};
   LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(check)));
-  if (check[0] != static_cast<double>(num_minibatches) * check[1]) {
+  const double w = world_size();
+  if (check[0] != static_cast<double>(num_minibatches) * w) {
     return FailedPreconditionError("ranks have different numbers of mini-batches this step (rank " +
                                    std::to_string(rank()) + " has " +
                                    std::to_string(num_minibatches) + ")");
   }
+  if (check[1] != with_mu * w) {
+    return FailedPreconditionError(
+        "some ranks' samples carry behaviour logprobs and some do not (rank " +
+        std::to_string(rank()) + (with_mu > 0 ? " has them)" : " has none)"));
+  }
+  // Each metric is the mean over the updates that report it (a skipped update reports only
+  // actor/loss, actor/grad_norm, actor/lr and actor/update_applied).
   std::map<std::string, double> metrics;
-  int updates = 0;
+  std::map<std::string, int> reported;
   for (int epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
     if (config_.shuffle) std::shuffle(idx.begin(), idx.end(), rng_);
     for (size_t m = 0; m < num_minibatches; ++m) {
       std::span<const size_t> part(idx.data() + m * mb, std::min(mb, idx.size() - m * mb));
       LAMINAR_ASSIGN_OR_RETURN(auto mini, Update(samples, part));
-      for (const auto& [k, v] : mini) metrics[k] += v;
-      ++updates;
+      for (const auto& [k, v] : mini) {
+        metrics[k] += v;
+        ++reported[k];
+      }
     }
   }
-  for (auto& [k, v] : metrics) v /= updates;
+  for (auto& [k, v] : metrics) v /= reported[k];
   const double update_s = Since(update_start);
   ++global_step_;
   ++policy_version_;

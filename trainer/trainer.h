@@ -34,6 +34,7 @@ struct TrainSample {
   std::vector<float> behavior_logprobs;  // [response] log mu from the rollout, or empty
   double score = 0;                      // sequence reward
   int64_t group_id = 0;                  // GRPO group (prompt) of the sample
+  std::string source;                    // where it came from ("data.jsonl:9"), for errors
 };
 
 struct TrainerConfig {
@@ -71,6 +72,16 @@ class Trainer {
   // behaviour logprobs of the wrong length), a collective's error.
   StatusOr<std::map<std::string, double>> Step(std::span<const TrainSample> samples);
 
+  // The checks Step makes on samples, without training: a non-empty prompt, ids inside the
+  // vocabulary, prompt + response within the model's context, behaviour logprobs for every
+  // response token (all samples have them or none) that are finite and <= 0. Errors name the
+  // sample's index and source.
+  Status ValidateSamples(std::span<const TrainSample> samples) const;
+
+  // Fails unless every rank is at the same global step and version (after a resume, say):
+  // FailedPrecondition naming this rank's step.
+  Status CheckRanksAgree();
+
   // Logprobs of each sample's response tokens under the current weights, [B][response].
   StatusOr<std::vector<std::vector<float>>> ResponseLogprobs(std::span<const TrainSample> samples);
 
@@ -101,7 +112,6 @@ class Trainer {
     std::vector<size_t> samples;  // which samples, in order
   };
   Trainer() = default;
-  Status Validate(std::span<const TrainSample> samples) const;
   // Packs samples[idx...] (with the per-sample token arrays in all_) into micro-batches of at
   // most micro_batch_tokens tokens.
   std::vector<Packed> MicroBatches(std::span<const TrainSample> samples,

@@ -162,10 +162,42 @@ TEST(TrainCliTest, BadTrajectoriesAreNamedErrors) {
   r = RunLaminar("train --model " + model + " --data " + (dir / "range.jsonl").string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("token id 9999 outside the vocabulary"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("range.jsonl:1"), std::string::npos) << r.err;
   std::ofstream(dir / "type.jsonl") << "{\"prompt_ids\": \"hello\", \"ids\": [2]}\n";
   r = RunLaminar("train --model " + model + " --data " + (dir / "type.jsonl").string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("type.jsonl:1"), std::string::npos) << r.err;
+  // Ids that would wrap, truncate or convert are refused, not trained on.
+  std::ofstream(dir / "wrap.jsonl") << "{\"prompt_ids\": [1], \"ids\": [4294967301, 5.7]}\n";
+  r = RunLaminar("train --model " + model + " --data " + (dir / "wrap.jsonl").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("wrap.jsonl:1: ids[0] = 4294967301 is not a token id"), std::string::npos)
+      << r.err;
+}
+
+// Nothing already saved is lost: a fresh run refuses a folder with checkpoints, and the export
+// refuses to replace an existing folder unless asked.
+TEST(TrainCliTest, EarlierResultsAreNeverOverwritten) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const auto dir = TempDir("keep");
+  std::ofstream(dir / "data.jsonl") << "{\"prompt_ids\": [1, 403], \"ids\": [407, 261]}\n";
+  const std::string base =
+      "train --model " + model + " --data " + (dir / "data.jsonl").string() + " --steps 1";
+  auto first = RunLaminar(base + " --checkpoint-dir " + (dir / "ck").string());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto again = RunLaminar(base + " --checkpoint-dir " + (dir / "ck").string());
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("pass --resume"), std::string::npos) << again.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck" / "step_1" / "model.safetensors"));
+  std::filesystem::create_directories(dir / "mine");
+  std::ofstream(dir / "mine" / "notes.txt") << "precious";
+  auto export_over = RunLaminar(base + " --export-hf " + (dir / "mine").string());
+  EXPECT_EQ(export_over.exit_code, 1);
+  EXPECT_NE(export_over.err.find("--overwrite-export"), std::string::npos) << export_over.err;
+  EXPECT_EQ(Slurp(dir / "mine" / "notes.txt"), "precious");
+  auto no_dir = RunLaminar(base + " --resume");
+  EXPECT_EQ(no_dir.exit_code, 1);
+  EXPECT_NE(no_dir.err.find("--resume needs --checkpoint-dir"), std::string::npos) << no_dir.err;
 }
 
 }  // namespace

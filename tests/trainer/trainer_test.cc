@@ -230,6 +230,68 @@ TEST(TrainerTest, LogprobsEqualTheEnginesSampledLogprobs) {
   }
 }
 
+// The loss reads exactly the response tokens' logprobs: with pg, dr_grpo (advantages ±0.5 for
+// scores 1 and 0) and token-mean, actor/pg_loss = −Σ A·logprob / (response tokens).
+TEST(TrainerTest, LossCoversExactlyTheResponseTokens) {
+  auto config = BaseConfig();
+  config.optimizer.lr = 0;
+  config.loss.loss = "pg";
+  config.loss.is_level = "none";
+  config.advantage.estimator = "dr_grpo";
+  auto t = MakeTrainer(config);
+  auto samples = Samples(1, 12);
+  auto lp = t->ResponseLogprobs(samples);
+  ASSERT_TRUE(lp.ok());
+  double sum = 0, count = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const double a = samples[i].score - 0.5;
+    for (float x : (*lp)[i]) {
+      sum += a * x;
+      count += 1;
+    }
+  }
+  auto m = t->Step(samples);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_NEAR(m->at("actor/pg_loss"), -sum / count, 1e-6);
+}
+
+// Ranks that resume from different checkpoints are refused before they train together.
+TEST(TrainerTest, RanksAtDifferentStepsAreRefused) {
+  const auto dir = laminar::testing::TempDir("ckpt").string();
+  {
+    auto t = MakeTrainer(BaseConfig());
+    ASSERT_TRUE(t->Step(Samples(1, 1)).ok());
+    ASSERT_TRUE(t->SaveCheckpoint(dir, {}).ok());
+  }
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(laminar::testing::FreeTcpPort());
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      CollectiveOptions o;
+      o.rendezvous_address = address;
+      o.rank = r;
+      o.world_size = 2;
+      o.rendezvous_timeout_ms = 20000;
+      auto c = CreateCollective(o);
+      if (!c.ok()) {
+        status[r] = c.status();
+        return;
+      }
+      auto t = MakeTrainer(BaseConfig(), std::move(*c));
+      if (r == 0) {
+        EXPECT_TRUE(t->LoadCheckpoint(dir).ok());  // rank 1 forgot to resume
+      }
+      status[r] = t->CheckRanksAgree();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r].code(), StatusCode::kFailedPrecondition) << status[r];
+    EXPECT_NE(status[r].message().find("different steps"), std::string::npos) << status[r];
+  }
+}
+
 TEST(TrainerTest, BadSamplesAndConfigsAreNamedErrors) {
   auto t = MakeTrainer(BaseConfig());
   auto samples = Samples(1, 7);
@@ -245,6 +307,17 @@ TEST(TrainerTest, BadSamplesAndConfigsAreNamedErrors) {
   samples[1].behavior_logprobs.pop_back();
   st = t->Step(samples).status();
   EXPECT_NE(st.message().find("behaviour logprobs"), std::string::npos) << st;
+  samples = Samples(1, 7);
+  samples[0].behavior_logprobs.clear();  // the first lacks them, the second has them
+  samples[1].source = "data.jsonl:2";
+  st = t->Step(samples).status();
+  EXPECT_NE(st.message().find("sample 0"), std::string::npos) << st;
+  samples = Samples(1, 7);
+  samples[1].behavior_logprobs[0] = 3.f;
+  samples[1].source = "data.jsonl:2";
+  st = t->Step(samples).status();
+  EXPECT_NE(st.message().find("sample 1 (data.jsonl:2): behaviour logprob"), std::string::npos)
+      << st;
   EXPECT_FALSE(t->Step({}).ok());
   auto config = BaseConfig();
   config.loss.loss = "ppo2";
@@ -252,6 +325,11 @@ TEST(TrainerTest, BadSamplesAndConfigsAreNamedErrors) {
   auto bad = Trainer::Create(cfg, laminar::testing::RandomWeights(cfg, 1), config, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("vanilla"), std::string::npos) << bad.status();
+  config = BaseConfig();
+  config.loss.agg = "token-sum";
+  bad = Trainer::Create(cfg, laminar::testing::RandomWeights(cfg, 1), config, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("token-mean"), std::string::npos) << bad.status();
   EXPECT_EQ(t->global_step(), 0);  // nothing happened
 }
 
