@@ -107,15 +107,11 @@ StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(const Collectiv
   }
 
   IgnoreSigpipe();
-  const int64_t deadline_ms = SteadyNowMs() + options.rendezvous_timeout_ms;
-  std::unique_ptr<RendezvousServer> server;
-  if (options.rank == 0) {
-    LAMINAR_ASSIGN_OR_RETURN(
-        server, RendezvousServer::Start(options.rendezvous_address, options.world_size), where);
-  }
-  RendezvousClient client(options.rendezvous_address, options.rank, options.world_size,
-                          deadline_ms);
-  LAMINAR_RETURN_IF_ERROR(client.Hello(), where);
+  LAMINAR_ASSIGN_OR_RETURN(RendezvousSession session,
+                           JoinRendezvous(options.rendezvous_address, options.rank,
+                                          options.world_size, options.rendezvous_timeout_ms),
+                           where);
+  RendezvousClient& client = *session.client;
 
   std::unique_ptr<GlooCollective> self(new GlooCollective(options));
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);

@@ -117,15 +117,11 @@ StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(const Collectiv
     return CudaError(e, where + ": cudaSetDevice(" + std::to_string(device) + ")");
   }
 
-  const int64_t deadline_ms = SteadyNowMs() + options.rendezvous_timeout_ms;
-  std::unique_ptr<RendezvousServer> server;
-  if (options.rank == 0) {
-    LAMINAR_ASSIGN_OR_RETURN(
-        server, RendezvousServer::Start(options.rendezvous_address, options.world_size), where);
-  }
-  RendezvousClient client(options.rendezvous_address, options.rank, options.world_size,
-                          deadline_ms);
-  LAMINAR_RETURN_IF_ERROR(client.Hello(), where);
+  LAMINAR_ASSIGN_OR_RETURN(RendezvousSession session,
+                           JoinRendezvous(options.rendezvous_address, options.rank,
+                                          options.world_size, options.rendezvous_timeout_ms),
+                           where);
+  RendezvousClient& client = *session.client;
   auto id = ShareUniqueId(client, options.rank);
   if (!id.ok()) {
     return Status(id.status().code(), id.status().message() + client.MissingRanksNote())
@@ -137,7 +133,7 @@ StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(const Collectiv
   config.blocking = 0;  // so that a missing peer ends in our timeout, not a hang
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, options.world_size, *id, options.rank, &config);
-  if (r == ncclSuccess || r == ncclInProgress) r = PollComm(comm, deadline_ms);
+  if (r == ncclSuccess || r == ncclInProgress) r = PollComm(comm, client.deadline_ms());
   if (r != ncclSuccess) {
     Status error =
         r == ncclInProgress

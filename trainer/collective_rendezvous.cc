@@ -302,4 +302,16 @@ std::string RendezvousClient::MissingRanksNote() {
   return " (ranks not joined by the deadline: " + JoinInts(missing) + ")";
 }
 
+StatusOr<RendezvousSession> JoinRendezvous(const std::string& address, int rank, int world_size,
+                                           int timeout_ms) {
+  const int64_t deadline_ms = SteadyNowMs() + timeout_ms;
+  RendezvousSession session;
+  if (rank == 0) {
+    LAMINAR_ASSIGN_OR_RETURN(session.server, RendezvousServer::Start(address, world_size));
+  }
+  session.client = std::make_unique<RendezvousClient>(address, rank, world_size, deadline_ms);
+  LAMINAR_RETURN_IF_ERROR(session.client->Hello());
+  return session;
+}
+
 }  // namespace laminar::trainer

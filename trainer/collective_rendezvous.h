@@ -88,4 +88,14 @@ class RendezvousClient {
   ZmqRequestClient client_;
 };
 
+// A rank's part in a rendezvous: rank 0 serves it, and every rank is a client that has said hello.
+struct RendezvousSession {
+  std::unique_ptr<RendezvousServer> server;  // rank 0 only
+  std::unique_ptr<RendezvousClient> client;
+};
+// Starts the server on rank 0, then connects and says hello, all before now + timeout_ms.
+// Errors: RendezvousServer::Start's and RendezvousClient::Hello's.
+StatusOr<RendezvousSession> JoinRendezvous(const std::string& address, int rank, int world_size,
+                                           int timeout_ms);
+
 }  // namespace laminar::trainer

@@ -40,6 +40,12 @@ Golden LoadGolden() {
   return g;
 }
 
+StatusOr<ParameterSet> LoadParams(const std::string& path, model::ModelConfig* config) {
+  model::WeightStore weights;
+  LAMINAR_RETURN_IF_ERROR(model::LoadLlama2c(path, config, &weights));
+  return ParameterSet::FromWeights(*config, weights);
+}
+
 // Token-mean negative logprob over the mask (the "pg" loss with advantage 1) and its gradient.
 PolicyLossOutput NllLoss(const Golden& g, const std::vector<float>& logprobs) {
   std::vector<float> ones(logprobs.size(), 1.f);
@@ -60,9 +66,7 @@ PolicyLossOutput NllLoss(const Golden& g, const std::vector<float>& logprobs) {
 TEST(Stories260KTrainTest, LossLogprobsAndGradientsMatchAnIndependentImplementation) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   model::ModelConfig config;
-  model::WeightStore weights;
-  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
-  auto params = ParameterSet::FromWeights(config, weights);
+  auto params = LoadParams(bin, &config);
   ASSERT_TRUE(params.ok()) << params.status();
   Golden g = LoadGolden();
   ThreadPool pool(2);
@@ -102,10 +106,8 @@ TEST(Stories260KTrainTest, LossLogprobsAndGradientsMatchAnIndependentImplementat
 TEST(Stories260KTrainTest, SgdOnAFixedBatchDrivesTheLossNearZero) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   model::ModelConfig config;
-  model::WeightStore weights;
-  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
-  auto params = ParameterSet::FromWeights(config, weights);
-  ASSERT_TRUE(params.ok());
+  auto params = LoadParams(bin, &config);
+  ASSERT_TRUE(params.ok()) << params.status();
   Golden g = LoadGolden();
   // A batch the model does not already predict: the second sequence's tokens reversed.
   for (int64_t i = g.batch.seq_offsets[1]; i < g.batch.num_tokens(); ++i) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -45,6 +46,29 @@ std::vector<TrainSample> Samples(int groups, uint32_t seed, int64_t first_group 
     }
   }
   return out;
+}
+
+// Runs fn(rank, collective) on `world` threads, each rank with its own Gloo collective on a fresh
+// loopback rendezvous; returns each rank's status.
+std::vector<Status> RunRanks(int world,
+                             const std::function<Status(int, std::unique_ptr<Collective>)>& fn) {
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(laminar::testing::FreeTcpPort());
+  std::vector<Status> status(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      CollectiveOptions o;
+      o.backend = "gloo";
+      o.rendezvous_address = address;
+      o.rank = r;
+      o.world_size = world;
+      o.rendezvous_timeout_ms = 20000;
+      auto c = CreateCollective(o);
+      status[r] = c.ok() ? fn(r, std::move(*c)) : c.status();
+    });
+  }
+  for (auto& th : threads) th.join();
+  return status;
 }
 
 TrainerConfig BaseConfig() {
@@ -128,30 +152,13 @@ TEST(TrainerTest, TwoDataParallelRanksEqualOneRankOnTheCombinedBatch) {
   std::vector<std::vector<TrainSample>> halves = {Samples(2, 5, 0), Samples(2, 6, 2)};
   std::vector<TrainSample> combined = halves[0];
   combined.insert(combined.end(), halves[1].begin(), halves[1].end());
-  const std::string address = "tcp://127.0.0.1:" + std::to_string(laminar::testing::FreeTcpPort());
   std::vector<std::unique_ptr<Trainer>> ranks(2);
-  std::vector<Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      CollectiveOptions o;
-      o.backend = "gloo";
-      o.rendezvous_address = address;
-      o.rank = r;
-      o.world_size = 2;
-      o.rendezvous_timeout_ms = 20000;
-      auto c = CreateCollective(o);
-      if (!c.ok()) {
-        status[r] = c.status();
-        return;
-      }
-      ranks[r] = MakeTrainer(config, std::move(*c));
-      for (int step = 0; step < 2 && status[r].ok(); ++step) {
-        status[r] = ranks[r]->Step(halves[r]).status();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  auto status = RunRanks(2, [&](int r, std::unique_ptr<Collective> c) {
+    ranks[r] = MakeTrainer(config, std::move(c));
+    for (int step = 0; step < 2; ++step)
+      LAMINAR_RETURN_IF_ERROR(ranks[r]->Step(halves[r]).status());
+    return OkStatus();
+  });
   ASSERT_TRUE(status[0].ok()) << status[0];
   ASSERT_TRUE(status[1].ok()) << status[1];
   for (int step = 0; step < 2; ++step) ASSERT_TRUE(single->Step(combined).ok());
@@ -263,29 +270,11 @@ TEST(TrainerTest, RanksAtDifferentStepsAreRefused) {
     ASSERT_TRUE(t->Step(Samples(1, 1)).ok());
     ASSERT_TRUE(t->SaveCheckpoint(dir, {}).ok());
   }
-  const std::string address = "tcp://127.0.0.1:" + std::to_string(laminar::testing::FreeTcpPort());
-  std::vector<Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      CollectiveOptions o;
-      o.rendezvous_address = address;
-      o.rank = r;
-      o.world_size = 2;
-      o.rendezvous_timeout_ms = 20000;
-      auto c = CreateCollective(o);
-      if (!c.ok()) {
-        status[r] = c.status();
-        return;
-      }
-      auto t = MakeTrainer(BaseConfig(), std::move(*c));
-      if (r == 0) {
-        EXPECT_TRUE(t->LoadCheckpoint(dir).ok());  // rank 1 forgot to resume
-      }
-      status[r] = t->CheckRanksAgree();
-    });
-  }
-  for (auto& th : threads) th.join();
+  auto status = RunRanks(2, [&](int r, std::unique_ptr<Collective> c) {
+    auto t = MakeTrainer(BaseConfig(), std::move(c));
+    if (r == 0) LAMINAR_RETURN_IF_ERROR(t->LoadCheckpoint(dir).status());  // rank 1 forgot
+    return t->CheckRanksAgree();
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(status[r].code(), StatusCode::kFailedPrecondition) << status[r];
     EXPECT_NE(status[r].message().find("different steps"), std::string::npos) << status[r];
