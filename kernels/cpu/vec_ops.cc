@@ -96,11 +96,33 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
                      std::span<const float> v_cache, std::span<const int32_t> positions, int64_t t,
                      int64_t h, int64_t hkv, int64_t d, int64_t s, std::span<float> out,
                      ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK(s > 0 && static_cast<int64_t>(k_cache.size()) == s * hkv * d &&
+                static_cast<int64_t>(v_cache.size()) == s * hkv * d);
+  const int32_t one_block[] = {0};
+  BlockedCausalAttention(q, k_cache, v_cache, one_block, s, positions, t, h, hkv, d, out, pool,
+                         isa);
+}
+
+void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_rows,
+                            std::span<const float> v_rows, std::span<const int32_t> block_table,
+                            int64_t block_size, std::span<const int32_t> positions, int64_t t,
+                            int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                            ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK(block_size > 0 && hkv > 0 && d > 0);
   LAMINAR_CHECK_EQ(h % hkv, 0);
-  LAMINAR_CHECK(static_cast<int64_t>(k_cache.size()) == s * hkv * d &&
-                static_cast<int64_t>(v_cache.size()) == s * hkv * d &&
+  const int64_t row_floats = hkv * d;
+  LAMINAR_CHECK(k_rows.size() == v_rows.size() &&
+                static_cast<int64_t>(k_rows.size()) % (block_size * row_floats) == 0 &&
                 static_cast<int64_t>(q.size()) == t * h * d &&
-                static_cast<int64_t>(out.size()) == t * h * d);
+                static_cast<int64_t>(out.size()) == t * h * d &&
+                static_cast<int64_t>(positions.size()) >= t);
+  const int64_t num_blocks = static_cast<int64_t>(k_rows.size()) / (block_size * row_floats);
+  for (int32_t block : block_table) {
+    LAMINAR_CHECK(block >= 0 && block < num_blocks)
+        << "block id " << block << " outside the pool of " << num_blocks;
+  }
+  // Token slots the table reaches (S for a contiguous cache).
+  const int64_t s = static_cast<int64_t>(block_table.size()) * block_size;
   const VecOps& ops = Ops(isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto run = [&](int64_t begin, int64_t end) {
@@ -110,15 +132,27 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
       const int64_t last = positions[i];
       LAMINAR_CHECK(last >= 0 && last < s) << "position " << last << " outside cache of " << s;
       const float* qv = &q[(i * h + head) * d];
-      for (int64_t p = 0; p <= last; ++p) {
-        scores[p] = ops.dot(qv, &k_cache[(p * hkv + kvh) * d], d) * scale;
-      }
+      // Positions [p0, p0 + n) of block b are rows [row0, row0 + n).
+      auto for_each_block = [&](auto&& body) {
+        for (int64_t b = 0, p0 = 0; p0 <= last; ++b, p0 += block_size) {
+          body(p0, block_table[b] * block_size, std::min(block_size, last + 1 - p0));
+        }
+      };
+      for_each_block([&](int64_t p0, int64_t row0, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) {
+          scores[p0 + j] = ops.dot(qv, &k_rows[((row0 + j) * hkv + kvh) * d], d) * scale;
+        }
+      });
       float mx = ops.row_max(scores.data(), last + 1);
       float sum = ops.sum_exp_shifted(scores.data(), last + 1, mx);
       ops.exp_shifted_scaled(scores.data(), last + 1, mx, 1.0f / sum, scores.data());
       float* o = &out[(i * h + head) * d];
       std::fill(o, o + d, 0.0f);
-      for (int64_t p = 0; p <= last; ++p) ops.axpy(scores[p], &v_cache[(p * hkv + kvh) * d], o, d);
+      for_each_block([&](int64_t p0, int64_t row0, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) {
+          ops.axpy(scores[p0 + j], &v_rows[((row0 + j) * hkv + kvh) * d], o, d);
+        }
+      });
     }
   };
   // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.

@@ -38,4 +38,18 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
                      int64_t h, int64_t hkv, int64_t d, int64_t s, std::span<float> out,
                      ThreadPool* pool = nullptr, Isa isa = BestIsa());
 
+// The shared core of CausalAttention and PagedCausalAttention (kernels/cpu/paged_attention.h):
+// causal grouped-query attention with the keys and values of position p at row
+//   block_table[p / block_size] * block_size + p % block_size
+// of k_rows, v_rows [R, Hkv, D] f32 (R rows, a multiple of block_size). A contiguous cache
+// [S, Hkv, D] is one block of S positions with table {0}; a paged pool [num_blocks, block_size,
+// Hkv, D] is R = num_blocks * block_size rows. q, out [T, H, D]; positions [T] in
+// [0, block_table.size() * block_size); block ids in [0, R / block_size): else LAMINAR_CHECK.
+// Scale 1/sqrt(D); (token, head) pairs split over `pool` when the work is large enough.
+void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_rows,
+                            std::span<const float> v_rows, std::span<const int32_t> block_table,
+                            int64_t block_size, std::span<const int32_t> positions, int64_t t,
+                            int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                            ThreadPool* pool = nullptr, Isa isa = BestIsa());
+
 }  // namespace laminar::kernels::cpu
