@@ -116,11 +116,13 @@ Status Trainer::ValidateSamples(std::span<const TrainSample> samples) const {
 }
 
 Status Trainer::CheckRanksAgree() {
-  std::vector<double> v{static_cast<double>(global_step_), static_cast<double>(policy_version_)};
+  // All W values are equal exactly when (Σx)² = W·Σx², so every rank reaches the same verdict.
+  const double step = static_cast<double>(global_step_);
+  const double version = static_cast<double>(policy_version_);
+  std::vector<double> v{step, step * step, version, version * version};
   LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(v)));
   const double w = world_size();
-  if (v[0] != w * static_cast<double>(global_step_) ||
-      v[1] != w * static_cast<double>(policy_version_)) {
+  if (v[0] * v[0] != w * v[1] || v[2] * v[2] != w * v[3]) {
     return FailedPreconditionError(
         "data-parallel ranks are at different steps (rank " + std::to_string(rank()) +
         " is at step " + std::to_string(global_step_) + ", the mean is " +
