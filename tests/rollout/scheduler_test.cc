@@ -72,6 +72,7 @@ class FakeEngine {
       }
       if (e.samples) sampled.push_back(e.id);
       for (RequestId c : e.forked) {
+        ++num_forks;
         EXPECT_EQ(info_.at(c).owner, info_.at(e.id).owner);
         sampled.push_back(c);
       }
@@ -95,6 +96,7 @@ class FakeEngine {
   Scheduler s;
   std::vector<RequestId> finished_by_length;
   int64_t num_reprefills = 0;  // prefills from position 0 of a request that had generated tokens
+  int64_t num_forks = 0;       // group children forked from their parent's prompt
 
  private:
   struct Info {
@@ -368,10 +370,12 @@ TEST(SchedulerTest, RandomizedSimulation) {
     EXPECT_EQ(e.s.blocks().num_used_blocks(), 0);
     EXPECT_EQ(e.s.blocks().num_sequences(), 0);
     for (RequestId id : e.finished_by_length) EXPECT_EQ(e.generated(id), e.max_tokens(id));
-    std::printf("seed %u: %zu requests, %lld rejected, %lld preemptions, %lld re-prefills\n", seed,
-                arrival_step.size(), static_cast<long long>(rejected),
-                static_cast<long long>(st.num_preemptions),
-                static_cast<long long>(e.num_reprefills));
+    EXPECT_GT(e.num_forks, 0) << "seed " << seed;
+    std::printf(
+        "seed %u: %zu requests, %lld rejected, %lld preemptions, %lld re-prefills, %lld forks\n",
+        seed, arrival_step.size(), static_cast<long long>(rejected),
+        static_cast<long long>(st.num_preemptions), static_cast<long long>(e.num_reprefills),
+        static_cast<long long>(e.num_forks));
   }
 }
 
