@@ -7,7 +7,9 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/vec_ops.h"
+#include "kernels/reference/paged_attention.h"
 
 namespace laminar::engine {
 namespace {
@@ -189,8 +191,83 @@ KvCache LlamaModel::NewCache(int64_t num_slots, int64_t max_positions) const {
                  config_.head_dim);
 }
 
+// The step of an attention block that depends on where K/V live: store the new tokens' keys and
+// values of one span and attend over the span's whole cache. One implementation per cache layout.
+class KvAttention {
+ public:
+  KvAttention(int64_t h, int64_t hkv, int64_t d, bool reference, ThreadPool* pool)
+      : h_(h), hkv_(hkv), d_(d), reference_(reference), pool_(pool) {}
+  virtual ~KvAttention() = default;
+  // Span `si` = s of layer `layer`: q [n, H, D], k / v [n, Hkv, D] (RoPE applied), positions [n];
+  // out [n, H, D].
+  virtual void Run(int64_t layer, size_t si, const SequenceSpan& s, std::span<const float> q,
+                   std::span<const float> k, std::span<const float> v,
+                   std::span<const int32_t> positions, std::span<float> out) const = 0;
+
+ protected:
+  int64_t h_, hkv_, d_;
+  bool reference_;
+  ThreadPool* pool_;
+};
+
+namespace {
+
+// KvCache: each slot holds positions contiguously.
+class ContiguousKvAttention final : public KvAttention {
+ public:
+  ContiguousKvAttention(KvCache* cache, int64_t h, int64_t hkv, int64_t d, bool reference,
+                        ThreadPool* pool)
+      : KvAttention(h, hkv, d, reference, pool), cache_(cache) {}
+  void Run(int64_t layer, size_t /*si*/, const SequenceSpan& s, std::span<const float> q,
+           std::span<const float> k, std::span<const float> v, std::span<const int32_t> pos,
+           std::span<float> out) const override {
+    const int64_t row = hkv_ * d_;
+    auto kc = cache_->Keys(layer, s.slot), vc = cache_->Values(layer, s.slot);
+    std::copy(k.begin(), k.end(), kc.begin() + s.start_position * row);
+    std::copy(v.begin(), v.end(), vc.begin() + s.start_position * row);
+    const int64_t cached = s.start_position + s.num_tokens;
+    std::span<const float> ks(kc.data(), cached * row), vs(vc.data(), cached * row);
+    if (reference_) {
+      kernels::ref::CausalAttention(q, ks, vs, pos, s.num_tokens, h_, hkv_, d_, cached, out);
+    } else {
+      kernels::cpu::CausalAttention(q, ks, vs, pos, s.num_tokens, h_, hkv_, d_, cached, out, pool_);
+    }
+  }
+
+ private:
+  KvCache* cache_;
+};
+
+// PagedKvCache: span i reaches its positions through tables[i].
+class PagedKvAttention final : public KvAttention {
+ public:
+  PagedKvAttention(PagedKvCache* cache, std::span<const std::span<const int32_t>> tables, int64_t h,
+                   int64_t hkv, int64_t d, bool reference, ThreadPool* pool)
+      : KvAttention(h, hkv, d, reference, pool), cache_(cache), tables_(tables) {}
+  void Run(int64_t layer, size_t si, const SequenceSpan& s, std::span<const float> q,
+           std::span<const float> k, std::span<const float> v, std::span<const int32_t> pos,
+           std::span<float> out) const override {
+    auto kp = cache_->Keys(layer), vp = cache_->Values(layer);
+    const int64_t bs = cache_->block_size();
+    kernels::ref::WriteKv(k, v, tables_[si], bs, pos, s.num_tokens, hkv_, d_, kp, vp);
+    if (reference_) {
+      kernels::ref::PagedCausalAttention(q, kp, vp, tables_[si], bs, pos, s.num_tokens, h_, hkv_,
+                                         d_, out);
+    } else {
+      kernels::cpu::PagedCausalAttention(q, kp, vp, tables_[si], bs, pos, s.num_tokens, h_, hkv_,
+                                         d_, out, pool_);
+    }
+  }
+
+ private:
+  PagedKvCache* cache_;
+  std::span<const std::span<const int32_t>> tables_;
+};
+
+}  // namespace
+
 void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int32_t> positions,
-                                std::span<const SequenceSpan> spans, KvCache* cache,
+                                std::span<const SequenceSpan> spans, const KvAttention& kv,
                                 std::vector<float>& x, Workspace& ws) const {
   const auto& c = config_;
   const int64_t t = static_cast<int64_t>(positions.size()), dm = c.hidden_size, d = c.head_dim;
@@ -211,24 +288,13 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
   kernels::ref::Rope(q, positions, t, h, d, inv_freq_, layout);
   kernels::ref::Rope(k, positions, t, hkv, d, inv_freq_, layout);
   int64_t row = 0;
-  for (const auto& s : spans) {
-    auto kc = cache->Keys(li, s.slot), vc = cache->Values(li, s.slot);
-    for (int64_t i = 0; i < s.num_tokens; ++i) {
-      int64_t pos = s.start_position + i;
-      std::copy_n(&k[(row + i) * hkv * d], hkv * d, &kc[pos * hkv * d]);
-      std::copy_n(&v[(row + i) * hkv * d], hkv * d, &vc[pos * hkv * d]);
-    }
-    int64_t cached = s.start_position + s.num_tokens;
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const auto& s = spans[si];
     std::span<const float> qs(&q[row * h * d], s.num_tokens * h * d);
-    std::span<const float> ks(kc.data(), cached * hkv * d), vs(vc.data(), cached * hkv * d);
+    std::span<const float> ks(&k[row * hkv * d], s.num_tokens * hkv * d);
+    std::span<const float> vs(&v[row * hkv * d], s.num_tokens * hkv * d);
     std::span<float> os(&att[row * h * d], s.num_tokens * h * d);
-    auto pos = positions.subspan(row, s.num_tokens);
-    if (backend_ == Backend::kReference) {
-      kernels::ref::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os);
-    } else {
-      kernels::cpu::CausalAttention(qs, ks, vs, pos, s.num_tokens, h, hkv, d, cached, os,
-                                    pool_.get());
-    }
+    kv.Run(li, si, s, qs, ks, vs, positions.subspan(row, s.num_tokens), os);
     row += s.num_tokens;
   }
   Linear(att, l.wo, {}, t, dm, h * d, out);
@@ -256,12 +322,37 @@ void LlamaModel::FeedForwardBlock(const Layer& l, std::vector<float>& x, Workspa
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
 }
 
-Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
-                           KvCache* cache, LogitsFor which, std::vector<float>* logits) const {
-  const auto& c = config_;
+StatusOr<std::vector<int32_t>> LlamaModel::PackedPositions(
+    std::span<const int32_t> tokens, std::span<const SequenceSpan> spans) const {
   const int64_t t = static_cast<int64_t>(tokens.size());
   std::vector<int32_t> positions;
   positions.reserve(tokens.size());
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const auto& s = spans[si];
+    if (s.num_tokens <= 0 || s.start_position < 0) {
+      return InvalidArgumentError("sequence " + std::to_string(si) + ": " +
+                                  std::to_string(s.num_tokens) + " tokens from position " +
+                                  std::to_string(s.start_position));
+    }
+    for (int64_t i = 0; i < s.num_tokens; ++i)
+      positions.push_back(static_cast<int32_t>(s.start_position + i));
+  }
+  if (static_cast<int64_t>(positions.size()) != t) {
+    return InvalidArgumentError("sequence spans cover " + std::to_string(positions.size()) +
+                                " tokens but the batch has " + std::to_string(t));
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return InvalidArgumentError("token " + std::to_string(i) + " has id " +
+                                  std::to_string(tokens[i]) + " outside the vocabulary of " +
+                                  std::to_string(config_.vocab_size));
+    }
+  }
+  return positions;
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                           KvCache* cache, LogitsFor which, std::vector<float>* logits) const {
   for (size_t si = 0; si < spans.size(); ++si) {
     const auto& s = spans[si];
     if (s.slot < 0 || s.slot >= cache->num_slots()) {
@@ -276,25 +367,62 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
           ".." + std::to_string(s.start_position + s.num_tokens - 1) +
           " do not fit the context of " + std::to_string(cache->max_positions()) + " tokens");
     }
-    for (int64_t i = 0; i < s.num_tokens; ++i)
-      positions.push_back(static_cast<int32_t>(s.start_position + i));
   }
-  if (static_cast<int64_t>(positions.size()) != t) {
-    return InvalidArgumentError("sequence spans cover " + std::to_string(positions.size()) +
-                                " tokens but the batch has " + std::to_string(t));
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<int32_t> positions, PackedPositions(tokens, spans));
+  ContiguousKvAttention kv(cache, config_.num_attention_heads, config_.num_key_value_heads,
+                           config_.head_dim, backend_ == Backend::kReference, pool_.get());
+  ForwardLayers(tokens, positions, spans, kv, which, logits);
+  return OkStatus();
+}
+
+PagedKvCache LlamaModel::NewPagedCache(int64_t num_blocks, int64_t block_size) const {
+  return PagedKvCache(config_.num_hidden_layers, num_blocks, block_size,
+                      config_.num_key_value_heads, config_.head_dim);
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                           std::span<const std::span<const int32_t>> block_tables,
+                           PagedKvCache* cache, LogitsFor which, std::vector<float>* logits) const {
+  if (block_tables.size() != spans.size()) {
+    return InvalidArgumentError(std::to_string(block_tables.size()) + " block tables for " +
+                                std::to_string(spans.size()) + " sequences");
   }
-  for (int64_t i = 0; i < t; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      return InvalidArgumentError("token " + std::to_string(i) + " has id " +
-                                  std::to_string(tokens[i]) + " outside the vocabulary of " +
-                                  std::to_string(c.vocab_size));
+  const int64_t bs = cache->block_size();
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const auto& s = spans[si];
+    const auto& table = block_tables[si];
+    const int64_t slots = static_cast<int64_t>(table.size()) * bs;
+    if (s.start_position + s.num_tokens > slots) {
+      return InvalidArgumentError("sequence " + std::to_string(si) + ": positions up to " +
+                                  std::to_string(s.start_position + s.num_tokens - 1) +
+                                  " but its block table of " + std::to_string(table.size()) +
+                                  " blocks holds " + std::to_string(slots) + " tokens");
+    }
+    for (int32_t b : table) {
+      if (b < 0 || b >= cache->num_blocks()) {
+        return InvalidArgumentError("sequence " + std::to_string(si) + ": block id " +
+                                    std::to_string(b) + " outside the cache's " +
+                                    std::to_string(cache->num_blocks()) + " blocks");
+      }
     }
   }
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<int32_t> positions, PackedPositions(tokens, spans));
+  PagedKvAttention kv(cache, block_tables, config_.num_attention_heads, config_.num_key_value_heads,
+                      config_.head_dim, backend_ == Backend::kReference, pool_.get());
+  ForwardLayers(tokens, positions, spans, kv, which, logits);
+  return OkStatus();
+}
+
+void LlamaModel::ForwardLayers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                               std::span<const SequenceSpan> spans, const KvAttention& kv,
+                               LogitsFor which, std::vector<float>* logits) const {
+  const auto& c = config_;
+  const int64_t t = static_cast<int64_t>(tokens.size());
   std::vector<float> x(t * c.hidden_size);
   Workspace ws;
   kernels::ref::Embedding(embed_, tokens, c.hidden_size, x);
   for (size_t li = 0; li < layers_.size(); ++li) {
-    AttentionBlock(layers_[li], static_cast<int64_t>(li), positions, spans, cache, x, ws);
+    AttentionBlock(layers_[li], static_cast<int64_t>(li), positions, spans, kv, x, ws);
     FeedForwardBlock(layers_[li], x, ws);
   }
   // Select rows, then the final norm and the output head on those rows only.
@@ -316,7 +444,6 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   Norm(rows, final_norm_, n, c.hidden_size, c.rms_norm_eps, normed);
   logits->assign(static_cast<size_t>(n * c.vocab_size), 0.f);
   Linear(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
-  return OkStatus();
 }
 
 }  // namespace laminar::engine

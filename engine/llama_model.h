@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "engine/paged_kv_cache.h"
 #include "kernels/reference/ops.h"
 #include "model/model_config.h"
 #include "model/weight_store.h"
@@ -27,7 +28,8 @@ struct SequenceSpan {
   int64_t num_tokens = 0;
 };
 
-struct Workspace;  // per-call activation buffers (llama_model.cc)
+struct Workspace;   // per-call activation buffers (llama_model.cc)
+class KvAttention;  // writes new K/V into a cache and attends over it (llama_model.cc)
 
 // The RoPE frequency scaling kernels take (kernels/reference/ops.h), from a model's config.
 kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& config);
@@ -63,6 +65,24 @@ class LlamaModel {
   Status Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
                  KvCache* cache, LogitsFor which, std::vector<float>* logits) const;
 
+  // A paged cache of `num_blocks` blocks of `block_size` tokens (both > 0).
+  PagedKvCache NewPagedCache(int64_t num_blocks, int64_t block_size) const;
+
+  // Forward over a paged KV cache: as the contiguous Forward, except that span i's keys and values
+  // live in the blocks of block_tables[i] (int32 block ids; position p in slot p % block_size of
+  // block block_tables[i][p / block_size], the rollout::KvBlockManager layout); SequenceSpan::slot
+  // is ignored. Each layer writes the new tokens' K/V with kernels::ref::WriteKv and attends with
+  // PagedCausalAttention (cpu:: or ref:: by backend). Tables of different spans must not share a
+  // block that this call writes (copy-on-write is the caller's job: PagedKvCache::CopyBlock).
+  // Same logits as the contiguous Forward within kernels::kAttentionF32.
+  // Errors: as the contiguous Forward, plus InvalidArgument when block_tables.size() !=
+  // spans.size(), a table does not cover start_position + num_tokens positions, or a block id is
+  // outside the cache (naming the sequence).
+  // Source: PagedAttention (Kwon et al., SOSP 2023, §4.1).
+  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                 std::span<const std::span<const int32_t>> block_tables, PagedKvCache* cache,
+                 LogitsFor which, std::vector<float>* logits) const;
+
  private:
   // A projection weight [N, K] in f32 or bf16 (exactly one span is set).
   struct Weight {
@@ -80,9 +100,17 @@ class LlamaModel {
   // A projection weight in weight_dtype_ (bf16 copies are owned).
   StatusOr<Weight> Projection(const model::WeightStore& weights, const std::string& name,
                               int64_t rows, int64_t cols);
+  // Positions [T] of the packed batch from `spans`, after checking ids and span sums (errors as
+  // Forward; per-span cache checks are the caller's).
+  StatusOr<std::vector<int32_t>> PackedPositions(std::span<const int32_t> tokens,
+                                                 std::span<const SequenceSpan> spans) const;
+  // The layers, final norm and head, with K/V going through `kv`.
+  void ForwardLayers(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                     std::span<const SequenceSpan> spans, const KvAttention& kv, LogitsFor which,
+                     std::vector<float>* logits) const;
   void AttentionBlock(const Layer& layer, int64_t li, std::span<const int32_t> positions,
-                      std::span<const SequenceSpan> spans, KvCache* cache, std::vector<float>& x,
-                      Workspace& ws) const;
+                      std::span<const SequenceSpan> spans, const KvAttention& kv,
+                      std::vector<float>& x, Workspace& ws) const;
   void FeedForwardBlock(const Layer& layer, std::vector<float>& x, Workspace& ws) const;
   void Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,
             double eps, std::span<float> out) const;
