@@ -1,0 +1,126 @@
+// The generation engine of a rollout worker: continuous batching (rollout::Scheduler) over a
+// paged KV cache (engine::PagedKvCache) and a LlamaModel, with per-sample seeded sampling, exact
+// logprobs, stop rules, and GRPO groups whose samples share the prompt's KV blocks (DESIGN.md §2,
+// issue 6). References: vLLM (Kwon et al., SOSP 2023, §4), Sarathi-Serve (OSDI 2024, §4.2).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/llama_model.h"
+#include "engine/paged_kv_cache.h"
+#include "engine/sampler.h"
+#include "rollout/scheduler.h"
+#include "rollout/stop_matcher.h"
+
+namespace laminar::rollout {
+
+struct RolloutEngineConfig {
+  SchedulerConfig scheduler;
+  int32_t block_size = 16;   // KV token slots per block (> 0)
+  int32_t num_blocks = 256;  // KV blocks in the pool (> 0)
+  int64_t weight_version = 0;
+  // Bytes of each token's text, for stop strings. Null: tokens have no text (stop strings never
+  // match; stop ids and max_tokens still apply).
+  TokenBytesFn token_bytes;
+  bool strips_leading_space = false;  // SentencePiece's dummy prefix (StopMatcher::Create)
+  // InvalidArgument naming the field for bad values.
+  Status Validate() const;
+};
+
+// One generation request: `n` samples from one prompt (a GRPO group when n > 1).
+struct RolloutRequest {
+  std::vector<int32_t> prompt_ids;  // >= 1 ids in [0, V)
+  // Sample i draws with seed SampleSeed(sampling.seed, i).
+  engine::SamplingParams sampling;
+  StopOptions stop;
+  int32_t n = 1;  // >= 1
+};
+
+// One finished sample of a request.
+struct FinishedSample {
+  int64_t request_id = 0;    // returned by Add
+  int32_t sample_index = 0;  // in [0, n)
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;  // exactly the sampled tokens (stop token included)
+  std::vector<float> logprobs;         // [generated_ids.size()], natural log, as sampled
+  FinishReason finish_reason = FinishReason::kNone;
+  int64_t version = 0;  // weight version the tokens were sampled under
+};
+
+// The seed of sample `sample_index` of a request with seed `request_seed`: the request seed itself
+// for sample 0 (so an n = 1 request with seed s equals sample 0 of a group with seed s), a
+// SplitMix64 mix of both otherwise.
+uint64_t SampleSeed(uint64_t request_seed, int32_t sample_index);
+
+// Runs requests to completion step by step. Each Step is one scheduler plan executed as one packed
+// paged forward; a sample's tokens depend only on its prompt, parameters and seed, never on what
+// else shares the batch (up to the model's batch invariance: exact on the reference backend).
+// Preempted samples are re-prefilled from prompt + generated tokens and keep their RNG state.
+//
+// Borrows the model (it must outlive the engine); owns the scheduler and the KV cache. Not
+// thread-safe: one thread calls Add and Step.
+class RolloutEngine {
+ public:
+  // Errors: the config's Validate error.
+  static StatusOr<std::unique_ptr<RolloutEngine>> Create(const engine::LlamaModel* model,
+                                                         RolloutEngineConfig config);
+
+  // Queues a request; returns its id (0, 1, 2, ...). Errors (nothing queued): InvalidArgument for
+  // an empty prompt, an id outside the vocabulary, n < 1, bad stop options, or a prompt that with
+  // max_tokens does not fit the model's context (prompt + max_tokens - 1 >
+  // max_position_embeddings, naming both); ResourceExhausted when one sample could not fit the
+  // empty KV cache.
+  StatusOr<int64_t> Add(RolloutRequest request);
+
+  // Runs one engine step: the plan's block copies, one forward with logits for the last position
+  // of each scheduled sequence, a token for every sequence that samples (and for its forked
+  // group children, from the same logits, each with its own sampler), the stop rules. Returns the
+  // samples that finished in this step (in plan order). Errors: the scheduler's or the model's
+  // (a bug in the engine), after which the engine should be dropped.
+  StatusOr<std::vector<FinishedSample>> Step();
+
+  // Steps until no request is left; the finished samples in finishing order. Internal error if a
+  // step makes no progress while requests are waiting (cannot happen by the scheduler's
+  // guarantees).
+  StatusOr<std::vector<FinishedSample>> RunToCompletion();
+
+  bool idle() const { return scheduler_.idle(); }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const engine::PagedKvCache& kv_cache() const { return cache_; }
+  int64_t weight_version() const { return config_.weight_version; }
+
+ private:
+  // One sample: a scheduler sequence.
+  struct Sample {
+    int64_t request_id = 0;
+    int32_t sample_index = 0;
+    int64_t num_prompt_tokens = 0;
+    std::vector<int32_t> tokens;  // prompt followed by the generated tokens
+    std::vector<float> logprobs;
+    engine::Sampler sampler;
+    StopMatcher matcher;
+  };
+
+  RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfig config);
+  // Samples one token for `id` from `logits` [V]; true when the sample finished (it is then
+  // finished in the scheduler and moved to `finished`).
+  StatusOr<bool> SampleToken(RequestId id, std::span<const float> logits,
+                             std::vector<FinishedSample>* finished);
+  FinishedSample Finish(RequestId id, FinishReason reason);
+
+  const engine::LlamaModel* model_;
+  RolloutEngineConfig config_;
+  Scheduler scheduler_;
+  engine::PagedKvCache cache_;
+  std::unordered_map<RequestId, Sample> samples_;
+  int64_t next_request_id_ = 0;
+  RequestId next_seq_id_ = 0;
+  bool last_step_empty_ = false;  // the last Step's plan scheduled nothing
+};
+
+}  // namespace laminar::rollout

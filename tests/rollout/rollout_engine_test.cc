@@ -1,0 +1,234 @@
+// RolloutEngine on a tiny random f32 model: batching never changes a sample's tokens (greedy and
+// seeded sampling), a GRPO group equals separate requests while storing its prompt once, and KV
+// exhaustion preempts and still finishes every request with the same tokens.
+#include "rollout/rollout_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include "tests/model/random_weights.h"
+
+namespace laminar::rollout {
+namespace {
+
+using Key = std::pair<int64_t, int32_t>;  // (request id, sample index)
+
+class RolloutEngineTest : public ::testing::TestWithParam<engine::Backend> {
+ protected:
+  void SetUp() override {
+    config_ = testing::TinyLlamaConfig();
+    weights_ = testing::RandomWeights(config_, 3, 0.5f);
+    auto m = engine::LlamaModel::Create(config_, weights_, GetParam());
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+
+  std::unique_ptr<RolloutEngine> NewEngine(int32_t block_size = 4, int32_t num_blocks = 128,
+                                           int64_t token_budget = 64) {
+    RolloutEngineConfig c;
+    c.block_size = block_size;
+    c.num_blocks = num_blocks;
+    c.scheduler.max_num_batched_tokens = token_budget;
+    c.weight_version = 7;
+    auto e = RolloutEngine::Create(model_.get(), c);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }
+
+  static RolloutRequest Request(std::vector<int32_t> prompt, float temperature, uint64_t seed,
+                                int32_t max_tokens = 10, int32_t n = 1) {
+    RolloutRequest r;
+    r.prompt_ids = std::move(prompt);
+    r.sampling.temperature = temperature;
+    r.sampling.top_k = temperature > 0 ? 12 : 0;
+    r.sampling.top_p = temperature > 0 ? 0.95f : 1.f;
+    r.sampling.seed = seed;
+    r.stop.max_tokens = max_tokens;
+    r.n = n;
+    return r;
+  }
+
+  // Runs `requests` in one engine; results by (index into requests, sample index).
+  std::map<Key, FinishedSample> Run(RolloutEngine& engine,
+                                    const std::vector<RolloutRequest>& requests) {
+    std::map<int64_t, int64_t> index_of;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto id = engine.Add(requests[i]);
+      EXPECT_TRUE(id.ok()) << id.status();
+      index_of[*id] = static_cast<int64_t>(i);
+    }
+    auto done = engine.RunToCompletion();
+    EXPECT_TRUE(done.ok()) << done.status();
+    std::map<Key, FinishedSample> out;
+    for (auto& f : *done) {
+      EXPECT_EQ(f.version, 7);
+      EXPECT_EQ(f.generated_ids.size(), f.logprobs.size());
+      Key k{index_of.at(f.request_id), f.sample_index};
+      EXPECT_FALSE(out.contains(k));
+      out[k] = std::move(f);
+    }
+    EXPECT_TRUE(engine.idle());
+    EXPECT_EQ(engine.scheduler().blocks().num_used_blocks(), 0);
+    return out;
+  }
+
+  static void ExpectSame(const FinishedSample& got, const FinishedSample& want, Key k) {
+    EXPECT_EQ(got.prompt_ids, want.prompt_ids) << k.first << "/" << k.second;
+    EXPECT_EQ(got.generated_ids, want.generated_ids) << k.first << "/" << k.second;
+    EXPECT_EQ(got.finish_reason, want.finish_reason) << k.first << "/" << k.second;
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < got.logprobs.size(); ++i) {
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << k.first << "/" << k.second;
+    }
+  }
+
+  static std::vector<RolloutRequest> MixedRequests(float temperature) {
+    return {Request({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, temperature, 11, 9),
+            Request({5}, temperature, 12, 12), Request({30, 2, 7}, temperature, 13, 5),
+            Request({4, 4, 4, 4, 4, 4, 4}, temperature, 14, 10),
+            Request({9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 31, 30, 29}, temperature, 15, 7)};
+  }
+
+  model::ModelConfig config_;
+  model::WeightStore weights_;
+  std::unique_ptr<engine::LlamaModel> model_;
+};
+
+TEST_P(RolloutEngineTest, GreedyBatchedEqualsOneAtATime) {
+  auto requests = MixedRequests(0.f);
+  // A small token budget chunks the prefills and mixes them with decodes.
+  auto batched_engine = NewEngine(4, 128, 8);
+  auto batched = Run(*batched_engine, requests);
+  ASSERT_EQ(batched.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto alone_engine = NewEngine();
+    auto alone = Run(*alone_engine, {requests[i]});
+    Key k{static_cast<int64_t>(i), 0};
+    ExpectSame(batched.at(k), alone.at({0, 0}), k);
+    EXPECT_EQ(batched.at(k).finish_reason, FinishReason::kLength);
+    EXPECT_EQ(static_cast<int32_t>(batched.at(k).generated_ids.size()),
+              requests[i].stop.max_tokens);
+  }
+}
+
+TEST_P(RolloutEngineTest, SeededSampleIsTheSameAloneOrInAFullBatch) {
+  auto requests = MixedRequests(1.f);
+  auto batched_engine = NewEngine(2, 128, 16);
+  auto batched = Run(*batched_engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto alone_engine = NewEngine(4, 64, 64);
+    auto alone = Run(*alone_engine, {requests[i]});
+    Key k{static_cast<int64_t>(i), 0};
+    ExpectSame(batched.at(k), alone.at({0, 0}), k);
+  }
+  // Another seed gives another sample (the seed is used).
+  auto other = requests[0];
+  other.sampling.seed = 99;
+  auto other_engine = NewEngine();
+  auto o = Run(*other_engine, {other});
+  EXPECT_NE(o.at({0, 0}).generated_ids, batched.at({0, 0}).generated_ids);
+}
+
+TEST_P(RolloutEngineTest, GroupEqualsSeparateRequestsAndStoresThePromptOnce) {
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};  // 2 full blocks + 2 tokens
+  const uint64_t seed = 2024;
+  auto group_engine = NewEngine(4, 64, 64);
+  ASSERT_TRUE(group_engine->Add(Request(prompt, 1.f, seed, 8, 4)).ok());
+  const auto& blocks = group_engine->scheduler().blocks();
+  auto count_refs = [&](int32_t refs) {
+    int n = 0;
+    for (int32_t b = 0; b < blocks.num_total_blocks(); ++b) n += blocks.ref_count(b) == refs;
+    return n;
+  };
+  // Step 1 prefills the prompt once and forks the group: its 3 blocks are held by all 4 samples.
+  auto first = group_engine->Step();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(blocks.num_used_blocks(), 3);
+  EXPECT_EQ(count_refs(4), 3);
+  // Step 2 decodes 4 tokens into the partial last block: 3 samples copy it, the full blocks stay
+  // shared.
+  ASSERT_TRUE(group_engine->Step().ok());
+  EXPECT_EQ(blocks.num_used_blocks(), 6);
+  EXPECT_EQ(count_refs(4), 2);
+  auto rest = group_engine->RunToCompletion();
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->size(), 4u);
+  std::map<int32_t, FinishedSample> group;
+  for (auto& f : *rest) group[f.sample_index] = f;
+
+  std::vector<RolloutRequest> separate;
+  for (int32_t i = 0; i < 4; ++i) separate.push_back(Request(prompt, 1.f, SampleSeed(seed, i), 8));
+  auto separate_engine = NewEngine(4, 64, 64);
+  for (const auto& r : separate) ASSERT_TRUE(separate_engine->Add(r).ok());
+  ASSERT_TRUE(separate_engine->Step().ok());
+  EXPECT_EQ(separate_engine->scheduler().blocks().num_used_blocks(), 12);  // no sharing
+  auto sep = separate_engine->RunToCompletion();
+  ASSERT_TRUE(sep.ok()) << sep.status();
+  ASSERT_EQ(sep->size(), 4u);
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& f : *sep) {
+    const int32_t i = static_cast<int32_t>(f.request_id);  // requests 0..3 in order
+    ExpectSame(group.at(i), f, {0, i});
+    distinct.insert(f.generated_ids);
+  }
+  EXPECT_GT(distinct.size(), 1u);  // per-sample seeds differ
+}
+
+TEST_P(RolloutEngineTest, KvExhaustionPreemptsAndFinishesWithTheSameTokens) {
+  std::vector<RolloutRequest> requests;
+  for (int32_t i = 0; i < 6; ++i) {
+    requests.push_back(
+        Request({i, i + 1, 2 * i, 3, 17, i + 9}, 1.f, static_cast<uint64_t>(100 + i), 12));
+  }
+  requests.push_back(Request({8, 8, 1, 2}, 1.f, 77, 6, 3));  // a group as well
+  auto unconstrained_engine = NewEngine(2, 256, 64);
+  auto want = Run(*unconstrained_engine, requests);
+  EXPECT_EQ(unconstrained_engine->scheduler().stats().num_preemptions, 0);
+  // Each request needs ceil((6 + 12 - 1) / 2) = 9 blocks; 12 blocks hold one and a bit.
+  auto small_engine = NewEngine(2, 12, 64);
+  auto got = Run(*small_engine, requests);
+  EXPECT_GT(small_engine->scheduler().stats().num_preemptions, 0);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, w] : want) ExpectSame(got.at(k), w, k);
+}
+
+TEST_P(RolloutEngineTest, StopTokenEndsTheSampleAndStaysInTheResponse) {
+  auto greedy = NewEngine();
+  auto free_run = Run(*greedy, {Request({1, 2, 3}, 0.f, 0, 8)});
+  const auto& ids = free_run.at({0, 0}).generated_ids;
+  ASSERT_GE(ids.size(), 3u);
+  RolloutRequest r = Request({1, 2, 3}, 0.f, 0, 8);
+  r.stop.stop_token_ids = {ids[2]};
+  auto engine = NewEngine();
+  auto stopped = Run(*engine, {r});
+  const auto& s = stopped.at({0, 0});
+  EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+  ASSERT_FALSE(s.generated_ids.empty());
+  EXPECT_EQ(s.generated_ids.back(), ids[2]);
+  EXPECT_LE(s.generated_ids.size(), 3u);
+}
+
+TEST_P(RolloutEngineTest, RefusesBadRequests) {
+  auto engine = NewEngine(4, 8, 64);
+  EXPECT_FALSE(engine->Add(Request({}, 0.f, 0)).ok());
+  EXPECT_FALSE(engine->Add(Request({1, 99}, 0.f, 0)).ok());
+  EXPECT_FALSE(engine->Add(Request({1}, 0.f, 0, 4, 0)).ok());
+  // 60 prompt tokens + 10 new ones exceed the 64-position context.
+  auto too_long = engine->Add(Request(std::vector<int32_t>(60, 1), 0.f, 0, 10));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("context of 64"), std::string::npos)
+      << too_long.status();
+  // 40 + 9 - 1 = 48 tokens need 12 blocks of 4; the cache has 8.
+  auto too_big = engine->Add(Request(std::vector<int32_t>(40, 1), 0.f, 0, 9));
+  EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted) << too_big.status();
+  EXPECT_TRUE(engine->idle());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, RolloutEngineTest,
+                         ::testing::Values(engine::Backend::kReference, engine::Backend::kCpu));
+
+}  // namespace
+}  // namespace laminar::rollout
