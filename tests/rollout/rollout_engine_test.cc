@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "tests/model/random_weights.h"
@@ -29,6 +31,10 @@ class RolloutEngineTest : public ::testing::TestWithParam<engine::Backend> {
   std::unique_ptr<RolloutEngine> NewEngine(int32_t block_size = 4, int32_t num_blocks = 128,
                                            int64_t token_budget = 64) {
     RolloutEngineConfig c;
+    // Token i has the one-byte text 'A' + i.
+    c.token_bytes = [](int32_t id) -> StatusOr<std::string> {
+      return std::string(1, static_cast<char>('A' + id));
+    };
     c.block_size = block_size;
     c.num_blocks = num_blocks;
     c.scheduler.max_num_batched_tokens = token_budget;
@@ -209,6 +215,26 @@ TEST_P(RolloutEngineTest, StopTokenEndsTheSampleAndStaysInTheResponse) {
   ASSERT_FALSE(s.generated_ids.empty());
   EXPECT_EQ(s.generated_ids.back(), ids[2]);
   EXPECT_LE(s.generated_ids.size(), 3u);
+}
+
+TEST_P(RolloutEngineTest, StopStringSpanningTwoTokensEndsTheSample) {
+  auto greedy = NewEngine();
+  auto free_run = Run(*greedy, {Request({7, 1, 9}, 0.f, 0, 10)});
+  const auto ids = free_run.at({0, 0}).generated_ids;
+  ASSERT_GE(ids.size(), 4u);
+  RolloutRequest r = Request({7, 1, 9}, 0.f, 0, 10);
+  r.stop.stop_strings = {
+      std::string{static_cast<char>('A' + ids[2]), static_cast<char>('A' + ids[3])}};
+  auto engine = NewEngine();
+  const auto stopped = Run(*engine, {r});
+  const auto& s = stopped.at({0, 0});
+  EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+  ASSERT_LE(s.generated_ids.size(), 4u);
+  ASSERT_GE(s.generated_ids.size(), 2u);
+  // A prefix of the free run that ends with the string's two tokens.
+  EXPECT_TRUE(std::equal(s.generated_ids.begin(), s.generated_ids.end(), ids.begin()));
+  EXPECT_EQ(s.generated_ids.back(), ids[3]);
+  EXPECT_EQ(s.generated_ids[s.generated_ids.size() - 2], ids[2]);
 }
 
 TEST_P(RolloutEngineTest, RefusesBadRequests) {
