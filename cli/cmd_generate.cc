@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "core/check.h"
 #include "engine/llama2c_sampler.h"
 #include "engine/llama_model.h"
 #include "engine/sampler.h"
@@ -16,6 +17,7 @@
 #include "model/checkpoint.h"
 #include "model/model_path.h"
 #include "model/tokenizer_loader.h"
+#include "rollout/rollout_engine.h"
 
 namespace laminar::cli {
 namespace {
@@ -37,6 +39,10 @@ struct GenerateArgs {
   int64_t steps = 256;
   bool json = false;
   std::string weights = "f32";
+  std::string input;   // JSONL of {"prompt": text, "id": any}; batch mode when set
+  std::string output;  // batch output JSONL; stdout when empty
+  int32_t n = 1;       // samples per prompt (batch mode)
+  int64_t kv_cache_mb = 256;
 };
 
 int Fail(const std::string& message, int code = 1) {
@@ -160,6 +166,115 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
   return 0;
 }
 
+// Batch mode: every prompt of `a.input` (one JSON object a line; blank lines skipped) becomes one
+// RolloutRequest of a.n samples with seed a.seed + the prompt's 0-based index, stopping on the
+// model's EOS ids; all run together through the RolloutEngine. One JSON line per finished sample
+// (in finishing order) goes to a.output or stdout: prompt_id (the line's "id", else its 1-based
+// line number), sample_index, text (decoded, special tokens skipped), token_ids (the sampled ids,
+// stop token included), logprobs (natural log, one per id), finish_reason ("stop" / "length") and
+// version. The KV pool holds a.kv_cache_mb MiB of f32 K and V. A progress line goes to stderr when
+// it is a terminal. Errors (exit 1) name the input file and line.
+int RunBatch(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
+             const model::Tokenizer& tok, const GenerateArgs& a) {
+  std::ifstream in(a.input);
+  if (!in) return Fail("cannot open --input " + a.input);
+  const model::ModelConfig& cfg = lm.config();
+  const int64_t ctx = cfg.max_position_embeddings;
+  const int64_t bytes_per_token =
+      2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
+  rollout::RolloutEngineConfig config;
+  const int64_t blocks = a.kv_cache_mb * (int64_t{1} << 20) / (bytes_per_token * config.block_size);
+  config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
+  auto engine = rollout::RolloutEngine::Create(&lm, config);
+  if (!engine.ok()) return Fail(engine.status().message());
+  std::vector<int32_t> stop_ids;
+  for (int64_t id : cfg.eos_token_ids) stop_ids.push_back(static_cast<int32_t>(id));
+  if (tok.eos_id() >= 0) stop_ids.push_back(tok.eos_id());
+
+  std::vector<nlohmann::json> prompt_ids;  // by request id
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    const std::string where = a.input + ":" + std::to_string(line_number) + ": ";
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Fail(where + "malformed JSON");
+    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+      return Fail(where + "expected an object with a string \"prompt\"");
+    GenerateArgs one = a;
+    one.prompt = j["prompt"].get<std::string>();
+    auto ids = PromptIds(ckpt, tok, one);
+    if (!ids.ok()) return Fail(where + ids.status().message());
+    const int64_t len = static_cast<int64_t>(ids->size());
+    if (len == 0) return Fail(where + "the prompt encodes to no tokens");
+    if (len >= ctx) {
+      return Fail(where + "prompt of " + std::to_string(len) +
+                  " tokens does not fit the model's context of " + std::to_string(ctx));
+    }
+    rollout::RolloutRequest req;
+    req.prompt_ids = std::move(*ids);
+    req.sampling = {a.temperature, a.top_k, a.top_p, a.min_p, a.seed + prompt_ids.size()};
+    req.stop.stop_token_ids = stop_ids;
+    req.stop.max_tokens = static_cast<int32_t>(std::min(a.max_tokens, ctx - len));
+    req.n = a.n;
+    auto id = (*engine)->Add(std::move(req));
+    if (!id.ok()) {
+      return Fail(
+          where + id.status().message() +
+          (id.status().code() == StatusCode::kResourceExhausted ? " (raise --kv-cache-mb)" : ""));
+    }
+    LAMINAR_CHECK(*id == static_cast<int64_t>(prompt_ids.size()));
+    prompt_ids.push_back(j.contains("id") ? j["id"] : nlohmann::json(line_number));
+  }
+
+  std::ofstream file;
+  if (!a.output.empty()) {
+    file.open(a.output, std::ios::binary | std::ios::trunc);
+    if (!file) return Fail("cannot write --output " + a.output);
+  }
+  const bool progress = isatty(STDERR_FILENO) == 1;
+  const int64_t total = static_cast<int64_t>(prompt_ids.size()) * a.n;
+  int64_t done = 0, tokens = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (!(*engine)->idle()) {
+    auto finished = (*engine)->Step();
+    if (!finished.ok()) return Fail(finished.status().message());
+    for (const rollout::FinishedSample& s : *finished) {
+      auto text = tok.Decode(s.generated_ids, /*skip_special=*/true);
+      if (!text.ok()) return Fail(text.status().message());
+      nlohmann::json out = {{"prompt_id", prompt_ids[s.request_id]},
+                            {"sample_index", s.sample_index},
+                            {"text", *text},
+                            {"token_ids", s.generated_ids},
+                            {"logprobs", s.logprobs},
+                            {"finish_reason", rollout::FinishReasonName(s.finish_reason)},
+                            {"version", s.version}};
+      // Invalid UTF-8 in the text becomes U+FFFD rather than an exception.
+      std::string dumped = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (a.output.empty()) {
+        Emit(dumped + "\n");
+      } else {
+        file << dumped << '\n';
+      }
+      ++done;
+      tokens += static_cast<int64_t>(s.generated_ids.size());
+    }
+    if (progress && !finished->empty()) {
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "\r%lld/%lld samples, %.1f tok/s", static_cast<long long>(done),
+                   static_cast<long long>(total), secs > 0 ? tokens / secs : 0.0);
+    }
+  }
+  if (progress) std::fprintf(stderr, "\n");
+  if (file.is_open()) {
+    file.close();
+    if (!file) return Fail("writing --output " + a.output + " failed");
+  }
+  return 0;
+}
+
 int Run(const GenerateArgs& a) {
   auto path = model::ResolveModelPath(a.model);
   if (!path.ok()) return Fail(path.status().message());
@@ -174,6 +289,10 @@ int Run(const GenerateArgs& a) {
   auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
                                        a.weights == "bf16" ? DType::kBF16 : DType::kF32);
   if (!lm.ok()) return Fail(lm.status().message());
+  if (!a.input.empty()) {
+    if (a.sampler == "llama2c") return Fail("--sampler llama2c has no batch mode (--input)", 2);
+    return RunBatch(*ckpt, **lm, **tok, a);
+  }
   if (a.sampler == "llama2c") return RunLlama2c(**lm, **tok, a);
   return RunDefault(*ckpt, **lm, **tok, a);
 }
@@ -200,9 +319,17 @@ std::function<int()> SetupGenerate(CLI::App* app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_flag("--json", a->json,
                 "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
+  app->add_option("--input", a->input,
+                  "JSONL of {\"prompt\": text, \"id\": any}: generate --n samples of each prompt "
+                  "in one batch, one JSON line per sample");
+  app->add_option("--output", a->output, "batch output JSONL (default stdout)");
+  app->add_option("--n", a->n, "samples per prompt (with --input)")->check(CLI::PositiveNumber);
+  app->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache size in MiB (with --input)")
+      ->check(CLI::PositiveNumber);
   return [a] { return Run(*a); };
 }
-LAMINAR_REGISTER_COMMAND("generate", "stream a continuation of a prompt", SetupGenerate);
+LAMINAR_REGISTER_COMMAND("generate", "stream a continuation of a prompt, or batch-generate a JSONL",
+                         SetupGenerate);
 
 }  // namespace
 }  // namespace laminar::cli

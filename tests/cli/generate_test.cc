@@ -1,8 +1,15 @@
 // `laminar generate` as a process: llama2.c's published stories260K goldens byte for byte from the
-// .bin and the .gguf, the default model answering a chat question, and errors.
+// .bin and the .gguf, the default model answering a chat question, errors, and batch generation
+// (--input) through the rollout engine.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/mapped_file.h"
 #include "model/model_path.h"
@@ -70,6 +77,112 @@ TEST(CliGenerate, BadInput) {
   EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
   r = RunLaminar("generate --model " + bin + " --temperature -1 --prompt hi");
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// Writes `lines` to a fresh prompts file and returns its path.
+std::string WritePrompts(const std::string& lines) {
+  auto path = testing::TempDir("cli_batch") / "prompts.jsonl";
+  std::ofstream(path, std::ios::binary) << lines;
+  return path.string();
+}
+
+std::vector<nlohmann::json> ParseLines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+const char* const kBatchPrompts[] = {"Once upon a time", "The dog", "Lily was"};
+
+std::string BatchInput() {
+  std::string lines;
+  for (const char* p : kBatchPrompts) lines += nlohmann::json{{"prompt", p}}.dump() + "\n";
+  return lines;
+}
+
+TEST(CliGenerate, BatchWritesOneLinePerSample) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  std::string input = WritePrompts(BatchInput());
+  auto out_path = testing::TempDir("cli_batch_out") / "out.jsonl";
+  auto r = RunLaminar("generate --model " + bin + " --input " + input + " --output " +
+                      out_path.string() + " --n 2 --max-tokens 8 --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");  // everything went to --output
+  auto lines = ParseLines(testing::Slurp(out_path));
+  ASSERT_EQ(lines.size(), 6u);
+  std::map<std::pair<int, int>, int> seen;
+  for (const auto& j : lines) {
+    for (const char* key : {"prompt_id", "sample_index", "text", "token_ids", "logprobs",
+                            "finish_reason", "version"}) {
+      ASSERT_TRUE(j.contains(key)) << key << " missing in " << j.dump();
+    }
+    ++seen[{j["prompt_id"].get<int>(), j["sample_index"].get<int>()}];
+    EXPECT_EQ(j["token_ids"].size(), j["logprobs"].size());
+    EXPECT_GE(j["token_ids"].size(), 1u);
+    EXPECT_LE(j["token_ids"].size(), 8u);
+    for (const auto& lp : j["logprobs"]) EXPECT_LE(lp.get<double>(), 0.0);
+    const std::string finish = j["finish_reason"];
+    EXPECT_TRUE(finish == "length" || finish == "stop") << finish;
+    if (finish == "length") {
+      EXPECT_EQ(j["token_ids"].size(), 8u);
+    }
+    EXPECT_EQ(j["version"], 0);
+  }
+  // Default ids are the 1-based line numbers; each (prompt, sample) appears once.
+  for (int line = 1; line <= 3; ++line) {
+    for (int sample = 0; sample < 2; ++sample) EXPECT_EQ((seen[{line, sample}]), 1);
+  }
+}
+
+TEST(CliGenerate, BatchGreedyEqualsSinglePrompt) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  // Explicit ids are echoed as given, whatever their JSON type.
+  std::string lines;
+  for (int i = 0; i < 3; ++i) {
+    lines +=
+        nlohmann::json{{"prompt", kBatchPrompts[i]}, {"id", "p" + std::to_string(i)}}.dump() + "\n";
+  }
+  auto r = RunLaminar("generate --model " + bin + " --input " + WritePrompts(lines) +
+                      " --n 2 --max-tokens 8 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto out = ParseLines(r.out);
+  ASSERT_EQ(out.size(), 6u);
+  for (int i = 0; i < 3; ++i) {
+    auto single = RunLaminar("generate --model " + bin + " --prompt '" + kBatchPrompts[i] +
+                             "' --max-tokens 8 --temperature 0 --json");
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    auto expected = nlohmann::json::parse(single.out);
+    int matched = 0;
+    for (const auto& j : out) {
+      if (j["prompt_id"] != "p" + std::to_string(i)) continue;
+      ++matched;
+      EXPECT_EQ(j["token_ids"], expected["ids"]) << kBatchPrompts[i];
+      EXPECT_EQ(j["text"], expected["text"]) << kBatchPrompts[i];
+      EXPECT_EQ(j["finish_reason"], expected["finish_reason"]) << kBatchPrompts[i];
+    }
+    EXPECT_EQ(matched, 2) << kBatchPrompts[i];
+  }
+}
+
+TEST(CliGenerate, BatchBadInputNamesFileAndLine) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  std::string input = WritePrompts("{\"prompt\": \"hi\"}\n{\"prompt\": \"hi\"\n");
+  auto r = RunLaminar("generate --model " + bin + " --input " + input + " --max-tokens 4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(input + ":2: malformed JSON"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  input = WritePrompts("{\"prompt\": \"hi\"}\n\n{\"text\": \"hi\"}\n");
+  r = RunLaminar("generate --model " + bin + " --input " + input + " --max-tokens 4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(input + ":3: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\"prompt\""), std::string::npos) << r.err;
+  r = RunLaminar("generate --model " + bin + " --input " + input + " --n 0");
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunLaminar("generate --model " + bin + " --input /nonexistent/prompts.jsonl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/prompts.jsonl"), std::string::npos) << r.err;
 }
 
 }  // namespace
