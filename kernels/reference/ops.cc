@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/reference/paged_attention.h"
 
 namespace laminar::kernels::ref {
 
@@ -142,34 +143,15 @@ void Embedding(std::span<const float> table, std::span<const int32_t> ids, int64
 void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
                      std::span<const float> v_cache, std::span<const int32_t> positions, int64_t t,
                      int64_t h, int64_t hkv, int64_t d, int64_t s, std::span<float> out) {
-  LAMINAR_CHECK_EQ(h % hkv, 0);
   LAMINAR_CHECK_EQ(static_cast<int64_t>(k_cache.size()), s * hkv * d);
-  double scale = 1.0 / std::sqrt(double(d));
-  std::vector<double> scores(static_cast<size_t>(s));
   for (int64_t i = 0; i < t; ++i) {
-    int64_t last = positions[i];
-    LAMINAR_CHECK(last >= 0 && last < s) << "position " << last << " outside cache of " << s;
-    for (int64_t head = 0; head < h; ++head) {
-      int64_t kvh = head / (h / hkv);
-      const float* qv = q.data() + (i * h + head) * d;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t p = 0; p <= last; ++p) {
-        const float* kv = k_cache.data() + (p * hkv + kvh) * d;
-        double dot = 0;
-        for (int64_t e = 0; e < d; ++e) dot += double(qv[e]) * double(kv[e]);
-        scores[p] = dot * scale;
-        mx = std::max(mx, scores[p]);
-      }
-      double sum = 0;
-      for (int64_t p = 0; p <= last; ++p) sum += (scores[p] = std::exp(scores[p] - mx));
-      float* o = out.data() + (i * h + head) * d;
-      for (int64_t e = 0; e < d; ++e) {
-        double acc = 0;
-        for (int64_t p = 0; p <= last; ++p) acc += scores[p] * v_cache[(p * hkv + kvh) * d + e];
-        o[e] = static_cast<float>(acc / sum);
-      }
-    }
+    LAMINAR_CHECK(positions[i] >= 0 && positions[i] < s)
+        << "position " << positions[i] << " outside cache of " << s;
   }
+  if (t == 0) return;
+  // A contiguous cache is a paged one with a single block of all S positions.
+  const int32_t table[] = {0};
+  PagedCausalAttention(q, k_cache, v_cache, table, s, positions, t, h, hkv, d, out);
 }
 
 }  // namespace laminar::kernels::ref
