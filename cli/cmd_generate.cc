@@ -43,6 +43,7 @@ struct GenerateArgs {
   std::string output;  // batch output JSONL; stdout when empty
   int32_t n = 1;       // samples per prompt (batch mode)
   int64_t kv_cache_mb = 256;
+  int32_t top_logprobs = 0;  // batch mode: top logprobs recorded per token
 };
 
 int Fail(const std::string& message, int code = 1) {
@@ -172,8 +173,10 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
 // (in finishing order) goes to a.output or stdout: prompt_id (the line's "id", else its 1-based
 // line number), sample_index, text (decoded, special tokens skipped), token_ids (the sampled ids,
 // stop token included), logprobs (natural log, one per id), finish_reason ("stop" / "length") and
-// version. The KV pool holds a.kv_cache_mb MiB of f32 K and V. A progress line goes to stderr when
-// it is a terminal. Errors (exit 1) name the input file and line.
+// version; with a.top_logprobs > 0 also top_logprobs (per token, [id, logprob] pairs of the
+// distribution sampled from, most likely first). The KV pool holds a.kv_cache_mb MiB of f32 K and
+// V. A progress line goes to stderr when it is a terminal. Errors (exit 1) name the input file and
+// line.
 int RunBatch(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
              const model::Tokenizer& tok, const GenerateArgs& a) {
   std::ifstream in(a.input);
@@ -214,7 +217,8 @@ int RunBatch(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
     }
     rollout::RolloutRequest req;
     req.prompt_ids = std::move(*ids);
-    req.sampling = {a.temperature, a.top_k, a.top_p, a.min_p, a.seed + prompt_ids.size()};
+    req.sampling = {a.temperature, a.top_k, a.top_p, a.min_p, a.seed + prompt_ids.size(),
+                    a.top_logprobs};
     req.stop.stop_token_ids = stop_ids;
     req.stop.max_tokens = static_cast<int32_t>(std::min(a.max_tokens, ctx - len));
     req.n = a.n;
@@ -250,6 +254,15 @@ int RunBatch(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
                             {"logprobs", s.logprobs},
                             {"finish_reason", rollout::FinishReasonName(s.finish_reason)},
                             {"version", s.version}};
+      if (a.top_logprobs > 0) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& per_token : s.top_logprobs) {
+          nlohmann::json row = nlohmann::json::array();
+          for (const engine::TokenLogprob& t : per_token) row.push_back({t.id, t.logprob});
+          top.push_back(std::move(row));
+        }
+        out["top_logprobs"] = std::move(top);
+      }
       // Invalid UTF-8 in the text becomes U+FFFD rather than an exception.
       std::string dumped = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       if (a.output.empty()) {
@@ -324,6 +337,9 @@ std::function<int()> SetupGenerate(CLI::App* app) {
                   "in one batch, one JSON line per sample");
   app->add_option("--output", a->output, "batch output JSONL (default stdout)");
   app->add_option("--n", a->n, "samples per prompt (with --input)")->check(CLI::PositiveNumber);
+  app->add_option("--logprobs", a->top_logprobs,
+                  "with --input: also record the K most likely tokens' logprobs per token")
+      ->check(CLI::Range(0, 20));
   app->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache size in MiB (with --input)")
       ->check(CLI::PositiveNumber);
   return [a] { return Run(*a); };

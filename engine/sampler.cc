@@ -24,6 +24,12 @@ Xoshiro256::Xoshiro256(uint64_t seed) {
   for (auto& s : s_) s = SplitMix64(&seed);
 }
 
+Xoshiro256 Xoshiro256::FromState(const State& state) {
+  Xoshiro256 g(0);
+  for (int i = 0; i < 4; ++i) g.s_[i] = state[i];
+  return g;
+}
+
 uint64_t Xoshiro256::Next() {
   uint64_t result = Rotl(s_[1] * 5, 7) * 9;
   uint64_t t = s_[1] << 17;
@@ -42,7 +48,19 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
     int64_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
     double mx = logits[best], sum = 0;
     for (float l : logits) sum += std::exp(double(l) - mx);
-    return {static_cast<int32_t>(best), static_cast<float>(-std::log(sum))};
+    const double log_z = mx + std::log(sum);
+    SampledToken out{static_cast<int32_t>(best), static_cast<float>(-std::log(sum)), {}};
+    if (params_.logprobs > 0) {
+      const int64_t k = std::min<int64_t>(params_.logprobs, v);
+      std::vector<int32_t> ids(static_cast<size_t>(v));
+      for (int64_t i = 0; i < v; ++i) ids[i] = static_cast<int32_t>(i);
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      });
+      for (int64_t i = 0; i < k; ++i)
+        out.top.push_back({ids[i], static_cast<float>(double(logits[ids[i]]) - log_z)});
+    }
+    return out;
   }
   const double inv_t = 1.0 / params_.temperature;
   // Candidates sorted by logit, descending (ties by id), truncated by top-k.
@@ -92,7 +110,21 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
       break;
     }
   }
-  return {candidates_[pick].second, static_cast<float>(std::log(p[pick] / mass))};
+  SampledToken out{candidates_[pick].second, static_cast<float>(std::log(p[pick] / mass)), {}};
+  if (params_.logprobs > 0) {
+    // Candidates [0, n) are sorted unless nothing truncated; order a copy of the first k.
+    const size_t k = std::min<size_t>(static_cast<size_t>(params_.logprobs), n);
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](size_t a, size_t b) {
+      return p[a] > p[b] || (p[a] == p[b] && candidates_[a].second < candidates_[b].second);
+    });
+    for (size_t i = 0; i < k; ++i) {
+      out.top.push_back(
+          {candidates_[order[i]].second, static_cast<float>(std::log(p[order[i]] / mass))});
+    }
+  }
+  return out;
 }
 
 }  // namespace laminar::engine

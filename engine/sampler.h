@@ -2,9 +2,11 @@
 // per request so a request's tokens do not depend on what else shares the batch. The logprob
 // recorded for a sampled token is under the exact distribution it was drawn from (after temperature
 // and truncation), as the off-policy correction needs (DESIGN.md §3). Temperature 0 is greedy
-// (logprob of the argmax under the untruncated temperature-1 distribution).
+// (logprob of the argmax under the untruncated temperature-1 distribution, and top logprobs of
+// that distribution).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -17,18 +19,33 @@ struct SamplingParams {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off; keep tokens with p >= min_p * p_max
   uint64_t seed = 0;
+  // Top logprobs to record per sampled token (vLLM's `logprobs`); 0: none.
+  int32_t logprobs = 0;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  bool operator==(const TokenLogprob&) const = default;
 };
 
 struct SampledToken {
   int32_t id = 0;
   float logprob = 0;  // natural log, under the distribution sampled from
+  // The min(params.logprobs, tokens kept by truncation) most likely tokens of that same
+  // distribution, most likely first (ties by id); empty when params.logprobs == 0.
+  std::vector<TokenLogprob> top;
 };
 
 // A counter-free, portable RNG (xoshiro256**, Blackman & Vigna 2018) so a seed gives the same
 // stream on every platform and standard library.
 class Xoshiro256 {
  public:
+  using State = std::array<uint64_t, 4>;
   explicit Xoshiro256(uint64_t seed);
+  // Resumes a generator from state(); the stream continues exactly where it was.
+  static Xoshiro256 FromState(const State& state);
+  State state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
   uint64_t Next();
   // Uniform in [0, 1) with 53 random bits.
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
@@ -41,7 +58,11 @@ class Xoshiro256 {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  // A sampler that continues another's stream (request migration): `rng` is its rng_state().
+  Sampler(const SamplingParams& params, const Xoshiro256::State& rng)
+      : params_(params), rng_(Xoshiro256::FromState(rng)) {}
   const SamplingParams& params() const { return params_; }
+  Xoshiro256::State rng_state() const { return rng_.state(); }
   // Draws from `logits` [V] (f32, unchanged).
   SampledToken Sample(std::span<const float> logits);
 

@@ -2,6 +2,8 @@
 // per-sample sampling and stop rules.
 #include "rollout/rollout_engine.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -49,17 +51,33 @@ RolloutEngine::RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfi
   scheduler_.mutable_blocks().SetWeightVersion(config_.weight_version);
 }
 
-StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
-  const auto& mc = model_->config();
-  const int64_t num_prompt = static_cast<int64_t>(request.prompt_ids.size());
-  if (num_prompt == 0) return InvalidArgumentError("request: the prompt has no token ids");
-  for (int64_t i = 0; i < num_prompt; ++i) {
-    if (request.prompt_ids[i] < 0 || request.prompt_ids[i] >= mc.vocab_size) {
-      return InvalidArgumentError("request: prompt token " + std::to_string(i) + " has id " +
-                                  std::to_string(request.prompt_ids[i]) +
-                                  " outside the vocabulary of " + std::to_string(mc.vocab_size));
+Status RolloutEngine::CheckIds(std::span<const int32_t> ids, const std::string& what) const {
+  const int64_t v = model_->config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= v) {
+      return InvalidArgumentError(what + " token " + std::to_string(i) + " has id " +
+                                  std::to_string(ids[i]) + " outside the vocabulary of " +
+                                  std::to_string(v));
     }
   }
+  return OkStatus();
+}
+
+Status RolloutEngine::CheckContext(int64_t num_prompt, int64_t max_tokens) const {
+  const int64_t context = model_->config().max_position_embeddings;
+  if (num_prompt + max_tokens - 1 > context) {
+    return InvalidArgumentError("a prompt of " + std::to_string(num_prompt) +
+                                " tokens with max_tokens " + std::to_string(max_tokens) +
+                                " does not fit the model's context of " + std::to_string(context) +
+                                " positions");
+  }
+  return OkStatus();
+}
+
+StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
+  const int64_t num_prompt = static_cast<int64_t>(request.prompt_ids.size());
+  if (num_prompt == 0) return InvalidArgumentError("request: the prompt has no token ids");
+  LAMINAR_RETURN_IF_ERROR(CheckIds(request.prompt_ids, "prompt"), "request");
   if (request.n < 1) {
     return InvalidArgumentError("request: n must be >= 1, got " + std::to_string(request.n));
   }
@@ -68,12 +86,7 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
       StopMatcher::Create(request.stop, config_.token_bytes, config_.strips_leading_space),
       "request");
   const int64_t max_tokens = request.stop.max_tokens;
-  if (num_prompt + max_tokens - 1 > mc.max_position_embeddings) {
-    return InvalidArgumentError("request: a prompt of " + std::to_string(num_prompt) +
-                                " tokens with max_tokens " + std::to_string(max_tokens) +
-                                " does not fit the model's context of " +
-                                std::to_string(mc.max_position_embeddings) + " positions");
-  }
+  LAMINAR_RETURN_IF_ERROR(CheckContext(num_prompt, max_tokens), "request");
   const RequestId first = next_seq_id_;
   // Every sample needs the same blocks, so if the first fits the empty cache all do.
   LAMINAR_RETURN_IF_ERROR(scheduler_.Add(first, num_prompt, max_tokens), "request");
@@ -88,6 +101,7 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
                                 .num_prompt_tokens = num_prompt,
                                 .tokens = request.prompt_ids,
                                 .logprobs = {},
+                                .top_logprobs = {},
                                 .sampler = engine::Sampler(params),
                                 .matcher = matcher});
   }
@@ -104,6 +118,7 @@ FinishedSample RolloutEngine::Finish(RequestId id, FinishReason reason) {
   out.prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.num_prompt_tokens);
   out.generated_ids.assign(s.tokens.begin() + s.num_prompt_tokens, s.tokens.end());
   out.logprobs = std::move(s.logprobs);
+  out.top_logprobs = std::move(s.top_logprobs);
   out.finish_reason = reason;
   out.version = config_.weight_version;
   samples_.erase(it);
@@ -115,11 +130,12 @@ StatusOr<bool> RolloutEngine::SampleToken(RequestId id, std::span<const float> l
   auto it = samples_.find(id);
   LAMINAR_CHECK(it != samples_.end()) << "the plan samples unknown sequence " << id;
   Sample& s = it->second;
-  const engine::SampledToken token = s.sampler.Sample(logits);
+  engine::SampledToken token = s.sampler.Sample(logits);
   LAMINAR_ASSIGN_OR_RETURN(StopMatcher::Step stop, s.matcher.Push(token.id),
                            "sample " + std::to_string(id));
   s.tokens.push_back(token.id);
   s.logprobs.push_back(token.logprob);
+  if (s.sampler.params().logprobs > 0) s.top_logprobs.push_back(std::move(token.top));
   if (!stop.stop) return false;
   LAMINAR_RETURN_IF_ERROR(scheduler_.Finish(id));
   finished->push_back(Finish(id, stop.finish_reason));
@@ -170,6 +186,139 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   LAMINAR_ASSIGN_OR_RETURN(std::vector<RequestId> at_length, scheduler_.OnTokens(sampled));
   for (RequestId id : at_length) finished.push_back(Finish(id, FinishReason::kLength));
   return finished;
+}
+
+Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t version) {
+  LAMINAR_CHECK(model != nullptr) << "SetWeights needs a model";
+  if (!idle()) {
+    return FailedPreconditionError("rollout engine: cannot swap weights with " +
+                                   std::to_string(samples_.size()) + " samples in flight");
+  }
+  if (version <= config_.weight_version) {
+    return InvalidArgumentError("rollout engine: new weight version " + std::to_string(version) +
+                                " is not above the current " +
+                                std::to_string(config_.weight_version));
+  }
+  const model::ModelConfig& a = model_->config();
+  const model::ModelConfig& b = model->config();
+  const bool same_shapes = a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size &&
+                           a.num_hidden_layers == b.num_hidden_layers &&
+                           a.num_key_value_heads == b.num_key_value_heads &&
+                           a.head_dim == b.head_dim &&
+                           a.max_position_embeddings == b.max_position_embeddings;
+  if (!same_shapes) {
+    return InvalidArgumentError(
+        "rollout engine: the new weights' shapes (vocab, hidden, layers, kv heads, head dim, "
+        "context) differ from the engine's");
+  }
+  model_ = model;
+  config_.weight_version = version;
+  scheduler_.mutable_blocks().SetWeightVersion(version);
+  return OkStatus();
+}
+
+StatusOr<std::vector<SampleState>> RolloutEngine::Export(int64_t request_id) {
+  std::vector<RequestId> ids;
+  for (const auto& [id, s] : samples_) {
+    if (s.request_id == request_id) ids.push_back(id);
+  }
+  if (ids.empty()) {
+    return NotFoundError("rollout engine: request " + std::to_string(request_id) +
+                         " has no sample in flight");
+  }
+  std::sort(ids.begin(), ids.end(), [&](RequestId x, RequestId y) {
+    return samples_.at(x).sample_index < samples_.at(y).sample_index;
+  });
+  std::vector<SampleState> out;
+  for (RequestId id : ids) {
+    Sample& s = samples_.at(id);
+    LAMINAR_CHECK_OK(scheduler_.Abort(id));
+    SampleState st;
+    st.request_id = s.request_id;
+    st.sample_index = s.sample_index;
+    st.prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.num_prompt_tokens);
+    st.generated_ids.assign(s.tokens.begin() + s.num_prompt_tokens, s.tokens.end());
+    st.logprobs = std::move(s.logprobs);
+    st.top_logprobs = std::move(s.top_logprobs);
+    st.sampling = s.sampler.params();
+    st.rng = s.sampler.rng_state();
+    st.stop = s.matcher.options();
+    st.matcher = s.matcher.Export();
+    st.version = config_.weight_version;
+    out.push_back(std::move(st));
+    samples_.erase(id);
+  }
+  return out;
+}
+
+std::vector<SampleState> RolloutEngine::ExportAll() {
+  std::set<int64_t> requests;
+  for (const auto& [id, s] : samples_) requests.insert(s.request_id);
+  std::vector<SampleState> out;
+  for (int64_t r : requests) {
+    auto states = Export(r);
+    LAMINAR_CHECK_OK(states.status());
+    for (auto& st : *states) out.push_back(std::move(st));
+  }
+  return out;
+}
+
+StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
+  if (state.version != config_.weight_version) {
+    return FailedPreconditionError("import: the sample was generated under weight version " +
+                                   std::to_string(state.version) + ", this engine holds " +
+                                   std::to_string(config_.weight_version));
+  }
+  const int64_t num_prompt = static_cast<int64_t>(state.prompt_ids.size());
+  const int64_t num_generated = static_cast<int64_t>(state.generated_ids.size());
+  if (num_prompt == 0) return InvalidArgumentError("import: the prompt has no token ids");
+  LAMINAR_RETURN_IF_ERROR(CheckIds(state.prompt_ids, "prompt"), "import");
+  LAMINAR_RETURN_IF_ERROR(CheckIds(state.generated_ids, "generated"), "import");
+  if (static_cast<int64_t>(state.logprobs.size()) != num_generated) {
+    return InvalidArgumentError("import: " + std::to_string(state.logprobs.size()) +
+                                " logprobs for " + std::to_string(num_generated) +
+                                " generated tokens");
+  }
+  const bool wants_top = state.sampling.logprobs > 0;
+  if (static_cast<int64_t>(state.top_logprobs.size()) != (wants_top ? num_generated : 0)) {
+    return InvalidArgumentError("import: " + std::to_string(state.top_logprobs.size()) +
+                                " top-logprob lists for " + std::to_string(num_generated) +
+                                " generated tokens");
+  }
+  const int64_t max_tokens = state.stop.max_tokens;
+  if (num_generated >= max_tokens) {
+    return InvalidArgumentError("import: the sample already has " + std::to_string(num_generated) +
+                                " tokens of max_tokens " + std::to_string(max_tokens));
+  }
+  LAMINAR_ASSIGN_OR_RETURN(
+      StopMatcher matcher,
+      StopMatcher::Create(state.stop, config_.token_bytes, config_.strips_leading_space), "import");
+  LAMINAR_RETURN_IF_ERROR(matcher.Restore(state.matcher), "import");
+  if (matcher.num_tokens() != num_generated || matcher.finished()) {
+    return InvalidArgumentError("import: the stop state covers " +
+                                std::to_string(matcher.num_tokens()) + " tokens" +
+                                (matcher.finished() ? " and has stopped" : "") +
+                                ", the sample has " + std::to_string(num_generated) + " running");
+  }
+  LAMINAR_RETURN_IF_ERROR(CheckContext(num_prompt, max_tokens), "import");
+  // The prompt and generated tokens are prefilled as one prompt; the next sampled token is the
+  // sample's next.
+  const RequestId id = next_seq_id_;
+  LAMINAR_RETURN_IF_ERROR(
+      scheduler_.Add(id, num_prompt + num_generated, max_tokens - num_generated), "import");
+  ++next_seq_id_;
+  const int64_t request_id = next_request_id_++;
+  Sample s{.request_id = request_id,
+           .sample_index = state.sample_index,
+           .num_prompt_tokens = num_prompt,
+           .tokens = std::move(state.prompt_ids),
+           .logprobs = std::move(state.logprobs),
+           .top_logprobs = std::move(state.top_logprobs),
+           .sampler = engine::Sampler(state.sampling, state.rng),
+           .matcher = std::move(matcher)};
+  s.tokens.insert(s.tokens.end(), state.generated_ids.begin(), state.generated_ids.end());
+  samples_.emplace(id, std::move(s));
+  return request_id;
 }
 
 StatusOr<std::vector<FinishedSample>> RolloutEngine::RunToCompletion() {

@@ -107,7 +107,7 @@ TEST(CliGenerate, BatchWritesOneLinePerSample) {
   std::string input = WritePrompts(BatchInput());
   auto out_path = testing::TempDir("cli_batch_out") / "out.jsonl";
   auto r = RunLaminar("generate --model " + bin + " --input " + input + " --output " +
-                      out_path.string() + " --n 2 --max-tokens 8 --seed 3");
+                      out_path.string() + " --n 2 --max-tokens 8 --seed 3 --logprobs 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");  // everything went to --output
   auto lines = ParseLines(testing::Slurp(out_path));
@@ -123,6 +123,19 @@ TEST(CliGenerate, BatchWritesOneLinePerSample) {
     EXPECT_GE(j["token_ids"].size(), 1u);
     EXPECT_LE(j["token_ids"].size(), 8u);
     for (const auto& lp : j["logprobs"]) EXPECT_LE(lp.get<double>(), 0.0);
+    ASSERT_EQ(j["top_logprobs"].size(), j["token_ids"].size());
+    for (size_t t = 0; t < j["token_ids"].size(); ++t) {
+      const auto& top = j["top_logprobs"][t];
+      ASSERT_EQ(top.size(), 2u);
+      EXPECT_GE(top[0][1].get<double>(), top[1][1].get<double>());
+      // The sampled token is among the top two or less likely than both.
+      const auto id = j["token_ids"][t], lp = j["logprobs"][t];
+      if (top[0][0] == id) {
+        EXPECT_EQ(top[0][1], lp);
+      } else if (top[1][0] != id) {
+        EXPECT_LE(lp.get<double>(), top[1][1].get<double>());
+      }
+    }
     const std::string finish = j["finish_reason"];
     EXPECT_TRUE(finish == "length" || finish == "stop") << finish;
     if (finish == "length") {

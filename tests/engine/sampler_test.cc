@@ -94,5 +94,47 @@ TEST(SamplerTest, DrawsFollowTheTruncatedDistribution) {
   EXPECT_LT(chi2, 18.42) << "df " << kept.size() - 1;
 }
 
+TEST(SamplerTest, TopLogprobsAreOfTheDistributionSampledFrom) {
+  auto logits = LogitsOf({0.1, 0.5, 0.15, 0.25});
+  Sampler greedy({.temperature = 0, .logprobs = 3});
+  auto g = greedy.Sample(logits);
+  ASSERT_EQ(g.top.size(), 3u);
+  EXPECT_EQ(g.top[0].id, 1);
+  EXPECT_EQ(g.top[1].id, 3);
+  EXPECT_EQ(g.top[2].id, 2);
+  EXPECT_NEAR(g.top[1].logprob, std::log(0.25), 1e-6);
+  EXPECT_EQ(g.top[0].logprob, g.logprob);
+  // top-k 2 keeps ids 1 and 3 and renormalizes: fewer entries than asked, same logprobs as the
+  // sampled token's.
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    Sampler s({.temperature = 1, .top_k = 2, .seed = seed, .logprobs = 5});
+    auto t = s.Sample(logits);
+    ASSERT_EQ(t.top.size(), 2u);
+    EXPECT_EQ(t.top[0].id, 1);
+    EXPECT_NEAR(t.top[0].logprob, std::log(0.5 / 0.75), 1e-6);
+    EXPECT_NEAR(t.top[1].logprob, std::log(0.25 / 0.75), 1e-6);
+    EXPECT_EQ(t.top[t.id == 1 ? 0 : 1].logprob, t.logprob);
+  }
+  // No truncation: the top of the temperature-scaled softmax.
+  Sampler hot({.temperature = 2.0f, .seed = 1, .logprobs = 1});
+  auto h = hot.Sample(logits);
+  double z = 0;
+  for (float l : logits) z += std::exp(l / 2.0);
+  ASSERT_EQ(h.top.size(), 1u);
+  EXPECT_EQ(h.top[0].id, 1);
+  EXPECT_NEAR(h.top[0].logprob, logits[1] / 2.0 - std::log(z), 1e-6);
+  Sampler off({.temperature = 1, .seed = 1});
+  EXPECT_TRUE(off.Sample(logits).top.empty());
+}
+
+TEST(SamplerTest, ASamplerResumedFromItsRngStateContinuesTheStream) {
+  auto logits = LogitsOf({0.25, 0.25, 0.25, 0.25});
+  SamplingParams params{.temperature = 1, .seed = 9};
+  Sampler a(params);
+  for (int i = 0; i < 5; ++i) a.Sample(logits);
+  Sampler b(params, a.rng_state());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(a.Sample(logits).id, b.Sample(logits).id);
+}
+
 }  // namespace
 }  // namespace laminar::engine

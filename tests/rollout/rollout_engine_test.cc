@@ -253,6 +253,164 @@ TEST_P(RolloutEngineTest, RefusesBadRequests) {
   EXPECT_TRUE(engine->idle());
 }
 
+TEST_P(RolloutEngineTest, ExportImportMidGenerationContinuesIdentically) {
+  auto requests = MixedRequests(1.f);
+  requests.push_back(Request({8, 8, 1, 2}, 1.f, 77, 9, 3));  // a group
+  requests.push_back(Request({2, 7, 1}, 0.f, 0, 11));        // greedy
+  for (auto& r : requests) r.sampling.logprobs = 3;
+  requests[0].stop.stop_token_ids = {5, 6};
+  requests[1].stop.stop_strings = {"BC", "XY"};
+  auto uninterrupted_engine = NewEngine(2, 128, 16);
+  auto want = Run(*uninterrupted_engine, requests);
+
+  // Migrate everything in flight after 3 steps (prefills done, a few tokens each), and the
+  // migrated samples again after 2 more steps in the second engine.
+  auto source = NewEngine(2, 128, 16);
+  std::map<int64_t, int64_t> index_of;  // request id in `source` -> index into requests
+  for (size_t i = 0; i < requests.size(); ++i) index_of[*source->Add(requests[i])] = int64_t(i);
+  std::map<Key, FinishedSample> got;
+  auto collect = [&](std::vector<FinishedSample> done, const std::map<int64_t, int64_t>& index) {
+    for (auto& f : done) got[{index.at(f.request_id), f.sample_index}] = std::move(f);
+  };
+  for (int step = 0; step < 3; ++step) collect(*source->Step(), index_of);
+  std::vector<SampleState> states = source->ExportAll();
+  EXPECT_TRUE(source->idle());
+  EXPECT_EQ(source->scheduler().blocks().num_used_blocks(), 0);
+  ASSERT_FALSE(states.empty());
+  bool some_midway = false;
+  for (const auto& st : states) some_midway |= !st.generated_ids.empty();
+  EXPECT_TRUE(some_midway);
+
+  auto middle = NewEngine(4, 64, 8);
+  std::map<int64_t, int64_t> middle_index;
+  for (auto& st : states) {
+    const int64_t index = index_of.at(st.request_id);
+    auto id = middle->Import(std::move(st));
+    ASSERT_TRUE(id.ok()) << id.status();
+    middle_index[*id] = index;
+  }
+  for (int step = 0; step < 2; ++step) collect(*middle->Step(), middle_index);
+  auto dest = NewEngine(2, 128, 64);
+  std::map<int64_t, int64_t> dest_index;
+  for (auto& st : middle->ExportAll()) {
+    const int64_t index = middle_index.at(st.request_id);
+    dest_index[*dest->Import(std::move(st))] = index;
+  }
+  auto rest = dest->RunToCompletion();
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  collect(std::move(*rest), dest_index);
+
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, w] : want) {
+    ExpectSame(got.at(k), w, k);
+    ASSERT_EQ(got.at(k).top_logprobs.size(), w.generated_ids.size());
+    for (size_t t = 0; t < w.top_logprobs.size(); ++t) {
+      ASSERT_EQ(got.at(k).top_logprobs[t].size(), w.top_logprobs[t].size());
+      for (size_t j = 0; j < w.top_logprobs[t].size(); ++j) {
+        EXPECT_EQ(got.at(k).top_logprobs[t][j].id, w.top_logprobs[t][j].id);
+        EXPECT_NEAR(got.at(k).top_logprobs[t][j].logprob, w.top_logprobs[t][j].logprob, 1e-4);
+      }
+    }
+  }
+}
+
+TEST_P(RolloutEngineTest, TopLogprobsIncludeTheGreedyToken) {
+  auto r = Request({1, 2, 3}, 0.f, 0, 6);
+  r.sampling.logprobs = 4;
+  auto engine = NewEngine();
+  const auto s = Run(*engine, {r}).at({0, 0});
+  ASSERT_EQ(s.top_logprobs.size(), s.generated_ids.size());
+  for (size_t t = 0; t < s.generated_ids.size(); ++t) {
+    ASSERT_EQ(s.top_logprobs[t].size(), 4u);
+    EXPECT_EQ(s.top_logprobs[t][0].id, s.generated_ids[t]);
+    EXPECT_EQ(s.top_logprobs[t][0].logprob, s.logprobs[t]);
+    EXPECT_GE(s.top_logprobs[t][0].logprob, s.top_logprobs[t][3].logprob);
+  }
+}
+
+TEST_P(RolloutEngineTest, ImportRefusesInconsistentStates) {
+  auto source = NewEngine();
+  auto r = Request({1, 2, 3}, 1.f, 5, 6);
+  r.stop.stop_strings = {"QQQ"};
+  ASSERT_TRUE(source->Add(r).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(source->Step().ok());
+  auto states = source->Export(0);
+  ASSERT_TRUE(states.ok()) << states.status();
+  ASSERT_EQ(states->size(), 1u);
+  const SampleState good = states->front();
+  ASSERT_EQ(good.generated_ids.size(), 3u);  // the prefill step samples the first
+  EXPECT_EQ(source->Export(0).status().code(), StatusCode::kNotFound);
+
+  auto dest = NewEngine();
+  auto refused = [&](SampleState st, StatusCode code, const std::string& words) {
+    auto id = dest->Import(std::move(st));
+    ASSERT_FALSE(id.ok());
+    EXPECT_EQ(id.status().code(), code) << id.status();
+    EXPECT_NE(id.status().message().find(words), std::string::npos) << id.status();
+    EXPECT_TRUE(dest->idle());
+  };
+  SampleState st = good;
+  st.version = 8;
+  refused(st, StatusCode::kFailedPrecondition, "version 8");
+  st = good;
+  st.logprobs.pop_back();
+  refused(st, StatusCode::kInvalidArgument, "2 logprobs for 3");
+  st = good;
+  st.generated_ids[1] = 1000;
+  refused(st, StatusCode::kInvalidArgument, "generated token 1 has id 1000");
+  st = good;
+  st.stop.max_tokens = 3;
+  refused(st, StatusCode::kInvalidArgument, "max_tokens 3");
+  st = good;
+  st.matcher.num_tokens = 1;
+  refused(st, StatusCode::kInvalidArgument, "stop");
+  st = good;
+  st.prompt_ids.assign(62, 1);
+  refused(st, StatusCode::kInvalidArgument, "context of 64");
+  EXPECT_TRUE(dest->Import(good).ok());
+}
+
+TEST_P(RolloutEngineTest, SetWeightsSwapsThePolicyBetweenRequestsOnly) {
+  auto other_weights = testing::RandomWeights(config_, 4, 0.5f);
+  auto other = engine::LlamaModel::Create(config_, other_weights, GetParam());
+  ASSERT_TRUE(other.ok()) << other.status();
+  const auto r = Request({3, 1, 4, 1, 5}, 1.f, 9, 8);
+
+  auto engine = NewEngine();
+  const auto before = Run(*engine, {r}).at({0, 0});
+  ASSERT_TRUE(engine->Add(r).ok());
+  ASSERT_TRUE(engine->Step().ok());
+  EXPECT_EQ(engine->SetWeights(other->get(), 8).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(engine->RunToCompletion().ok());
+  EXPECT_EQ(engine->SetWeights(other->get(), 7).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(engine->SetWeights(other->get(), 8).ok());
+  EXPECT_EQ(engine->weight_version(), 8);
+  ASSERT_TRUE(engine->Add(r).ok());
+  auto after = engine->RunToCompletion();
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ(after->front().version, 8);
+  EXPECT_NE(after->front().logprobs, before.logprobs);
+  // The same as an engine created with the new weights.
+  RolloutEngineConfig c;
+  c.block_size = 4;
+  c.num_blocks = 128;
+  c.weight_version = 8;
+  auto fresh = RolloutEngine::Create(other->get(), c);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE((*fresh)->Add(r).ok());
+  auto want = (*fresh)->RunToCompletion();
+  ASSERT_TRUE(want.ok());
+  ExpectSame(after->front(), want->front(), {0, 0});
+
+  auto wider_config = config_;
+  wider_config.num_hidden_layers += 1;
+  auto wider = engine::LlamaModel::Create(
+      wider_config, testing::RandomWeights(wider_config, 5, 0.5f), GetParam());
+  ASSERT_TRUE(wider.ok()) << wider.status();
+  EXPECT_EQ(engine->SetWeights(wider->get(), 9).code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, RolloutEngineTest,
                          ::testing::Values(engine::Backend::kReference, engine::Backend::kCpu));
 
