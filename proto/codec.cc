@@ -96,6 +96,43 @@ Status Validate(const Trajectory& m) {
   return ValidLogprobs(m.logprobs());
 }
 
+Status Validate(const MigratedSample& m) {
+  if (m.prompt_id().empty()) return Bad("prompt_id is empty");
+  if (m.sample_index() < 0) return Bad("sample_index is negative");
+  if (m.version() < 0) return Bad("version is negative");
+  if (m.prompt_ids_size() == 0) return Bad("prompt_ids is empty");
+  LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.prompt_ids(), "prompt_ids"));
+  LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.response_ids(), "response_ids"));
+  LAMINAR_RETURN_IF_ERROR(SameLength(m.response_ids_size(), m.logprobs_size()));
+  LAMINAR_RETURN_IF_ERROR(ValidLogprobs(m.logprobs()));
+  if (m.top_logprobs_size() != 0 && m.top_logprobs_size() != m.response_ids_size()) {
+    return Bad("top_logprobs has " + std::to_string(m.top_logprobs_size()) + " entries for " +
+               std::to_string(m.response_ids_size()) + " response ids");
+  }
+  for (int i = 0; i < m.top_logprobs_size(); ++i) {
+    const TopLogprobs& t = m.top_logprobs(i);
+    if (t.ids_size() != t.logprobs_size()) {
+      return Bad("top_logprobs[" + std::to_string(i) + "] has " + std::to_string(t.ids_size()) +
+                 " ids and " + std::to_string(t.logprobs_size()) + " logprobs");
+    }
+    LAMINAR_RETURN_IF_ERROR(NonNegativeIds(t.ids(), "top_logprobs.ids"));
+    LAMINAR_RETURN_IF_ERROR(ValidLogprobs(t.logprobs()));
+  }
+  if (m.sampling().max_tokens() <= m.response_ids_size()) {
+    return Bad("sampling.max_tokens " + std::to_string(m.sampling().max_tokens()) +
+               " leaves nothing to generate after " + std::to_string(m.response_ids_size()) +
+               " response ids");
+  }
+  if (m.rng_state_size() != 4) {
+    return Bad("rng_state has " + std::to_string(m.rng_state_size()) + " words, not 4");
+  }
+  if (m.rng_state(0) == 0 && m.rng_state(1) == 0 && m.rng_state(2) == 0 && m.rng_state(3) == 0) {
+    return Bad("rng_state is all zero (not a xoshiro256** state)");
+  }
+  if (m.stop_text_bytes() < 0) return Bad("stop_text_bytes is negative");
+  return OkStatus();
+}
+
 Status Validate(const WeightManifest& m) {
   if (m.version() < 0) return Bad("version is negative");
   if (m.chunk_bytes() == 0) return Bad("chunk_bytes is 0");

@@ -28,6 +28,7 @@ uint64_t Checksum(std::string_view data);
 Status Validate(const PromptGroup& m);
 Status Validate(const PartialResponse& m);
 Status Validate(const Trajectory& m);
+Status Validate(const MigratedSample& m);
 Status Validate(const WeightManifest& m);
 Status Validate(const WeightChunk& m);
 Status Validate(const Heartbeat& m);

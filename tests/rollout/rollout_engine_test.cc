@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "proto/codec.h"
+#include "rollout/wire.h"
 #include "tests/model/random_weights.h"
 
 namespace laminar::rollout {
@@ -312,6 +314,64 @@ TEST_P(RolloutEngineTest, ExportImportMidGenerationContinuesIdentically) {
       }
     }
   }
+}
+
+TEST_P(RolloutEngineTest, MigratedSamplesSurviveTheWire) {
+  auto r = Request({6, 2, 8, 3, 1}, 1.f, 31, 12, 2);
+  r.sampling.logprobs = 2;
+  r.stop.stop_strings = {"ZZ", "B"};
+  r.stop.stop_token_ids = {9};
+  auto uninterrupted_engine = NewEngine();
+  auto want = Run(*uninterrupted_engine, {r});
+
+  auto source = NewEngine();
+  ASSERT_TRUE(source->Add(r).ok());
+  std::map<Key, FinishedSample> got;
+  for (int step = 0; step < 4; ++step) {
+    auto done = source->Step();
+    ASSERT_TRUE(done.ok()) << done.status();
+    for (auto& f : *done) got[{0, f.sample_index}] = std::move(f);
+  }
+  auto dest = NewEngine(8, 32, 64);
+  for (const SampleState& st : source->ExportAll()) {
+    const std::string bytes = proto::Encode(ToProto(st, "gsm8k-17@0"));
+    auto m = proto::Decode<proto::MigratedSample>(bytes, "rollout/1");
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->prompt_id(), "gsm8k-17@0");
+    auto back = SampleStateFromProto(*m);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->generated_ids, st.generated_ids);
+    EXPECT_EQ(back->rng, st.rng);
+    EXPECT_EQ(back->stop.stop_strings, st.stop.stop_strings);
+    EXPECT_EQ(back->matcher, st.matcher);
+    ASSERT_TRUE(dest->Import(std::move(*back)).ok());
+  }
+  auto rest = dest->RunToCompletion();
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  for (auto& f : *rest) got[{0, f.sample_index}] = std::move(f);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, w] : want) ExpectSame(got.at(k), w, k);
+
+  // Broken messages are refused naming the field.
+  proto::MigratedSample bad;
+  bad.set_prompt_id("p");
+  bad.add_prompt_ids(1);
+  bad.add_response_ids(2);
+  bad.mutable_sampling()->set_max_tokens(4);
+  bad.mutable_rng_state()->Add(1);
+  auto no_logprob = SampleStateFromProto(bad);
+  EXPECT_NE(no_logprob.status().message().find("logprob"), std::string::npos)
+      << no_logprob.status();
+  bad.add_logprobs(-0.5f);
+  auto short_rng = SampleStateFromProto(bad);
+  EXPECT_NE(short_rng.status().message().find("rng_state has 1 words"), std::string::npos)
+      << short_rng.status();
+  bad.mutable_rng_state()->Add(2);
+  bad.mutable_rng_state()->Add(3);
+  bad.mutable_rng_state()->Add(4);
+  EXPECT_TRUE(SampleStateFromProto(bad).ok());
+  bad.mutable_sampling()->set_max_tokens(1);
+  EXPECT_NE(SampleStateFromProto(bad).status().message().find("max_tokens 1"), std::string::npos);
 }
 
 TEST_P(RolloutEngineTest, TopLogprobsIncludeTheGreedyToken) {
