@@ -17,11 +17,13 @@
 #include "core/bulk_transport.h"
 #include "proto/codec.h"
 #include "relay/chunk_assembler.h"
+#include "relay/policy_weights.h"
 #include "relay/publisher.h"
 #include "relay/relay_client.h"
 #include "relay/send_worker.h"
 #include "relay/shm_version.h"
 #include "relay/wire.h"
+#include "tests/model/random_weights.h"
 #include "tests/test_util.h"
 
 namespace laminar::relay {
@@ -240,6 +242,31 @@ TEST(RelayTierTest, ChainDeliversEveryVersionBitIdenticalToEveryRelay) {
   ExpectWeights(**bulk, kRows);
   EXPECT_EQ(ClientOf({t.master.get()}, true)->PullLatest(1).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(t.publisher->Publish(1, w.tensors).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RelayTierTest, APolicyWeightStoreArrivesBitIdentical) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 11, 0.5f);
+  auto tensors = TensorsOf(weights);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->size(), weights.size());
+  Tier t = Tier::Start(1);
+  ASSERT_TRUE(t.publisher->Publish(3, *tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(3); }, 10000));
+  auto pulled = ClientOf({t.relays.front().get()}, /*allow_shm=*/true)->PullLatest();
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  auto store = WeightStoreOf(**pulled);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->Names(), weights.Names());
+  for (const std::string& name : weights.Names()) {
+    auto want = weights.Get(name);
+    auto got = store->Get(name);
+    ASSERT_TRUE(want.ok() && got.ok()) << name;
+    EXPECT_EQ(got->dtype(), want->dtype()) << name;
+    EXPECT_EQ(got->shape().dims(), want->shape().dims()) << name;
+    ASSERT_EQ(got->size_bytes(), want->size_bytes()) << name;
+    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->size_bytes()), 0) << name;
+  }
 }
 
 TEST(RelayTierTest, StarTopologyDeliversToo) {
