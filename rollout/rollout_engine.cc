@@ -89,11 +89,11 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
   LAMINAR_RETURN_IF_ERROR(CheckContext(num_prompt, max_tokens), "request");
   const RequestId first = next_seq_id_;
   // Every sample needs the same blocks, so if the first fits the empty cache all do.
-  LAMINAR_RETURN_IF_ERROR(scheduler_.Add(first, num_prompt, max_tokens), "request");
+  LAMINAR_RETURN_IF_ERROR(scheduler_.Add(first, request.prompt_ids, max_tokens), "request");
   const int64_t request_id = next_request_id_++;
   for (int32_t i = 0; i < request.n; ++i) {
     const RequestId id = next_seq_id_++;
-    if (i > 0) LAMINAR_CHECK_OK(scheduler_.Add(id, num_prompt, max_tokens, first));
+    if (i > 0) LAMINAR_CHECK_OK(scheduler_.Add(id, request.prompt_ids, max_tokens, first));
     engine::SamplingParams params = request.sampling;
     params.seed = SampleSeed(request.sampling.seed, i);
     samples_.emplace(id, Sample{.request_id = request_id,

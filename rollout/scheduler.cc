@@ -32,11 +32,12 @@ Scheduler::Scheduler(SchedulerConfig config, int32_t block_size, int32_t num_blo
   LAMINAR_CHECK(st.ok()) << st;
 }
 
-Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_tokens,
+Status Scheduler::Add(RequestId id, std::span<const int32_t> prompt_ids, int64_t max_tokens,
                       std::optional<RequestId> group_parent) {
   if (requests_.contains(id)) return AlreadyExistsError("scheduler: " + ReqName(id) + " exists");
+  const auto num_prompt_tokens = std::ssize(prompt_ids);
   if (num_prompt_tokens < 1 || max_tokens < 1) {
-    return InvalidArgumentError("scheduler: " + ReqName(id) + " needs num_prompt_tokens >= 1 and " +
+    return InvalidArgumentError("scheduler: " + ReqName(id) + " needs >= 1 prompt token and " +
                                 "max_tokens >= 1, got " + std::to_string(num_prompt_tokens) +
                                 " and " + std::to_string(max_tokens));
   }
@@ -51,7 +52,6 @@ Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_token
         " tokens; the whole cache holds " + std::to_string(blocks_.num_total_blocks()) + " blocks");
   }
   Request r;
-  r.num_prompt_tokens = num_prompt_tokens;
   r.max_tokens = max_tokens;
   if (group_parent.has_value()) {
     auto it = requests_.find(*group_parent);
@@ -63,17 +63,18 @@ Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_token
       it = requests_.find(root);
     }
     const Request& parent = it->second;
-    if (parent.num_prompt_tokens != num_prompt_tokens) {
-      return InvalidArgumentError("scheduler: " + ReqName(id) + " has " +
-                                  std::to_string(num_prompt_tokens) +
-                                  " prompt tokens but its group parent " + ReqName(root) + " has " +
-                                  std::to_string(parent.num_prompt_tokens));
+    if (!std::ranges::equal(parent.prompt_ids, prompt_ids)) {
+      return InvalidArgumentError(
+          "scheduler: " + ReqName(id) + " has a prompt of " + std::to_string(num_prompt_tokens) +
+          " tokens that differs from that of its group parent " + ReqName(root) + " (" +
+          std::to_string(parent.num_prompt_tokens()) + " tokens)");
     }
-    if (parent.num_generated == 0 && parent.num_computed < parent.num_prompt_tokens) {
+    if (parent.num_generated == 0 && parent.num_computed < parent.num_prompt_tokens()) {
       r.fork_parent = root;
     }
   }
-  requests_.emplace(id, r);
+  r.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
+  requests_.emplace(id, std::move(r));
   waiting_.push_back(id);
   return OkStatus();
 }
@@ -134,6 +135,7 @@ void Scheduler::ScheduleChunk(RequestId id, int64_t n, Plan& plan) {
   s.id = id;
   s.start = r.num_computed;
   s.num_tokens = n;
+  const bool writes_prompt = s.start < r.num_prompt_tokens();
   r.num_computed += n;
   s.samples = r.num_computed == r.length();
   if (s.samples) expected_samples_.insert(id);
@@ -160,10 +162,44 @@ void Scheduler::ScheduleChunk(RequestId id, int64_t n, Plan& plan) {
       it = waiting_.erase(it);
     }
   }
+  if (writes_prompt) {
+    std::vector<RequestId>& writers = prompt_writers_.emplace_back(1, id);
+    writers.insert(writers.end(), s.forked.begin(), s.forked.end());
+  }
   const std::span<const BlockId> table = *blocks_.block_table(id);
   s.block_table.assign(table.begin(), table.end());
   plan.num_batched_tokens += n;
   plan.seqs.push_back(std::move(s));
+}
+
+bool Scheduler::TryAdmit(size_t index) {
+  const RequestId id = waiting_[index];
+  Request& r = requests_.at(id);
+  if (std::ssize(running_) >= config_.max_num_seqs) return false;
+  // The prompt through the prefix cache, then fresh slots for the tokens a preempted request had
+  // generated (not cached: their ids are not known here). The prompt's last block is never a cache
+  // hit, so appending to it copies nothing.
+  const int64_t generated_blocks =
+      blocks_.BlocksToAllocate(r.length()) - blocks_.BlocksToAllocate(r.num_prompt_tokens());
+  if (blocks_.BlocksToAllocatePrompt(r.prompt_ids) + generated_blocks > blocks_.num_free_blocks()) {
+    return false;
+  }
+  StatusOr<int64_t> cached = blocks_.AllocatePrompt(id, r.prompt_ids);
+  LAMINAR_CHECK(cached.ok()) << cached.status();
+  LAMINAR_CHECK(*cached % blocks_.block_size() == 0 && *cached < r.num_prompt_tokens())
+      << ReqName(id) << ": " << *cached << " cached prompt tokens";
+  if (r.num_generated > 0) {
+    StatusOr<std::vector<BlockCopy>> copies = blocks_.Append(id, r.num_generated);
+    LAMINAR_CHECK(copies.ok()) << copies.status();
+    LAMINAR_CHECK(copies->empty()) << ReqName(id) << ": copy-on-write of a fresh prompt block";
+  }
+  num_prompt_tokens_looked_up_ += r.num_prompt_tokens();
+  num_prompt_tokens_reused_ += *cached;
+  r.running = true;
+  r.num_computed = *cached;
+  running_.push_back(id);
+  waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(index));
+  return true;
 }
 
 StatusOr<Plan> Scheduler::Schedule() {
@@ -215,19 +251,13 @@ StatusOr<Plan> Scheduler::Schedule() {
   // large request is not starved). Children waiting to be forked are skipped.
   for (size_t i = 0; i < waiting_.size() && budget > 0;) {
     const RequestId id = waiting_[i];
-    Request& r = requests_.at(id);
-    if (r.fork_parent.has_value()) {
+    if (requests_.at(id).fork_parent.has_value()) {
       ++i;
       continue;
     }
-    if (std::ssize(running_) >= config_.max_num_seqs || !blocks_.CanAllocate(r.length())) break;
-    const Status st = blocks_.Allocate(id, r.length());
-    LAMINAR_CHECK(st.ok()) << st;
-    r.running = true;
-    r.num_computed = 0;
-    running_.push_back(id);
-    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
-    const int64_t n = std::min(r.length(), budget);
+    if (!TryAdmit(i)) break;
+    const Request& r = requests_.at(id);
+    const int64_t n = std::min(r.length() - r.num_computed, budget);
     ScheduleChunk(id, n, plan);  // may erase forked children, which lie after i
     budget -= n;
   }
@@ -250,6 +280,7 @@ StatusOr<std::vector<RequestId>> Scheduler::OnTokens(std::span<const RequestId> 
                                   ", which sampled in the last plan");
     }
   }
+  RegisterComputedPrompts();
   std::vector<RequestId> finished;
   for (RequestId id : sampled) {
     Request& r = requests_.at(id);
@@ -265,6 +296,26 @@ StatusOr<std::vector<RequestId>> Scheduler::OnTokens(std::span<const RequestId> 
   return finished;
 }
 
+void Scheduler::RegisterComputedPrompts() {
+  for (const std::vector<RequestId>& writers : prompt_writers_) {
+    // Any holder of the blocks will do; one that was finished or aborted meanwhile is gone (a
+    // request re-added under its id since is waiting, holding nothing).
+    auto holder = std::ranges::find_if(writers, [&](RequestId id) {
+      auto it = requests_.find(id);
+      return it != requests_.end() && it->second.running;
+    });
+    if (holder == writers.end()) continue;
+    // A sequence allocated before a weight swap may mix KV of two versions: never cached.
+    if (*blocks_.sequence_version(*holder) != blocks_.weight_version()) continue;
+    const Request& r = requests_.at(*holder);
+    const std::span<const int32_t> computed_prompt(
+        r.prompt_ids.data(), static_cast<size_t>(std::min(r.num_computed, r.num_prompt_tokens())));
+    const StatusOr<int32_t> registered = blocks_.RegisterPrefix(*holder, computed_prompt);
+    LAMINAR_CHECK(registered.ok()) << registered.status();
+  }
+  prompt_writers_.clear();
+}
+
 StatusOr<int64_t> Scheduler::num_generated(RequestId id) const {
   auto it = requests_.find(id);
   if (it == requests_.end()) return UnknownRequest(id);
@@ -278,7 +329,10 @@ SchedulerStats Scheduler::stats() const {
                         .num_kv_blocks_total = blocks_.num_total_blocks(),
                         .num_preemptions = num_preemptions_,
                         .num_finished = num_finished_,
-                        .num_aborted = num_aborted_};
+                        .num_aborted = num_aborted_,
+                        .num_prompt_tokens_looked_up = num_prompt_tokens_looked_up_,
+                        .num_prompt_tokens_reused = num_prompt_tokens_reused_,
+                        .num_kv_blocks_cached = blocks_.num_cached_blocks()};
 }
 
 void Scheduler::CheckInvariants() const {
@@ -293,6 +347,7 @@ void Scheduler::CheckInvariants() const {
     LAMINAR_CHECK_LE(r.num_computed, r.length()) << ReqName(id);
     LAMINAR_CHECK_GE(*blocks_.num_tokens(id), r.num_computed) << ReqName(id);
     LAMINAR_CHECK_LE(*blocks_.num_tokens(id), std::max(r.num_computed, r.length())) << ReqName(id);
+    LAMINAR_CHECK_GE(r.num_prompt_tokens(), 1) << ReqName(id);
   }
   for (RequestId id : waiting_) {
     const Request& r = requests_.at(id);

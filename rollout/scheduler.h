@@ -1,8 +1,8 @@
 // Step scheduler of the rollout engine: continuous batching with chunked prefill, admission control
-// by free KV blocks, GRPO group prefix sharing by Fork, and preemption by recompute. A pure
-// planning component over KvBlockManager: it decides what each engine step computes and moves no KV
-// itself. References: vLLM (Kwon et al., SOSP 2023, §4.5), Sarathi-Serve (Agrawal et al., OSDI
-// 2024, §4.2).
+// by free KV blocks, GRPO group prefix sharing by Fork, the version-keyed prefix cache across
+// requests, and preemption by recompute. A pure planning component over KvBlockManager: it decides
+// what each engine step computes and moves no KV itself. References: vLLM (Kwon et al., SOSP 2023,
+// §4.5; automatic prefix caching), Sarathi-Serve (Agrawal et al., OSDI 2024, §4.2).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +62,12 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;  // total since construction
   int64_t num_finished = 0;     // by Finish or by reaching max_tokens
   int64_t num_aborted = 0;
+  // Prefix cache (totals since construction). Every admission (first or after a preemption) looks
+  // its prompt up; forked GRPO children do not (they share their parent's blocks instead).
+  // rollout/prefix_cache_hit_rate = num_prompt_tokens_reused / num_prompt_tokens_looked_up.
+  int64_t num_prompt_tokens_looked_up = 0;  // prompt tokens of admitted requests
+  int64_t num_prompt_tokens_reused = 0;     // of those, found in the cache and not prefilled
+  int32_t num_kv_blocks_cached = 0;         // blocks registered in the cache now, used or evictable
 };
 
 // Plans engine steps. Step contract, one thread:
@@ -79,8 +85,16 @@ struct SchedulerStats {
 // the earliest admitted running request is never preempted, and every request fits the empty cache
 // (checked at Add), so every request eventually finishes.
 //
-// Requests are sized by token counts, so blocks come from Allocate/Fork/Append; the version-keyed
-// prefix cache across requests (AllocatePrompt, which needs token ids) is not used yet.
+// Prefix cache: a request is admitted with KvBlockManager::AllocatePrompt on its prompt ids, so the
+// longest run of full prompt blocks cached under the current weight version is reused and its
+// first plan entry starts past them (always a multiple of block_size, and at least the last prompt
+// token is computed, in a fresh block: a cached or shared block is never written). After each step
+// (in OnTokens) the full blocks of the prompt positions computed so far are registered, so later
+// requests, GRPO children prefilled on their own and preempted requests re-prefilling their prompt
+// hit them. Only prompt positions are cached: generated tokens are not known here. Blocks of
+// finished, aborted or preempted requests stay cached while evictable (reused before eviction);
+// the engine's SetWeightVersion on mutable_blocks() drops every entry, so KV computed under old
+// weights is never reused, and a sequence allocated under an older version is never registered.
 //
 // Owns the block manager. Not thread-safe.
 class Scheduler {
@@ -89,17 +103,19 @@ class Scheduler {
   // as for KvBlockManager.
   Scheduler(SchedulerConfig config, int32_t block_size, int32_t num_blocks);
 
-  // Queues a request with a prompt of `num_prompt_tokens` (>= 1; the engine adds BOS for an empty
-  // text) that may generate up to `max_tokens` (>= 1) tokens.
+  // Queues a request with prompt token ids `prompt_ids` (>= 1 ids, copied; the engine adds BOS for
+  // an empty text) that may generate up to `max_tokens` (>= 1) tokens. At admission the prompt is
+  // looked up in the prefix cache and only its uncached positions are prefilled (class comment).
   // `group_parent`: another request of the same GRPO group with the same prompt. If it has not
   // finished its prompt when this request would be prefilled, this request is forked from it
   // instead: the prompt is prefilled once and its blocks are shared (copied on write). Otherwise
-  // this request is prefilled on its own.
-  // Errors (nothing queued): AlreadyExists for a known id; InvalidArgument for counts < 1 or a
-  // parent prompt length that differs; NotFound for an unknown parent; ResourceExhausted when the
-  // request could not fit an empty cache: ceil((num_prompt_tokens + max_tokens - 1) / block_size)
-  // blocks > num_blocks (the last generated token never needs a KV slot).
-  Status Add(RequestId id, int64_t num_prompt_tokens, int64_t max_tokens,
+  // this request is prefilled on its own (reusing the parent's cached prompt blocks).
+  // Errors (nothing queued): AlreadyExists for a known id; InvalidArgument for an empty prompt,
+  // max_tokens < 1 or a parent whose prompt ids differ; NotFound for an unknown parent;
+  // ResourceExhausted when the request could not fit an empty cache:
+  // ceil((prompt_ids.size() + max_tokens - 1) / block_size) blocks > num_blocks (the last generated
+  // token never needs a KV slot).
+  Status Add(RequestId id, std::span<const int32_t> prompt_ids, int64_t max_tokens,
              std::optional<RequestId> group_parent = std::nullopt);
 
   // Removes a request (stop string or EOS seen) and frees its blocks. NotFound for an unknown id.
@@ -116,7 +132,10 @@ class Scheduler {
 
   // Records the tokens sampled by the last plan: `sampled` must be exactly its sampling ids still
   // present (any order); otherwise InvalidArgument naming the first missing or unexpected id and
-  // nothing changes. Returns the ids that reached max_tokens: they are finished and freed.
+  // nothing changes. The last plan's KV must have been written: the full prompt blocks it completed
+  // are registered in the prefix cache (for each plan entry that computed prompt positions, through
+  // it or, if it is gone, one of its forked children still running). Returns the ids that reached
+  // max_tokens: they are finished and freed (their blocks stay cached while evictable).
   // FailedPrecondition if no plan is outstanding.
   StatusOr<std::vector<RequestId>> OnTokens(std::span<const RequestId> sampled);
 
@@ -128,20 +147,22 @@ class Scheduler {
   StatusOr<int64_t> num_generated(RequestId id) const;
   const SchedulerConfig& config() const { return config_; }
   const KvBlockManager& blocks() const { return blocks_; }
-  // For the engine's weight swaps (SetWeightVersion) between steps. Sequences must not be touched.
+  // For the engine's weight swaps (SetWeightVersion) between steps: the prefix cache is emptied and
+  // sequences allocated before are never registered. Sequences must not be touched.
   KvBlockManager& mutable_blocks() { return blocks_; }
   // LAMINAR_CHECKs the scheduler's and the block manager's invariants. For tests.
   void CheckInvariants() const;
 
  private:
   struct Request {
-    int64_t num_prompt_tokens = 0;
+    std::vector<int32_t> prompt_ids;
     int64_t max_tokens = 0;
     int64_t num_generated = 0;
     int64_t num_computed = 0;  // positions whose KV is in the cache (0 while waiting)
     bool running = false;
     std::optional<RequestId> fork_parent;  // set while waiting to be forked from it
-    int64_t length() const { return num_prompt_tokens + num_generated; }
+    int64_t num_prompt_tokens() const { return std::ssize(prompt_ids); }
+    int64_t length() const { return num_prompt_tokens() + num_generated; }
   };
 
   Status Remove(RequestId id);
@@ -152,6 +173,11 @@ class Scheduler {
   void ScheduleChunk(RequestId id, int64_t n, Plan& plan);
   // Children waiting to fork from `parent` lose it and will be prefilled on their own.
   void DetachChildren(RequestId parent);
+  // Admits waiting_[index] if max_num_seqs and the free blocks allow: allocates its prompt through
+  // the prefix cache plus slots for its generated tokens. Returns whether it was admitted.
+  bool TryAdmit(size_t index);
+  // Registers the full prompt blocks computed by the last plan (see OnTokens).
+  void RegisterComputedPrompts();
 
   SchedulerConfig config_;
   KvBlockManager blocks_;
@@ -160,9 +186,14 @@ class Scheduler {
   std::vector<RequestId> running_;  // admission order
   bool step_in_flight_ = false;
   std::unordered_set<RequestId> expected_samples_;
+  // Plan entries of the step in flight that computed prompt positions: the entry's id followed by
+  // its forked children (any of them holds the same prompt blocks).
+  std::vector<std::vector<RequestId>> prompt_writers_;
   int64_t num_preemptions_ = 0;
   int64_t num_finished_ = 0;
   int64_t num_aborted_ = 0;
+  int64_t num_prompt_tokens_looked_up_ = 0;
+  int64_t num_prompt_tokens_reused_ = 0;
 };
 
 }  // namespace laminar::rollout

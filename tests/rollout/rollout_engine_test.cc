@@ -474,5 +474,76 @@ TEST_P(RolloutEngineTest, SetWeightsSwapsThePolicyBetweenRequestsOnly) {
 INSTANTIATE_TEST_SUITE_P(Backends, RolloutEngineTest,
                          ::testing::Values(engine::Backend::kReference, engine::Backend::kCpu));
 
+// Two requests sharing a 24-token prompt prefix run one after the other in one engine: the second
+// reuses the first's cached prompt blocks, prefills 24 fewer positions, and samples exactly what it
+// samples in a fresh engine (reference backend: a position's KV does not depend on the chunking or
+// the batch it was computed in, nor on which request computed it).
+TEST(RolloutEnginePrefixCacheTest, SecondRequestReusesTheSharedPrefixWithIdenticalSamples) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 5, 0.5f);
+  auto model = engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto new_engine = [&]() {
+    RolloutEngineConfig c;
+    c.block_size = 4;
+    c.num_blocks = 64;
+    c.scheduler.max_num_batched_tokens = 8;  // prefill in chunks of 8
+    c.weight_version = 3;
+    auto e = RolloutEngine::Create(model->get(), c);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  };
+  // Steps `engine` until idle; the one finished sample and the number of steps.
+  auto run = [](RolloutEngine& engine, const RolloutRequest& r, int* steps) {
+    EXPECT_TRUE(engine.Add(r).ok());
+    std::vector<FinishedSample> done;
+    for (*steps = 0; !engine.idle() && *steps < 100; ++*steps) {
+      auto finished = engine.Step();
+      EXPECT_TRUE(finished.ok()) << finished.status();
+      if (!finished.ok()) break;
+      for (auto& f : *finished) done.push_back(std::move(f));
+    }
+    EXPECT_EQ(done.size(), 1u);
+    return done.empty() ? FinishedSample{} : done[0];
+  };
+  auto request = [](std::vector<int32_t> tail, uint64_t seed) {
+    RolloutRequest r;
+    for (int32_t i = 0; i < 24; ++i) r.prompt_ids.push_back((7 * i + 3) % 32);  // 6 full blocks
+    r.prompt_ids.insert(r.prompt_ids.end(), tail.begin(), tail.end());
+    r.sampling.temperature = 1.f;
+    r.sampling.seed = seed;
+    r.stop.max_tokens = 8;
+    return r;
+  };
+  const RolloutRequest first = request({1, 2, 3}, 5);
+  const RolloutRequest second = request({9, 8, 7, 6, 5}, 6);  // 29 tokens
+
+  auto cached_engine = new_engine();
+  int steps = 0;
+  run(*cached_engine, first, &steps);
+  const SchedulerStats before = cached_engine->scheduler().stats();
+  EXPECT_EQ(before.num_prompt_tokens_reused, 0);
+  EXPECT_EQ(before.num_kv_blocks_cached, 6);
+  int cached_steps = 0;
+  const FinishedSample got = run(*cached_engine, second, &cached_steps);
+  const SchedulerStats after = cached_engine->scheduler().stats();
+  EXPECT_EQ(after.num_prompt_tokens_looked_up - before.num_prompt_tokens_looked_up, 29);
+  EXPECT_EQ(after.num_prompt_tokens_reused, 24);
+
+  auto fresh_engine = new_engine();
+  int fresh_steps = 0;
+  const FinishedSample want = run(*fresh_engine, second, &fresh_steps);
+  EXPECT_EQ(fresh_engine->scheduler().stats().num_prompt_tokens_reused, 0);
+  // Prefill chunks: 29 tokens take 4 steps, the 5 uncached ones 1; then 7 decodes each.
+  EXPECT_EQ(fresh_steps, 11);
+  EXPECT_EQ(cached_steps, 8);
+
+  EXPECT_EQ(got.prompt_ids, second.prompt_ids);
+  EXPECT_EQ(got.generated_ids, want.generated_ids);
+  EXPECT_EQ(got.logprobs, want.logprobs);  // bitwise
+  EXPECT_EQ(got.finish_reason, want.finish_reason);
+  EXPECT_EQ(got.generated_ids.size(), 8u);
+}
+
 }  // namespace
 }  // namespace laminar::rollout
