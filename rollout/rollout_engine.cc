@@ -232,7 +232,7 @@ StatusOr<std::vector<SampleState>> RolloutEngine::Export(int64_t request_id) {
   std::vector<SampleState> out;
   for (RequestId id : ids) {
     Sample& s = samples_.at(id);
-    LAMINAR_CHECK_OK(scheduler_.Abort(id));
+    LAMINAR_CHECK_OK(scheduler_.Migrate(id));
     SampleState st;
     st.request_id = s.request_id;
     st.sample_index = s.sample_index;
@@ -303,21 +303,20 @@ StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
   LAMINAR_RETURN_IF_ERROR(CheckContext(num_prompt, max_tokens), "import");
   // The prompt and generated tokens are prefilled as one prompt; the next sampled token is the
   // sample's next.
+  std::vector<int32_t> tokens = std::move(state.prompt_ids);
+  tokens.insert(tokens.end(), state.generated_ids.begin(), state.generated_ids.end());
   const RequestId id = next_seq_id_;
-  LAMINAR_RETURN_IF_ERROR(
-      scheduler_.Add(id, num_prompt + num_generated, max_tokens - num_generated), "import");
+  LAMINAR_RETURN_IF_ERROR(scheduler_.Add(id, tokens, max_tokens - num_generated), "import");
   ++next_seq_id_;
   const int64_t request_id = next_request_id_++;
-  Sample s{.request_id = request_id,
-           .sample_index = state.sample_index,
-           .num_prompt_tokens = num_prompt,
-           .tokens = std::move(state.prompt_ids),
-           .logprobs = std::move(state.logprobs),
-           .top_logprobs = std::move(state.top_logprobs),
-           .sampler = engine::Sampler(state.sampling, state.rng),
-           .matcher = std::move(matcher)};
-  s.tokens.insert(s.tokens.end(), state.generated_ids.begin(), state.generated_ids.end());
-  samples_.emplace(id, std::move(s));
+  samples_.emplace(id, Sample{.request_id = request_id,
+                              .sample_index = state.sample_index,
+                              .num_prompt_tokens = num_prompt,
+                              .tokens = std::move(tokens),
+                              .logprobs = std::move(state.logprobs),
+                              .top_logprobs = std::move(state.top_logprobs),
+                              .sampler = engine::Sampler(state.sampling, state.rng),
+                              .matcher = std::move(matcher)});
   return request_id;
 }
 

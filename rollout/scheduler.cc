@@ -91,6 +91,12 @@ Status Scheduler::Abort(RequestId id) {
   return OkStatus();
 }
 
+Status Scheduler::Migrate(RequestId id) {
+  LAMINAR_RETURN_IF_ERROR(Remove(id));
+  ++num_migrated_;
+  return OkStatus();
+}
+
 Status Scheduler::Remove(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return UnknownRequest(id);
@@ -330,6 +336,7 @@ SchedulerStats Scheduler::stats() const {
                         .num_preemptions = num_preemptions_,
                         .num_finished = num_finished_,
                         .num_aborted = num_aborted_,
+                        .num_migrated = num_migrated_,
                         .num_prompt_tokens_looked_up = num_prompt_tokens_looked_up_,
                         .num_prompt_tokens_reused = num_prompt_tokens_reused_,
                         .num_kv_blocks_cached = blocks_.num_cached_blocks()};

@@ -62,6 +62,7 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;  // total since construction
   int64_t num_finished = 0;     // by Finish or by reaching max_tokens
   int64_t num_aborted = 0;
+  int64_t num_migrated = 0;  // removed by Migrate (exported to another engine)
   // Prefix cache (totals since construction). Every admission (first or after a preemption) looks
   // its prompt up; forked GRPO children do not (they share their parent's blocks instead).
   // rollout/prefix_cache_hit_rate = num_prompt_tokens_reused / num_prompt_tokens_looked_up.
@@ -122,6 +123,9 @@ class Scheduler {
   Status Finish(RequestId id);
   // Same, counted as aborted. NotFound for an unknown id.
   Status Abort(RequestId id);
+  // Same, counted as migrated: the request continues in another engine. NotFound for an unknown
+  // id.
+  Status Migrate(RequestId id);
 
   // Plans one step (see the class comment). FailedPrecondition if the previous plan's OnTokens()
   // has not been called. Order: (1) running decodes, in admission order, each taking one token of
@@ -192,6 +196,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_finished_ = 0;
   int64_t num_aborted_ = 0;
+  int64_t num_migrated_ = 0;
   int64_t num_prompt_tokens_looked_up_ = 0;
   int64_t num_prompt_tokens_reused_ = 0;
 };

@@ -277,6 +277,8 @@ TEST_P(RolloutEngineTest, ExportImportMidGenerationContinuesIdentically) {
   for (int step = 0; step < 3; ++step) collect(*source->Step(), index_of);
   std::vector<SampleState> states = source->ExportAll();
   EXPECT_TRUE(source->idle());
+  EXPECT_EQ(source->scheduler().stats().num_migrated, static_cast<int64_t>(states.size()));
+  EXPECT_EQ(source->scheduler().stats().num_aborted, 0);
   EXPECT_EQ(source->scheduler().blocks().num_used_blocks(), 0);
   ASSERT_FALSE(states.empty());
   bool some_midway = false;
