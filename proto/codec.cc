@@ -254,6 +254,55 @@ void SetBroadcastManifest(const WeightManifest& manifest, RelayBroadcast* m) {
   m->set_manifest_xxhash64(Checksum(m->manifest()));
 }
 
+namespace {
+
+template <typename List>
+Status ValidateEach(const List& list, const std::string& field) {
+  for (int i = 0; i < list.size(); ++i) {
+    LAMINAR_RETURN_IF_ERROR(Validate(list.Get(i)), field + "[" + std::to_string(i) + "]");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status Validate(const ManagerRequest& m) {
+  switch (m.kind_case()) {
+    case ManagerRequest::kWork:
+      return Validate(m.work());
+    case ManagerRequest::kHeartbeat:
+      return Validate(m.heartbeat());
+    case ManagerRequest::kTrajectories:
+      return ValidateEach(m.trajectories().trajectories(), "trajectories");
+    case ManagerRequest::kPartials:
+      return ValidateEach(m.partials().partials(), "partials");
+    case ManagerRequest::kMigrated:
+      if (m.migrated().source().empty()) return Bad("migrated: source is empty");
+      return ValidateEach(m.migrated().samples(), "migrated.samples");
+    case ManagerRequest::kTakeBatch:
+      if (m.take_batch().num_groups() < 1) return Bad("take_batch: num_groups must be >= 1");
+      return OkStatus();
+    case ManagerRequest::kVersion:
+      if (m.version().version() < 0) return Bad("version: version is negative");
+      return OkStatus();
+    case ManagerRequest::kSnapshot:
+    case ManagerRequest::kRestore:
+      return OkStatus();
+    case ManagerRequest::KIND_NOT_SET:
+      break;
+  }
+  return Bad("no request kind set");
+}
+
+Status Validate(const ManagerReply& m) {
+  LAMINAR_RETURN_IF_ERROR(Validate(m.work()), "work");
+  LAMINAR_RETURN_IF_ERROR(ValidateEach(m.repack(), "repack"));
+  LAMINAR_RETURN_IF_ERROR(ValidateEach(m.imports(), "imports"));
+  LAMINAR_RETURN_IF_ERROR(ValidateEach(m.batch().trajectories(), "batch.trajectories"));
+  if (m.dropped() < 0) return Bad("dropped is negative");
+  return OkStatus();
+}
+
 Status Validate(const RelayRequest& m) {
   switch (m.kind_case()) {
     case RelayRequest::kJoin:

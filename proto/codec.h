@@ -42,6 +42,8 @@ Status Validate(const RelayBroadcast& m);
 // The manifest a broadcast carries, checked against its checksum and validated.
 StatusOr<WeightManifest> BroadcastManifest(const RelayBroadcast& m);
 void SetBroadcastManifest(const WeightManifest& manifest, RelayBroadcast* m);
+Status Validate(const ManagerRequest& m);
+Status Validate(const ManagerReply& m);
 Status Validate(const RelayRequest& m);
 Status Validate(const RelayReply& m);
 

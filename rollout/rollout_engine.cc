@@ -320,6 +320,23 @@ StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
   return request_id;
 }
 
+std::vector<RolloutEngine::InFlightSample> RolloutEngine::InFlight() const {
+  std::vector<InFlightSample> out;
+  out.reserve(samples_.size());
+  for (const auto& [id, s] : samples_) {
+    out.push_back({.request_id = s.request_id,
+                   .sample_index = s.sample_index,
+                   .generated_ids = std::span<const int32_t>(s.tokens).subspan(
+                       static_cast<size_t>(s.num_prompt_tokens)),
+                   .logprobs = s.logprobs});
+  }
+  std::sort(out.begin(), out.end(), [](const InFlightSample& a, const InFlightSample& b) {
+    return a.request_id != b.request_id ? a.request_id < b.request_id
+                                        : a.sample_index < b.sample_index;
+  });
+  return out;
+}
+
 StatusOr<std::vector<FinishedSample>> RolloutEngine::RunToCompletion() {
   std::vector<FinishedSample> all;
   int64_t empty_steps = 0;

@@ -132,6 +132,19 @@ class RolloutEngine {
   // options, context overflow); ResourceExhausted when it could not fit the empty KV cache.
   StatusOr<int64_t> Import(SampleState state);
 
+  // A running sample's progress, for partial-response streaming (DESIGN.md §4). The spans are
+  // valid until the next non-const call.
+  struct InFlightSample {
+    int64_t request_id = 0;
+    int32_t sample_index = 0;
+    std::span<const int32_t> generated_ids;
+    std::span<const float> logprobs;
+  };
+  // Every sample in flight, by request id then sample index.
+  std::vector<InFlightSample> InFlight() const;
+  // Samples in flight (admitted or waiting).
+  int64_t num_in_flight() const { return static_cast<int64_t>(samples_.size()); }
+
   bool idle() const { return scheduler_.idle(); }
   const Scheduler& scheduler() const { return scheduler_; }
   const engine::PagedKvCache& kv_cache() const { return cache_; }
