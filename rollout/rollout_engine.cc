@@ -326,6 +326,7 @@ std::vector<RolloutEngine::InFlightSample> RolloutEngine::InFlight() const {
   for (const auto& [id, s] : samples_) {
     out.push_back({.request_id = s.request_id,
                    .sample_index = s.sample_index,
+                   .num_tokens = static_cast<int64_t>(s.tokens.size()),
                    .generated_ids = std::span<const int32_t>(s.tokens).subspan(
                        static_cast<size_t>(s.num_prompt_tokens)),
                    .logprobs = s.logprobs});

@@ -137,6 +137,7 @@ class RolloutEngine {
   struct InFlightSample {
     int64_t request_id = 0;
     int32_t sample_index = 0;
+    int64_t num_tokens = 0;  // prompt + generated
     std::span<const int32_t> generated_ids;
     std::span<const float> logprobs;
   };

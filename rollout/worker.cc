@@ -1,0 +1,390 @@
+// Rollout worker loop; see worker.h.
+#include "rollout/worker.h"
+
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "core/logging.h"
+#include "proto/codec.h"
+#include "relay/policy_weights.h"
+#include "rollout/wire.h"
+
+namespace laminar::rollout {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+proto::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return proto::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return proto::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort:
+      return proto::FINISH_REASON_ABORT;
+    case FinishReason::kNone:
+      break;
+  }
+  return proto::FINISH_REASON_UNSPECIFIED;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Status RolloutWorkerOptions::Validate() const {
+  if (id.empty()) return InvalidArgumentError("rollout worker: id is empty");
+  if (manager.empty()) return InvalidArgumentError("rollout worker: manager endpoint is empty");
+  if (relays.empty()) return InvalidArgumentError("rollout worker: no relay endpoint");
+  if (max_groups < 1) {
+    return InvalidArgumentError("rollout worker: max_groups must be >= 1, got " +
+                                std::to_string(max_groups));
+  }
+  if (partial_every_tokens < 0) {
+    return InvalidArgumentError("rollout worker: partial_every_tokens must be >= 0");
+  }
+  if (heartbeat_interval_ms < 1 || idle_poll_ms < 0 || request_timeout_ms < 1 ||
+      request_attempts < 1 || max_manager_failures < 1) {
+    return InvalidArgumentError(
+        "rollout worker: heartbeat_interval_ms, request_timeout_ms, request_attempts and "
+        "max_manager_failures must be >= 1 and idle_poll_ms >= 0");
+  }
+  return engine.Validate();
+}
+
+StatusOr<std::unique_ptr<RolloutWorker>> RolloutWorker::Create(const model::ModelConfig& config,
+                                                               const model::Tokenizer* tokenizer,
+                                                               reward::RewardFn reward,
+                                                               RolloutWorkerOptions options) {
+  LAMINAR_CHECK(tokenizer != nullptr && reward) << "RolloutWorker needs a tokenizer and a reward";
+  LAMINAR_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<RolloutWorker> w(
+      new RolloutWorker(config, tokenizer, std::move(reward), std::move(options)));
+  relay::RelayClientOptions ro;
+  ro.id = w->options_.id;
+  ro.relays = w->options_.relays;
+  ro.request_timeout_ms = w->options_.request_timeout_ms;
+  LAMINAR_ASSIGN_OR_RETURN(w->relay_, relay::RelayClient::Create(std::move(ro)));
+  w->manager_ = std::make_unique<ZmqRequestClient>(w->options_.manager);
+  return w;
+}
+
+RolloutWorker::RolloutWorker(const model::ModelConfig& config, const model::Tokenizer* tokenizer,
+                             reward::RewardFn reward, RolloutWorkerOptions options)
+    : config_(config),
+      tokenizer_(tokenizer),
+      reward_(std::move(reward)),
+      options_(std::move(options)) {
+  const model::Tokenizer* tok = tokenizer_;
+  options_.engine.token_bytes = [tok](int32_t id) { return tok->TokenBytes(id, true); };
+  options_.engine.strips_leading_space = tok->strips_leading_space();
+}
+
+RolloutWorkerStats RolloutWorker::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request) {
+  request.mutable_header()->set_sender(options_.id);
+  request.mutable_header()->set_seq(++seq_);
+  auto bytes = manager_->Call(proto::Encode(request), options_.request_timeout_ms,
+                              options_.request_attempts);
+  if (!bytes.ok()) {
+    ++manager_failures_;
+    return bytes.status();
+  }
+  manager_failures_ = 0;
+  LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply,
+                           proto::Decode<proto::ManagerReply>(*bytes, "manager"));
+  if (!reply.error().empty()) {
+    return FailedPreconditionError("the manager refused the request: " + reply.error());
+  }
+  actor_version_ = std::max(actor_version_, reply.actor_version());
+  return reply;
+}
+
+Status RolloutWorker::MaybeUpdateWeights() {
+  const int64_t held = engine_ ? engine_->weight_version() : -1;
+  auto pulled = relay_->PullLatest(held);
+  if (pulled.status().code() == StatusCode::kNotFound) return OkStatus();  // nothing newer
+  if (!pulled.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id
+                               << ": no version from the relays: " << pulled.status();
+    return OkStatus();  // try again later; a dead relay never stops the rollout
+  }
+  const relay::PulledVersion& v = **pulled;
+  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore store, relay::WeightStoreOf(v),
+                           options_.id + ": version " + std::to_string(v.version()));
+  LAMINAR_ASSIGN_OR_RETURN(
+      std::unique_ptr<engine::LlamaModel> model,
+      engine::LlamaModel::Create(config_, store, engine::Backend::kCpu, options_.weight_dtype),
+      options_.id + ": version " + std::to_string(v.version()));
+  if (!engine_) {
+    RolloutEngineConfig c = options_.engine;
+    c.weight_version = v.version();
+    LAMINAR_ASSIGN_OR_RETURN(engine_, RolloutEngine::Create(model.get(), std::move(c)));
+  } else {
+    LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version()), options_.id);
+  }
+  model_ = std::move(model);  // the engine now uses the new model; the old one can go
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.versions_loaded;
+  stats_.version = v.version();
+  return OkStatus();
+}
+
+int32_t RolloutWorker::num_groups_in_flight() const {
+  std::set<std::string> groups;
+  for (const auto& [id, r] : requests_) groups.insert(r.prompt_id);
+  return static_cast<int32_t>(groups.size());
+}
+
+Status RolloutWorker::RequestWork() {
+  const int32_t room = options_.max_groups - num_groups_in_flight();
+  if (room <= 0 || Clock::now() < next_work_) return OkStatus();
+  proto::ManagerRequest req;
+  proto::WorkRequest* w = req.mutable_work();
+  w->set_rollout_id(options_.id);
+  w->set_version(engine_->weight_version());
+  w->set_max_groups(room);
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": work request failed: " << reply.status();
+    return OkStatus();
+  }
+  if (reply->work().groups_size() == 0) {
+    // Nothing to do now (pool empty, or the manager waits for a newer version): ask less often.
+    next_work_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1);
+  }
+  for (const proto::PromptGroup& g : reply->work().groups()) {
+    RolloutRequest r;
+    r.prompt_ids.assign(g.prompt_ids().begin(), g.prompt_ids().end());
+    r.sampling = SamplingFromProto(g.sampling());
+    r.stop = StopFromProto(g.sampling());
+    r.n = g.num_samples();
+    auto id = engine_->Add(std::move(r));
+    if (!id.ok()) {
+      // A prompt this engine cannot run (too long for the context or the KV pool) would come back
+      // forever; the manager's dataset checks should have caught it.
+      return Status(id.status().code(), options_.id + ": prompt group " + g.prompt_id() + ": " +
+                                            std::string(id.status().message()));
+    }
+    requests_[*id] = Request{.prompt_id = g.prompt_id(),
+                             .data_source = g.data_source(),
+                             .ground_truth = g.ground_truth(),
+                             .extra_info_json = g.extra_info_json(),
+                             .start = Clock::now()};
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.groups_received;
+  }
+  return OkStatus();
+}
+
+Status RolloutWorker::SendHeartbeat() {
+  proto::ManagerRequest req;
+  proto::Heartbeat* h = req.mutable_heartbeat();
+  h->set_role("rollout");
+  h->set_id(options_.id);
+  h->set_version(engine_ ? engine_->weight_version() : -1);
+  if (engine_) {
+    const SchedulerStats s = engine_->scheduler().stats();
+    h->set_running(static_cast<int32_t>(s.num_running));
+    h->set_waiting(static_cast<int32_t>(s.num_waiting));
+    h->set_kv_blocks_used(s.num_kv_blocks_used);
+    h->set_kv_blocks_capacity(s.num_kv_blocks_total);
+    h->set_kv_blocks_used_previous(kv_blocks_previous_);
+    h->set_kv_block_size(options_.engine.block_size);
+    kv_blocks_previous_ = s.num_kv_blocks_used;
+    const int64_t bs = options_.engine.block_size;
+    for (const auto& f : engine_->InFlight()) {
+      const Request& r = requests_.at(f.request_id);
+      proto::RunningSample* rs = h->add_running_samples();
+      rs->set_prompt_id(r.prompt_id);
+      rs->set_sample_index(f.sample_index);
+      // KV after a re-prefill: the prompt and what was generated, in whole blocks.
+      rs->set_kv_tokens((f.num_tokens + bs - 1) / bs * bs);
+    }
+  }
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": heartbeat failed: " << reply.status();
+    return OkStatus();
+  }
+  for (const proto::RepackCommand& c : reply->repack()) {
+    LAMINAR_RETURN_IF_ERROR(CarryOutRepack(c));
+  }
+  for (const proto::MigratedSample& m : reply->imports()) {
+    LAMINAR_RETURN_IF_ERROR(ImportSample(m));
+  }
+  return OkStatus();
+}
+
+Status RolloutWorker::CarryOutRepack(const proto::RepackCommand& command) {
+  if (!engine_ || command.version() != engine_->weight_version()) return OkStatus();  // stale
+  const std::set<std::string> wanted(command.request_ids().begin(), command.request_ids().end());
+  proto::ManagerRequest req;
+  proto::MigratedBatch* batch = req.mutable_migrated();
+  batch->set_source(options_.id);
+  batch->set_destination(command.destination());
+  std::vector<int64_t> exported;
+  for (const auto& [id, r] : requests_) {
+    if (!wanted.contains(r.prompt_id)) continue;
+    auto states = engine_->Export(id);
+    if (!states.ok()) continue;  // finished meanwhile: its trajectories went to the manager
+    for (const SampleState& st : *states) {
+      proto::MigratedSample m = ToProto(st, r.prompt_id);
+      m.set_data_source(r.data_source);
+      m.set_ground_truth(r.ground_truth);
+      m.set_extra_info_json(r.extra_info_json);
+      *batch->add_samples() = std::move(m);
+    }
+    exported.push_back(id);
+  }
+  for (int64_t id : exported) requests_.erase(id);
+  if (batch->samples_size() == 0) return OkStatus();
+  const int64_t n = batch->samples_size();
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) {
+    // The samples are gone from here; the manager re-issues their groups when it notices.
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
+                               << " migrated samples failed: " << reply.status();
+    return OkStatus();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.samples_exported += n;
+  return OkStatus();
+}
+
+Status RolloutWorker::ImportSample(const proto::MigratedSample& m) {
+  LAMINAR_ASSIGN_OR_RETURN(SampleState st, SampleStateFromProto(m), options_.id);
+  if (!engine_) return FailedPreconditionError(options_.id + ": import before any version");
+  auto id = engine_->Import(std::move(st));
+  if (!id.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": cannot continue " << m.prompt_id() << "/"
+                               << m.sample_index() << ": " << id.status();
+    return OkStatus();  // the manager re-issues the group
+  }
+  requests_[*id] = Request{.prompt_id = m.prompt_id(),
+                           .data_source = m.data_source(),
+                           .ground_truth = m.ground_truth(),
+                           .extra_info_json = m.extra_info_json(),
+                           .start = Clock::now()};
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.samples_imported;
+  return OkStatus();
+}
+
+Status RolloutWorker::Generate() {
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<FinishedSample> finished, engine_->Step(), options_.id);
+  if (finished.empty()) return OkStatus();
+  proto::ManagerRequest req;
+  proto::TrajectoryBatch* batch = req.mutable_trajectories();
+  int64_t tokens = 0, reward_errors = 0;
+  for (FinishedSample& f : finished) {
+    const Request& r = requests_.at(f.request_id);
+    const auto reward_start = Clock::now();
+    auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
+    double score = 0;
+    if (text.ok()) {
+      auto result = reward_({.data_source = r.data_source,
+                             .solution_str = *text,
+                             .ground_truth = r.ground_truth,
+                             .extra_info_json = r.extra_info_json});
+      if (result.ok() && std::isfinite(result->score)) {
+        score = result->score;
+      } else {
+        ++reward_errors;
+      }
+    } else {
+      ++reward_errors;
+    }
+    proto::Trajectory* t = batch->add_trajectories();
+    t->set_prompt_id(r.prompt_id);
+    t->set_sample_index(f.sample_index);
+    t->mutable_prompt_ids()->Add(f.prompt_ids.begin(), f.prompt_ids.end());
+    t->mutable_response_ids()->Add(f.generated_ids.begin(), f.generated_ids.end());
+    t->mutable_logprobs()->Add(f.logprobs.begin(), f.logprobs.end());
+    t->set_version(f.version);
+    t->set_finish_reason(ToProto(f.finish_reason));
+    t->set_reward(static_cast<float>(score));
+    t->mutable_timings()->set_generate_s(Seconds(reward_start - r.start));
+    t->mutable_timings()->set_reward_s(Seconds(Clock::now() - reward_start));
+    t->set_rollout_id(options_.id);
+    tokens += static_cast<int64_t>(f.generated_ids.size());
+    partial_sent_.erase({f.request_id, f.sample_index});
+  }
+  // A request whose samples have all finished is done.
+  std::set<int64_t> live;
+  for (const auto& f : engine_->InFlight()) live.insert(f.request_id);
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    it = live.contains(it->first) ? std::next(it) : requests_.erase(it);
+  }
+  const int64_t n = batch->trajectories_size();
+  auto reply = Call(std::move(req));
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.tokens_generated += tokens;
+  stats_.reward_errors += reward_errors;
+  if (!reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
+                               << " trajectories failed: " << reply.status();
+    return OkStatus();  // the manager re-issues the groups it does not get
+  }
+  stats_.trajectories_sent += n - reply->dropped();
+  stats_.trajectories_dropped += reply->dropped();
+  return OkStatus();
+}
+
+Status RolloutWorker::SendPartials() {
+  if (options_.partial_every_tokens == 0) return OkStatus();
+  proto::ManagerRequest req;
+  proto::PartialBatch* batch = req.mutable_partials();
+  for (const auto& f : engine_->InFlight()) {
+    size_t& sent = partial_sent_[{f.request_id, f.sample_index}];
+    if (f.generated_ids.size() < sent + static_cast<size_t>(options_.partial_every_tokens)) {
+      continue;
+    }
+    sent = f.generated_ids.size();
+    proto::PartialResponse* p = batch->add_partials();
+    p->set_prompt_id(requests_.at(f.request_id).prompt_id);
+    p->set_sample_index(f.sample_index);
+    p->set_version(engine_->weight_version());
+    p->mutable_response_ids()->Add(f.generated_ids.begin(), f.generated_ids.end());
+    p->mutable_logprobs()->Add(f.logprobs.begin(), f.logprobs.end());
+  }
+  if (batch->partials_size() == 0) return OkStatus();
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": partials: " << reply.status();
+  return OkStatus();
+}
+
+Status RolloutWorker::Run(const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    if (manager_failures_ >= options_.max_manager_failures) {
+      return UnavailableError(options_.id + ": the manager at " + options_.manager +
+                              " did not answer " + std::to_string(manager_failures_) +
+                              " calls in a row");
+    }
+    if (!engine_ || engine_->idle()) LAMINAR_RETURN_IF_ERROR(MaybeUpdateWeights());
+    const auto now = Clock::now();
+    if (now >= next_heartbeat_) {
+      LAMINAR_RETURN_IF_ERROR(SendHeartbeat());
+      next_heartbeat_ = now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+    }
+    if (!engine_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.idle_poll_ms));
+      continue;
+    }
+    LAMINAR_RETURN_IF_ERROR(RequestWork());
+    if (engine_->idle()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.idle_poll_ms));
+      continue;
+    }
+    LAMINAR_RETURN_IF_ERROR(Generate());
+    LAMINAR_RETURN_IF_ERROR(SendPartials());
+  }
+  return OkStatus();
+}
+
+}  // namespace laminar::rollout
