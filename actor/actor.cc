@@ -1,0 +1,245 @@
+// The actor's loop; see actor.h.
+#include "actor/actor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <utility>
+
+#include "core/logging.h"
+#include "proto/codec.h"
+#include "relay/policy_weights.h"
+#include "trainer/checkpoint.h"
+
+namespace laminar::actor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// p-th quantile (nearest rank) of sorted values.
+double Quantile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size()))) - 1;
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+}  // namespace
+
+Status ActorOptions::Validate() const {
+  if (manager.empty()) return InvalidArgumentError("actor: manager endpoint is empty");
+  if (master_relay.empty()) return InvalidArgumentError("actor: master relay endpoint is empty");
+  if (groups_per_step < 1) {
+    return InvalidArgumentError("actor: groups_per_step must be >= 1, got " +
+                                std::to_string(groups_per_step));
+  }
+  if (max_steps < 0) return InvalidArgumentError("actor: max_steps must be >= 0");
+  if (max_staleness && *max_staleness < 0) {
+    return InvalidArgumentError("actor: max_staleness must be >= 0, got " +
+                                std::to_string(*max_staleness));
+  }
+  if (save_every < 0) return InvalidArgumentError("actor: save_every must be >= 0");
+  if (keep_last < 1) return InvalidArgumentError("actor: keep_last must be >= 1");
+  if (poll_ms < 1 || request_timeout_ms < 1 || request_attempts < 1) {
+    return InvalidArgumentError(
+        "actor: poll_ms, request_timeout_ms and request_attempts must be >= 1");
+  }
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Actor>> Actor::Create(const model::ModelConfig& config,
+                                               const model::WeightStore& weights,
+                                               ActorOptions options, bool resume) {
+  LAMINAR_RETURN_IF_ERROR(options.Validate());
+  if (resume && options.checkpoint_dir.empty()) {
+    return InvalidArgumentError("actor: resume needs a checkpoint_dir");
+  }
+  std::unique_ptr<Actor> a(new Actor(std::move(options)));
+  LAMINAR_ASSIGN_OR_RETURN(a->trainer_,
+                           trainer::Trainer::Create(config, weights, a->options_.trainer, nullptr),
+                           "actor");
+  a->manager_ = std::make_unique<ZmqRequestClient>(a->options_.manager);
+  if (resume) {
+    LAMINAR_ASSIGN_OR_RETURN(nlohmann::json user,
+                             a->trainer_->LoadCheckpoint(a->options_.checkpoint_dir), "actor");
+    if (!user.contains("manager_snapshot") || !user["manager_snapshot"].is_object()) {
+      return InvalidArgumentError("actor: the checkpoint in " + a->options_.checkpoint_dir +
+                                  " has no manager_snapshot");
+    }
+    proto::ManagerRequest req;
+    req.mutable_restore()->set_snapshot_json(user["manager_snapshot"].dump());
+    LAMINAR_RETURN_IF_ERROR(a->Call(std::move(req)).status(), "actor: restoring the manager");
+  }
+  relay::PublisherOptions po;
+  po.id = a->options_.id;
+  po.master_endpoint = a->options_.master_relay;
+  LAMINAR_ASSIGN_OR_RETURN(a->publisher_, relay::Publisher::Create(std::move(po)), "actor");
+  return a;
+}
+
+StatusOr<proto::ManagerReply> Actor::Call(proto::ManagerRequest request) {
+  request.mutable_header()->set_sender(options_.id);
+  request.mutable_header()->set_seq(++seq_);
+  LAMINAR_ASSIGN_OR_RETURN(std::string bytes,
+                           manager_->Call(proto::Encode(request), options_.request_timeout_ms,
+                                          options_.request_attempts));
+  LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply,
+                           proto::Decode<proto::ManagerReply>(bytes, "manager"));
+  if (!reply.error().empty()) {
+    return FailedPreconditionError("the manager refused the request: " + reply.error());
+  }
+  return reply;
+}
+
+Status Actor::Publish(StepMetrics* metrics) {
+  const int64_t version = trainer_->policy_version();
+  const model::WeightStore store = trainer_->params().ToWeightStore();
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<relay::TensorBytes> tensors, relay::TensorsOf(store));
+  LAMINAR_ASSIGN_OR_RETURN(double stall, publisher_->Publish(version, tensors),
+                           "actor: publishing version " + std::to_string(version));
+  proto::ManagerRequest req;
+  req.mutable_version()->set_version(version);
+  LAMINAR_RETURN_IF_ERROR(Call(std::move(req)).status(), "actor: announcing the version");
+  if (metrics != nullptr) {
+    (*metrics)["relay/publish_stall_s"] = stall;
+    (*metrics)["relay/bytes"] = static_cast<double>(publisher_->stats().bytes);
+    (*metrics)["timing_s/update_weights"] = stall;
+  }
+  return OkStatus();
+}
+
+StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
+    const std::atomic<bool>& stop, StepMetrics* metrics) {
+  const int64_t version = trainer_->policy_version();
+  std::vector<proto::Trajectory> kept;
+  int32_t groups = 0;
+  int64_t stale = 0;
+  while (groups < options_.groups_per_step) {
+    if (stop.load()) return std::optional<std::vector<proto::Trajectory>>();
+    proto::ManagerRequest req;
+    req.mutable_take_batch()->set_num_groups(options_.groups_per_step - groups);
+    LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)), "actor");
+    if (reply.batch().trajectories_size() == 0) {
+      if (reply.exhausted()) return std::optional<std::vector<proto::Trajectory>>();
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
+      continue;
+    }
+    // Whole groups, in order: a group's samples are consecutive and share prompt_id and version.
+    const auto& ts = reply.batch().trajectories();
+    for (int i = 0; i < ts.size();) {
+      int j = i;
+      while (j < ts.size() && ts[j].prompt_id() == ts[i].prompt_id()) ++j;
+      const bool too_old =
+          options_.max_staleness && version - ts[i].version() > *options_.max_staleness;
+      if (too_old) ++stale;
+      if (!too_old || !options_.drop_stale) {
+        for (int k = i; k < j; ++k) kept.push_back(ts[k]);
+        ++groups;
+      }
+      i = j;
+    }
+  }
+  stale_groups_ += stale;
+  (*metrics)["staleness/stale_groups"] = static_cast<double>(stale);
+  return std::optional<std::vector<proto::Trajectory>>(std::move(kept));
+}
+
+Status Actor::SaveCheckpoint() {
+  if (options_.checkpoint_dir.empty()) return OkStatus();
+  proto::ManagerRequest req;
+  req.mutable_snapshot();
+  LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)),
+                           "actor: manager snapshot");
+  nlohmann::json snapshot = nlohmann::json::parse(reply.snapshot_json(), nullptr, false);
+  if (snapshot.is_discarded()) {
+    return DataLossError("actor: the manager's snapshot is not JSON");
+  }
+  nlohmann::json user = {{"manager_snapshot", std::move(snapshot)}};
+  LAMINAR_ASSIGN_OR_RETURN(
+      std::string dir, trainer_->SaveCheckpoint(options_.checkpoint_dir, user, options_.keep_last),
+      "actor");
+  LAMINAR_LOG(INFO, ACTOR) << "checkpoint " << dir;
+  return OkStatus();
+}
+
+Status Actor::Run(const std::atomic<bool>& stop,
+                  const std::function<void(const StepMetrics&)>& on_step) {
+  std::ofstream metrics_file;
+  if (!options_.metrics_path.empty()) {
+    metrics_file.open(options_.metrics_path, std::ios::app);
+    if (!metrics_file) return InvalidArgumentError("actor: cannot open " + options_.metrics_path);
+  }
+  LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
+  auto last_update = Clock::now();
+  while (!stop.load() &&
+         (options_.max_steps == 0 || trainer_->global_step() < options_.max_steps)) {
+    StepMetrics m;
+    const auto wait_start = Clock::now();
+    LAMINAR_ASSIGN_OR_RETURN(auto batch, TakeBatch(stop, &m));
+    if (!batch) break;
+    const auto train_start = Clock::now();
+    const int64_t version = trainer_->policy_version();
+    std::vector<trainer::TrainSample> samples;
+    std::vector<double> staleness;
+    int64_t tokens = 0, clipped = 0;
+    double len_max = 0, len_min = 1e300;
+    std::map<std::string, int64_t> group_of;
+    for (const proto::Trajectory& t : *batch) {
+      trainer::TrainSample s;
+      s.prompt_ids.assign(t.prompt_ids().begin(), t.prompt_ids().end());
+      s.response_ids.assign(t.response_ids().begin(), t.response_ids().end());
+      s.behavior_logprobs.assign(t.logprobs().begin(), t.logprobs().end());
+      s.score = t.reward();
+      s.group_id =
+          group_of.emplace(t.prompt_id(), static_cast<int64_t>(group_of.size())).first->second;
+      s.source = t.prompt_id() + "/" + std::to_string(t.sample_index()) + " from " + t.rollout_id();
+      staleness.push_back(static_cast<double>(version - t.version()));
+      tokens += t.prompt_ids_size() + t.response_ids_size();
+      const double len = t.response_ids_size();
+      len_max = std::max(len_max, len);
+      len_min = std::min(len_min, len);
+      clipped += t.finish_reason() == proto::FINISH_REASON_LENGTH;
+      samples.push_back(std::move(s));
+    }
+    LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(samples),
+                             "actor step " + std::to_string(trainer_->global_step() + 1));
+    m.insert(trained.begin(), trained.end());
+    LAMINAR_RETURN_IF_ERROR(Publish(&m));
+    const auto now = Clock::now();
+    std::sort(staleness.begin(), staleness.end());
+    double sum = 0;
+    for (double s : staleness) sum += s;
+    const double n = static_cast<double>(staleness.size());
+    m["staleness/mean"] = sum / n;
+    m["staleness/p50"] = Quantile(staleness, 0.5);
+    m["staleness/p99"] = Quantile(staleness, 0.99);
+    m["staleness/max"] = staleness.back();
+    m["response_length/max"] = len_max;
+    m["response_length/min"] = len_min;
+    m["response_length/clip_ratio"] = static_cast<double>(clipped) / n;
+    const double step_s = Seconds(now - last_update);
+    m["timing_s/gen"] = Seconds(train_start - wait_start);
+    m["timing_s/step"] = step_s;
+    m["trainer/idle_ratio"] = step_s > 0 ? Seconds(train_start - wait_start) / step_s : 0;
+    // Laminar's headline metric: tokens in the trained batch per second between actor updates.
+    m["perf/throughput"] = step_s > 0 ? static_cast<double>(tokens) / step_s : 0;
+    m["training/global_step"] = static_cast<double>(trainer_->global_step());
+    m["training/version"] = static_cast<double>(trainer_->policy_version());
+    last_update = now;
+    if (metrics_file) {
+      nlohmann::json line(m);
+      metrics_file << line.dump() << "\n" << std::flush;
+    }
+    if (on_step) on_step(m);
+    if (options_.save_every > 0 && trainer_->global_step() % options_.save_every == 0) {
+      LAMINAR_RETURN_IF_ERROR(SaveCheckpoint());
+    }
+  }
+  return SaveCheckpoint();
+}
+
+}  // namespace laminar::actor

@@ -1,0 +1,92 @@
+// The actor (DESIGN.md §2-3, issue 8 item 3): takes B complete prompt groups from the manager's
+// experience buffer (oldest first), trains on them with the Trainer (advantages, pi_old
+// recomputation, mini-batch updates), bumps the policy version, publishes it to the master relay
+// and tells the manager, logs verl-named metrics and checkpoints every K steps together with the
+// manager's snapshot, so a resumed run skips and repeats no prompt (DESIGN.md §6).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/zmq_transport.h"
+#include "model/model_config.h"
+#include "model/weight_store.h"
+#include "proto/control.pb.h"
+#include "relay/publisher.h"
+#include "trainer/trainer.h"
+
+namespace laminar::actor {
+
+struct ActorOptions {
+  std::string id = "actor";
+  std::string manager;          // the manager's control endpoint
+  std::string master_relay;     // the master relay's control endpoint
+  int32_t groups_per_step = 4;  // B: prompt groups per training step (>= 1)
+  int64_t max_steps = 0;        // stop after this global step (0: when the data runs out)
+  // Groups older than this many versions when taken are dropped (drop_stale) or kept and
+  // counted; nullopt: no bound (Laminar's default, DESIGN.md §3).
+  std::optional<int64_t> max_staleness;
+  bool drop_stale = true;
+  trainer::TrainerConfig trainer;
+  std::string checkpoint_dir;  // "" = no checkpoints
+  int64_t save_every = 0;      // steps between checkpoints (0: only at the end)
+  int keep_last = 2;
+  std::string metrics_path;  // JSONL, one line per step ("" = none)
+  int poll_ms = 20;          // between TakeBatch calls while the buffer is short
+  int request_timeout_ms = 5000;
+  int request_attempts = 3;
+  // Status InvalidArgument naming the field.
+  Status Validate() const;
+};
+
+// One training step's result: the metrics written to metrics_path (verl names plus
+// staleness/*, timing_s/*, perf/throughput, trainer/idle_ratio, relay/publish_stall_s).
+using StepMetrics = std::map<std::string, double>;
+
+// Not thread-safe: one thread calls Run.
+class Actor {
+ public:
+  // Creates the trainer from `weights` (version 0), or from the newest checkpoint in
+  // options.checkpoint_dir when `resume` (restoring the manager's snapshot too), and connects the
+  // publisher to the master relay. Errors: invalid options or trainer config (naming the field);
+  // Unavailable when the master relay or the manager does not answer; a checkpoint's load error;
+  // FailedPrecondition when the manager refuses the snapshot (it already handed out work).
+  static StatusOr<std::unique_ptr<Actor>> Create(const model::ModelConfig& config,
+                                                 const model::WeightStore& weights,
+                                                 ActorOptions options, bool resume);
+
+  // Publishes the current version, then trains until max_steps, the data runs out (the manager
+  // reports it exhausted and the buffer empty), or `stop` is set; saves a checkpoint at the end
+  // when checkpoint_dir is set. `on_step` (optional) sees each step's metrics.
+  Status Run(const std::atomic<bool>& stop,
+             const std::function<void(const StepMetrics&)>& on_step = nullptr);
+
+  int64_t global_step() const { return trainer_->global_step(); }
+  int64_t policy_version() const { return trainer_->policy_version(); }
+
+ private:
+  explicit Actor(ActorOptions options) : options_(std::move(options)) {}
+  StatusOr<proto::ManagerReply> Call(proto::ManagerRequest request);
+  Status Publish(StepMetrics* metrics);
+  // Waits for B groups; nullopt when stopped or the data ran out.
+  StatusOr<std::optional<std::vector<proto::Trajectory>>> TakeBatch(const std::atomic<bool>& stop,
+                                                                    StepMetrics* metrics);
+  Status SaveCheckpoint();
+
+  ActorOptions options_;
+  std::unique_ptr<trainer::Trainer> trainer_;
+  std::unique_ptr<relay::Publisher> publisher_;
+  std::unique_ptr<ZmqRequestClient> manager_;
+  uint64_t seq_ = 0;
+  int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
+};
+
+}  // namespace laminar::actor
