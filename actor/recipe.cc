@@ -1,0 +1,181 @@
+// The recipe schema and the per-role builders; see recipe.h.
+#include "actor/recipe.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace laminar::actor {
+namespace {
+
+ConfigSchema BuildSchema() {
+  ConfigSchema s;
+  const trainer::TrainerConfig t;
+  const rollout::RolloutWorkerOptions w;
+  s.AddString("mode", "async",
+              "sync: generate a batch, train, update every rollout (verl's baseline); "
+              "one_step_off: generation of step k+1 overlaps training of step k; async: "
+              "trajectory-level asynchrony with relay pulls and repack (Laminar)",
+              {"sync", "one_step_off", "async"});
+  s.AddRequired("model.path", ConfigType::kString,
+                "policy checkpoint: a Hugging Face folder, GGUF or llama2.c file");
+  s.AddString("model.tokenizer", "", "tokenizer file overriding the checkpoint's");
+  s.AddString("model.weights", "f32", "rollout projection weights: f32 or bf16", {"f32", "bf16"});
+  s.AddRequired("data.path", ConfigType::kString, "prompt dataset, JSON Lines");
+  s.AddString("data.prompt_key", "prompt", "field holding the prompt (text or chat messages)");
+  s.AddString("data.ground_truth_key", "ground_truth",
+              "field holding the reference answer (dotted paths reach nested fields)");
+  s.AddString("data.data_source_key", "data_source", "field naming the reward's data source");
+  s.AddString("data.default_data_source", "", "data source of rows without one");
+  s.AddString("data.id_key", "", "field holding a unique row id (empty: the line index)");
+  s.AddString("data.chat_format", "",
+              "render prompts with this chat format (chatml, llama3, llama2; empty: plain text)");
+  s.AddString("data.system_message", "", "system turn added to chat prompts without one");
+  s.AddInt("data.max_prompt_tokens", 0, "prompts longer than this are skipped (0: no limit)", 0);
+  s.AddBool("data.shuffle", true, "shuffle the prompts each epoch");
+  s.AddInt("data.seed", 1, "seed of the data order and of every group's sampling seed", 0);
+  s.AddInt("data.num_epochs", 0, "passes over the dataset (0: unlimited)", 0);
+  s.AddString("reward.name", "exact_match", "built-in reward");
+  s.AddInt("rollout.num_workers", 2, "rollout workers", 1, 4096);
+  s.AddInt("rollout.n", 8, "samples per prompt (the GRPO group)", 1, 65536);
+  s.AddFloat("rollout.temperature", 1.0, "sampling temperature (0: greedy)", 0.0, 100.0);
+  s.AddFloat("rollout.top_p", 1.0, "nucleus mass (1: off)", 0.0, 1.0);
+  s.AddInt("rollout.top_k", 0, "top-k (0: off)", 0);
+  s.AddFloat("rollout.min_p", 0.0, "min-p (0: off)", 0.0, 1.0);
+  s.AddInt("rollout.max_tokens", 256, "new tokens per response at most", 1);
+  s.AddStringList("rollout.stop", {}, "stop strings");
+  s.AddBool("rollout.stop_at_eos", true, "stop on the model's EOS tokens");
+  s.AddInt("rollout.max_groups", w.max_groups, "prompt groups in flight per rollout", 1);
+  s.AddInt("rollout.kv_cache_mb", 256, "KV cache per rollout, MiB", 1);
+  s.AddInt("rollout.block_size", w.engine.block_size, "KV tokens per block", 1, 4096);
+  s.AddInt("rollout.max_num_seqs", w.engine.scheduler.max_num_seqs, "running sequences at most", 1);
+  s.AddInt("rollout.max_num_batched_tokens", w.engine.scheduler.max_num_batched_tokens,
+           "tokens per engine step (decodes + prefill chunks)", 1);
+  s.AddInt("rollout.partial_every_tokens", w.partial_every_tokens,
+           "stream a sample's progress every K tokens (0: never)", 0);
+  s.AddInt("rollout.heartbeat_interval_ms", w.heartbeat_interval_ms, "heartbeat period", 1);
+  s.AddFloat("rollout.heartbeat_timeout_s", 5.0,
+             "a rollout silent this long is dead and its groups are re-issued", 0.01);
+  s.AddInt("actor.groups_per_step", 4, "prompt groups per training step (B)", 1);
+  s.AddInt("actor.max_steps", 0, "global steps to train (0: until the data runs out)", 0);
+  s.AddInt("actor.max_staleness", -1,
+           "groups older than this many versions are dropped or counted (-1: no bound)", -1);
+  s.AddBool("actor.drop_stale", true, "drop groups above max_staleness (false: keep, count)");
+  s.AddString("actor.optimizer", t.optimizer.name, "adamw or sgd");
+  s.AddFloat("actor.lr", t.optimizer.lr, "peak learning rate", 0.0, 10.0);
+  s.AddFloat("actor.weight_decay", t.optimizer.weight_decay, "decoupled weight decay", 0.0);
+  s.AddFloat("actor.grad_clip", t.optimizer.grad_clip, "max global gradient norm (0: off)", 0.0);
+  s.AddString("actor.lr_schedule", t.optimizer.lr_schedule,
+              "constant, constant_with_warmup or cosine");
+  s.AddInt("actor.warmup_steps", t.optimizer.warmup_steps, "linear warm-up steps", 0);
+  s.AddString("actor.loss", t.loss.loss, "policy loss: vanilla (PPO clip), gspo or pg");
+  s.AddString("actor.loss_agg_mode", t.loss.agg,
+              "token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm");
+  s.AddFloat("actor.clip_ratio_low", t.loss.clip_ratio_low, "PPO clip below 1", 0.0);
+  s.AddFloat("actor.clip_ratio_high", t.loss.clip_ratio_high, "PPO clip above 1 (DAPO)", 0.0);
+  s.AddString("actor.is_level", t.loss.is_level,
+              "truncated IS weight min(pi_old/mu, C): token, sequence, geometric or none");
+  s.AddFloat("actor.is_cap", t.loss.is_cap, "the truncation C", 0.0);
+  s.AddFloat("actor.kl_coef", t.loss.kl_coef, "KL to the initial policy (0: off)", 0.0);
+  s.AddString("actor.kl_estimator", t.loss.kl_estimator, "k1, k2 or k3");
+  s.AddFloat("actor.entropy_coef", t.loss.entropy_coef, "entropy bonus");
+  s.AddString("actor.adv_estimator", t.advantage.estimator,
+              "grpo, dr_grpo, rloo, reinforce_pp or gae");
+  s.AddInt("actor.mini_batch_size", t.mini_batch_size, "samples per update (0: all)", 0);
+  s.AddInt("actor.micro_batch_tokens", t.micro_batch_tokens, "tokens per forward/backward", 1);
+  s.AddInt("actor.ppo_epochs", t.ppo_epochs, "passes over each step's samples", 1);
+  s.AddString("actor.compute", "f32", "f32, or bf16 GEMM operands with f32 master weights",
+              {"f32", "bf16"});
+  s.AddString("actor.checkpoint_dir", "", "save checkpoints here (empty: none)");
+  s.AddInt("actor.save_every", 0, "steps between checkpoints (0: only at the end)", 0);
+  s.AddInt("actor.keep_last", 2, "checkpoints kept", 1);
+  s.AddString("actor.metrics", "", "append one JSON line of metrics per step to this file");
+  s.AddBool("repack.enabled", true, "move long-tail trajectories to free rollouts (DESIGN.md §5)");
+  s.AddInt("repack.max_batch", 64,
+           "running sequences per rollout beyond which decode stops "
+           "getting faster",
+           1);
+  s.AddFloat("repack.interval_s", 5.0, "seconds between repack checks", 0.0);
+  return s;
+}
+
+}  // namespace
+
+const ConfigSchema& RecipeSchema() {
+  static const ConfigSchema* schema = new ConfigSchema(BuildSchema());
+  return *schema;
+}
+
+StatusOr<Config> LoadRecipe(const std::string& path, const std::vector<std::string>& overrides) {
+  return Config::Load(path, overrides, RecipeSchema());
+}
+
+StatusOr<trainer::TrainerConfig> TrainerConfigOf(const Config& r) {
+  trainer::TrainerConfig t;
+  t.optimizer.name = r.GetString("actor.optimizer");
+  t.optimizer.lr = r.GetFloat("actor.lr");
+  t.optimizer.weight_decay = r.GetFloat("actor.weight_decay");
+  t.optimizer.grad_clip = r.GetFloat("actor.grad_clip");
+  t.optimizer.lr_schedule = r.GetString("actor.lr_schedule");
+  t.optimizer.warmup_steps = r.GetInt("actor.warmup_steps");
+  t.loss.loss = r.GetString("actor.loss");
+  t.loss.agg = r.GetString("actor.loss_agg_mode");
+  t.loss.clip_ratio_low = r.GetFloat("actor.clip_ratio_low");
+  t.loss.clip_ratio_high = r.GetFloat("actor.clip_ratio_high");
+  t.loss.is_level = r.GetString("actor.is_level");
+  t.loss.is_cap = r.GetFloat("actor.is_cap");
+  t.loss.kl_coef = r.GetFloat("actor.kl_coef");
+  t.loss.kl_estimator = r.GetString("actor.kl_estimator");
+  t.loss.entropy_coef = r.GetFloat("actor.entropy_coef");
+  t.advantage.estimator = r.GetString("actor.adv_estimator");
+  t.mini_batch_size = r.GetInt("actor.mini_batch_size");
+  t.micro_batch_tokens = r.GetInt("actor.micro_batch_tokens");
+  t.ppo_epochs = static_cast<int>(r.GetInt("actor.ppo_epochs"));
+  t.graph.bf16_compute = r.GetString("actor.compute") == "bf16";
+  t.seed = static_cast<uint64_t>(r.GetInt("data.seed"));
+  LAMINAR_RETURN_IF_ERROR(trainer::ValidatePolicyLossConfig(t.loss), "recipe actor.*");
+  return t;
+}
+
+StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
+  ActorOptions a;
+  LAMINAR_ASSIGN_OR_RETURN(a.trainer, TrainerConfigOf(r));
+  a.groups_per_step = static_cast<int32_t>(r.GetInt("actor.groups_per_step"));
+  a.max_steps = r.GetInt("actor.max_steps");
+  if (r.GetInt("actor.max_staleness") >= 0) a.max_staleness = r.GetInt("actor.max_staleness");
+  a.drop_stale = r.GetBool("actor.drop_stale");
+  a.checkpoint_dir = r.GetString("actor.checkpoint_dir");
+  a.save_every = r.GetInt("actor.save_every");
+  a.keep_last = static_cast<int>(r.GetInt("actor.keep_last"));
+  a.metrics_path = r.GetString("actor.metrics");
+  return a;
+}
+
+StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
+                                                               int64_t kv_bytes_per_token) {
+  if (kv_bytes_per_token <= 0) {
+    return InvalidArgumentError("recipe: kv_bytes_per_token must be > 0");
+  }
+  rollout::RolloutWorkerOptions w;
+  w.engine.block_size = static_cast<int32_t>(r.GetInt("rollout.block_size"));
+  const int64_t bytes = r.GetInt("rollout.kv_cache_mb") << 20;
+  const int64_t blocks = bytes / (kv_bytes_per_token * w.engine.block_size);
+  if (blocks < 1) {
+    return InvalidArgumentError(
+        "recipe rollout.kv_cache_mb: " + std::to_string(r.GetInt("rollout.kv_cache_mb")) +
+        " MiB holds no KV block of " + std::to_string(w.engine.block_size) + " tokens");
+  }
+  w.engine.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+  w.engine.scheduler.max_num_seqs = r.GetInt("rollout.max_num_seqs");
+  w.engine.scheduler.max_num_batched_tokens = r.GetInt("rollout.max_num_batched_tokens");
+  w.weight_dtype = r.GetString("model.weights") == "bf16" ? DType::kBF16 : DType::kF32;
+  w.max_groups = static_cast<int32_t>(r.GetInt("rollout.max_groups"));
+  w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
+  w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));
+  return w;
+}
+
+StatusOr<reward::RewardFn> RewardOf(const Config& r) {
+  return reward::BuiltinReward(r.GetString("reward.name"));
+}
+
+}  // namespace laminar::actor
