@@ -68,7 +68,9 @@ struct At {
   }
   StatusOr<uint64_t> Uint(const char* key) const {
     LAMINAR_ASSIGN_OR_RETURN(At m, Member(key));
-    if (!m.v->is_number_unsigned()) return m.NotA("an integer >= 0");
+    if (!m.v->is_number_unsigned() && !(m.v->is_number_integer() && m.v->get<int64_t>() >= 0)) {
+      return m.NotA("an integer >= 0");
+    }
     return m.v->get<uint64_t>();
   }
   StatusOr<std::string> Str(const char* key) const {

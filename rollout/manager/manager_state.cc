@@ -215,27 +215,30 @@ StatusOr<ManagerState::Group*> ManagerState::AcceptingGroup(const std::string& k
                                                             const std::string& prompt_id,
                                                             const std::string& rollout_id,
                                                             int64_t version, int32_t sample_index) {
-  const std::string what = kind + " of " + Quote(prompt_id) + " sample " +
-                           std::to_string(sample_index) + " from rollout " + Quote(rollout_id);
+  auto what = [&] {  // built on the drop paths only
+    return kind + " of " + Quote(prompt_id) + " sample " + std::to_string(sample_index) +
+           " from rollout " + Quote(rollout_id);
+  };
   auto it = in_flight_.find(prompt_id);
   if (it == in_flight_.end()) {
     const DropReason reason = ClassifyNotInFlight(prompt_id);
-    return Drop(reason,
-                what + (reason == DropReason::kGroupComplete ? ": the group is already complete"
-                                                             : ": no such prompt was handed out"));
+    return Drop(reason, what() + (reason == DropReason::kGroupComplete
+                                      ? ": the group is already complete"
+                                      : ": no such prompt was handed out"));
   }
   Group& g = it->second;
   if (sample_index >= config_.num_samples) {
     return Drop(DropReason::kInvalid,
-                what + ": groups have " + std::to_string(config_.num_samples) + " samples");
+                what() + ": groups have " + std::to_string(config_.num_samples) + " samples");
   }
   if (g.rollout_id != rollout_id) {
-    return Drop(DropReason::kNotAssigned,
-                what + (g.rollout_id.empty() ? ": the group waits to be re-issued"
-                                             : ": the group is on rollout " + Quote(g.rollout_id)));
+    return Drop(
+        DropReason::kNotAssigned,
+        what() + (g.rollout_id.empty() ? ": the group waits to be re-issued"
+                                       : ": the group is on rollout " + Quote(g.rollout_id)));
   }
   if (version != g.version) {
-    return Drop(DropReason::kVersionMismatch, what + ": version " + std::to_string(version) +
+    return Drop(DropReason::kVersionMismatch, what() + ": version " + std::to_string(version) +
                                                   " but the group was handed out with version " +
                                                   std::to_string(g.version));
   }
@@ -243,31 +246,32 @@ StatusOr<ManagerState::Group*> ManagerState::AcceptingGroup(const std::string& k
 }
 
 Status ManagerState::OnPartial(const proto::PartialResponse& p, double now_s) {
-  const std::string what = "partial response of " + Quote(p.prompt_id()) + " sample " +
-                           std::to_string(p.sample_index()) + " from rollout " +
-                           Quote(p.rollout_id());
+  auto what = [&] {  // built on the drop paths only
+    return "partial response of " + Quote(p.prompt_id()) + " sample " +
+           std::to_string(p.sample_index()) + " from rollout " + Quote(p.rollout_id());
+  };
   if (Status st = proto::Validate(p); !st.ok()) {
-    return Drop(DropReason::kInvalid, what + ": " + st.message());
+    return Drop(DropReason::kInvalid, what() + ": " + st.message());
   }
-  if (p.rollout_id().empty()) return Drop(DropReason::kInvalid, what + ": rollout_id is empty");
+  if (p.rollout_id().empty()) return Drop(DropReason::kInvalid, what() + ": rollout_id is empty");
   LAMINAR_ASSIGN_OR_RETURN(
       Group * g, AcceptingGroup("partial response", p.prompt_id(), p.rollout_id(), p.version(),
                                 p.sample_index()));
   Sample& s = g->samples[p.sample_index()];
-  if (s.finished) return Drop(DropReason::kDuplicateSample, what + ": the sample has finished");
+  if (s.finished) return Drop(DropReason::kDuplicateSample, what() + ": the sample has finished");
   const auto held = static_cast<int64_t>(s.partial_ids.size());
   const int64_t begin = p.offset(), end = begin + p.response_ids_size();
   if (begin > held) {
-    return Drop(DropReason::kPartialGap, what + ": it starts at token " + std::to_string(begin) +
+    return Drop(DropReason::kPartialGap, what() + ": it starts at token " + std::to_string(begin) +
                                              " but " + std::to_string(held) + " are held");
   }
   for (int64_t i = begin; i < std::min(end, held); ++i) {
     if (s.partial_ids[i] != p.response_ids(static_cast<int>(i - begin))) {
       return Drop(DropReason::kPartialGap,
-                  what + ": token " + std::to_string(i) + " differs from the one held");
+                  what() + ": token " + std::to_string(i) + " differs from the one held");
     }
   }
-  if (end <= held) return Drop(DropReason::kDuplicateSample, what + ": no new token");
+  if (end <= held) return Drop(DropReason::kDuplicateSample, what() + ": no new token");
   for (int64_t i = held; i < end; ++i) {
     s.partial_ids.push_back(p.response_ids(static_cast<int>(i - begin)));
     s.partial_logprobs.push_back(p.logprobs(static_cast<int>(i - begin)));
@@ -278,21 +282,23 @@ Status ManagerState::OnPartial(const proto::PartialResponse& p, double now_s) {
 }
 
 Status ManagerState::OnTrajectory(const proto::Trajectory& t, double now_s) {
-  const std::string what = "trajectory of " + Quote(t.prompt_id()) + " sample " +
-                           std::to_string(t.sample_index()) + " from rollout " +
-                           Quote(t.rollout_id());
+  auto what = [&] {  // built on the drop paths only
+    return "trajectory of " + Quote(t.prompt_id()) + " sample " + std::to_string(t.sample_index()) +
+           " from rollout " + Quote(t.rollout_id());
+  };
   if (Status st = proto::Validate(t); !st.ok()) {
-    return Drop(DropReason::kInvalid, what + ": " + st.message());
+    return Drop(DropReason::kInvalid, what() + ": " + st.message());
   }
-  if (t.rollout_id().empty()) return Drop(DropReason::kInvalid, what + ": rollout_id is empty");
+  if (t.rollout_id().empty()) return Drop(DropReason::kInvalid, what() + ": rollout_id is empty");
   LAMINAR_ASSIGN_OR_RETURN(Group * g, AcceptingGroup("trajectory", t.prompt_id(), t.rollout_id(),
                                                      t.version(), t.sample_index()));
   Sample& s = g->samples[t.sample_index()];
-  if (s.finished) return Drop(DropReason::kDuplicateSample, what + ": the sample already arrived");
+  if (s.finished)
+    return Drop(DropReason::kDuplicateSample, what() + ": the sample already arrived");
   const std::vector<int32_t>& prompt = dataset_->rows[g->row].prompt_ids;
   if (t.prompt_ids_size() != 0 &&
       !std::equal(t.prompt_ids().begin(), t.prompt_ids().end(), prompt.begin(), prompt.end())) {
-    return Drop(DropReason::kInvalid, what + ": its prompt_ids differ from the group's prompt");
+    return Drop(DropReason::kInvalid, what() + ": its prompt_ids differ from the group's prompt");
   }
   RolloutRecord& rec = Touch(t.rollout_id(), now_s);
   rec.health.num_tokens_held -= static_cast<int64_t>(s.partial_ids.size());
