@@ -5,6 +5,7 @@
 // across epochs.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
