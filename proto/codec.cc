@@ -76,6 +76,7 @@ Status Validate(const PartialResponse& m) {
   if (m.prompt_id().empty()) return Bad("prompt_id is empty");
   if (m.sample_index() < 0) return Bad("sample_index is negative");
   if (m.version() < 0) return Bad("version is negative");
+  if (m.offset() < 0) return Bad("offset is negative");
   LAMINAR_RETURN_IF_ERROR(SameLength(m.response_ids_size(), m.logprobs_size()));
   LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.response_ids(), "response_ids"));
   return ValidLogprobs(m.logprobs());

@@ -225,6 +225,12 @@ TEST(CodecTest, InvariantsAreChecked) {
   g.add_prompt_ids(1);
   g.set_num_samples(0);
   EXPECT_FALSE(Decode<PromptGroup>(Encode(g), "manager").ok());
+  PartialResponse p;
+  p.set_prompt_id("p");
+  p.set_offset(-1);
+  auto pr = Decode<PartialResponse>(Encode(p), "rollout/0");
+  ASSERT_FALSE(pr.ok());
+  EXPECT_NE(pr.status().message().find("offset is negative"), std::string::npos) << pr.status();
 }
 
 TEST(CodecTest, RandomBytesNeverCrash) {
