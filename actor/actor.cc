@@ -128,6 +128,7 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
       continue;
     }
+    for (const auto& [k, v] : reply.metrics()) (*metrics)[k] = v;
     // Whole groups, in order: a group's samples are consecutive and share prompt_id and version.
     const auto& ts = reply.batch().trajectories();
     for (int i = 0; i < ts.size();) {
@@ -173,6 +174,13 @@ Status Actor::Run(const std::atomic<bool>& stop,
     metrics_file.open(options_.metrics_path, std::ios::app);
     if (!metrics_file) return InvalidArgumentError("actor: cannot open " + options_.metrics_path);
   }
+  std::ofstream trajectory_file;
+  if (!options_.trajectory_log.empty()) {
+    trajectory_file.open(options_.trajectory_log, std::ios::app);
+    if (!trajectory_file) {
+      return InvalidArgumentError("actor: cannot open " + options_.trajectory_log);
+    }
+  }
   LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
   auto last_update = Clock::now();
   while (!stop.load() &&
@@ -204,6 +212,21 @@ Status Actor::Run(const std::atomic<bool>& stop,
       len_min = std::min(len_min, len);
       clipped += t.finish_reason() == proto::FINISH_REASON_LENGTH;
       samples.push_back(std::move(s));
+    }
+    if (trajectory_file) {
+      for (const proto::Trajectory& t : *batch) {
+        nlohmann::json line = {{"step", trainer_->global_step() + 1},
+                               {"actor_version", version},
+                               {"prompt_id", t.prompt_id()},
+                               {"sample_index", t.sample_index()},
+                               {"version", t.version()},
+                               {"rollout_id", t.rollout_id()},
+                               {"reward", t.reward()},
+                               {"response_length", t.response_ids_size()},
+                               {"finish_reason", proto::FinishReason_Name(t.finish_reason())}};
+        trajectory_file << line.dump() << "\n";
+      }
+      trajectory_file << std::flush;
     }
     LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(samples),
                              "actor step " + std::to_string(trainer_->global_step() + 1));

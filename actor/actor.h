@@ -40,7 +40,10 @@ struct ActorOptions {
   int64_t save_every = 0;      // steps between checkpoints (0: only at the end)
   int keep_last = 2;
   std::string metrics_path;  // JSONL, one line per step ("" = none)
-  int poll_ms = 20;          // between TakeBatch calls while the buffer is short
+  // JSONL, one line per trained sample ("" = none): step, actor version, prompt_id,
+  // sample_index, version, rollout_id, reward, response_length, finish_reason.
+  std::string trajectory_log;
+  int poll_ms = 20;  // between TakeBatch calls while the buffer is short
   int request_timeout_ms = 5000;
   int request_attempts = 3;
   // Status InvalidArgument naming the field.

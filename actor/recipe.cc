@@ -89,6 +89,8 @@ ConfigSchema BuildSchema() {
   s.AddInt("actor.save_every", 0, "steps between checkpoints (0: only at the end)", 0);
   s.AddInt("actor.keep_last", 2, "checkpoints kept", 1);
   s.AddString("actor.metrics", "", "append one JSON line of metrics per step to this file");
+  s.AddString("actor.trajectory_log", "",
+              "append one JSON line per trained sample (ids, versions, reward) to this file");
   s.AddBool("repack.enabled", true, "move long-tail trajectories to free rollouts (DESIGN.md §5)");
   s.AddInt("repack.max_batch", 64,
            "running sequences per rollout beyond which decode stops "
@@ -147,6 +149,7 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   a.save_every = r.GetInt("actor.save_every");
   a.keep_last = static_cast<int>(r.GetInt("actor.keep_last"));
   a.metrics_path = r.GetString("actor.metrics");
+  a.trajectory_log = r.GetString("actor.trajectory_log");
   return a;
 }
 

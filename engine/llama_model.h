@@ -48,6 +48,7 @@ class LlamaModel {
   // tensor and both shapes). Projection weights are held in `weight_dtype`: f32 (converted from
   // f16/bf16 when needed) or bf16 (half the bytes per decode step; f32 accumulation). Norms and
   // the embedding table stay f32. The reference backend takes f32 only (InvalidArgument).
+  // f32 tensors are used in place, not copied: `weights` must outlive the model.
   static StatusOr<std::unique_ptr<LlamaModel>> Create(const model::ModelConfig& config,
                                                       const model::WeightStore& weights,
                                                       Backend backend = Backend::kCpu,

@@ -286,6 +286,9 @@ Status Validate(const ManagerRequest& m) {
     case ManagerRequest::kVersion:
       if (m.version().version() < 0) return Bad("version: version is negative");
       return OkStatus();
+    case ManagerRequest::kReturned:
+      if (m.returned().rollout_id().empty()) return Bad("returned: rollout_id is empty");
+      return OkStatus();
     case ManagerRequest::kSnapshot:
     case ManagerRequest::kRestore:
       return OkStatus();

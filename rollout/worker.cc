@@ -115,11 +115,12 @@ Status RolloutWorker::MaybeUpdateWeights() {
     return OkStatus();  // try again later; a dead relay never stops the rollout
   }
   const relay::PulledVersion& v = **pulled;
-  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore store, relay::WeightStoreOf(v),
+  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors, relay::WeightStoreOf(v),
                            options_.id + ": version " + std::to_string(v.version()));
+  auto store = std::make_unique<model::WeightStore>(std::move(tensors));
   LAMINAR_ASSIGN_OR_RETURN(
       std::unique_ptr<engine::LlamaModel> model,
-      engine::LlamaModel::Create(config_, store, engine::Backend::kCpu, options_.weight_dtype),
+      engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_dtype),
       options_.id + ": version " + std::to_string(v.version()));
   if (!engine_) {
     RolloutEngineConfig c = options_.engine;
@@ -128,7 +129,9 @@ Status RolloutWorker::MaybeUpdateWeights() {
   } else {
     LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version()), options_.id);
   }
-  model_ = std::move(model);  // the engine now uses the new model; the old one can go
+  // The engine now uses the new model; the old one and its weights can go.
+  model_ = std::move(model);
+  weights_ = std::move(store);
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.versions_loaded;
   stats_.version = v.version();
@@ -144,6 +147,9 @@ int32_t RolloutWorker::num_groups_in_flight() const {
 Status RolloutWorker::RequestWork() {
   const int32_t room = options_.max_groups - num_groups_in_flight();
   if (room <= 0 || Clock::now() < next_work_) return OkStatus();
+  // A newer version exists: start nothing more under this one, so the rollout drains, becomes
+  // idle and pulls it (Laminar §4: rollouts update between trajectories, never during one).
+  if (actor_version_ > engine_->weight_version()) return OkStatus();
   proto::ManagerRequest req;
   proto::WorkRequest* w = req.mutable_work();
   w->set_rollout_id(options_.id);
@@ -166,10 +172,11 @@ Status RolloutWorker::RequestWork() {
     r.n = g.num_samples();
     auto id = engine_->Add(std::move(r));
     if (!id.ok()) {
-      // A prompt this engine cannot run (too long for the context or the KV pool) would come back
-      // forever; the manager's dataset checks should have caught it.
-      return Status(id.status().code(), options_.id + ": prompt group " + g.prompt_id() + ": " +
-                                            std::string(id.status().message()));
+      // A prompt this engine cannot run (too long for the context or the KV pool): give it back.
+      LAMINAR_LOG(ERROR, ROLLOUT) << options_.id << ": cannot run prompt group " << g.prompt_id()
+                                  << ": " << id.status();
+      GiveBack(g.prompt_id(), std::string(id.status().message()));
+      continue;
     }
     requests_[*id] = Request{.prompt_id = g.prompt_id(),
                              .data_source = g.data_source(),
@@ -345,18 +352,35 @@ Status RolloutWorker::SendPartials() {
     if (f.generated_ids.size() < sent + static_cast<size_t>(options_.partial_every_tokens)) {
       continue;
     }
-    sent = f.generated_ids.size();
+    // Only the tokens not streamed yet, at their offset in the response.
     proto::PartialResponse* p = batch->add_partials();
     p->set_prompt_id(requests_.at(f.request_id).prompt_id);
     p->set_sample_index(f.sample_index);
     p->set_version(engine_->weight_version());
-    p->mutable_response_ids()->Add(f.generated_ids.begin(), f.generated_ids.end());
-    p->mutable_logprobs()->Add(f.logprobs.begin(), f.logprobs.end());
+    p->set_rollout_id(options_.id);
+    p->set_offset(static_cast<int32_t>(sent));
+    p->mutable_response_ids()->Add(f.generated_ids.begin() + static_cast<std::ptrdiff_t>(sent),
+                                   f.generated_ids.end());
+    p->mutable_logprobs()->Add(f.logprobs.begin() + static_cast<std::ptrdiff_t>(sent),
+                               f.logprobs.end());
+    sent = f.generated_ids.size();
   }
   if (batch->partials_size() == 0) return OkStatus();
   auto reply = Call(std::move(req));
   if (!reply.ok()) LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": partials: " << reply.status();
   return OkStatus();
+}
+
+void RolloutWorker::GiveBack(const std::string& prompt_id, const std::string& reason) {
+  proto::ManagerRequest req;
+  proto::ReturnedGroups* r = req.mutable_returned();
+  r->set_rollout_id(options_.id);
+  r->add_prompt_ids(prompt_id);
+  r->set_reason(reason);
+  if (auto reply = Call(std::move(req)); !reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": giving back " << prompt_id
+                               << " failed: " << reply.status();
+  }
 }
 
 Status RolloutWorker::Run(const std::atomic<bool>& stop) {

@@ -96,6 +96,8 @@ class RolloutWorker {
   Status SendPartials();
   Status CarryOutRepack(const proto::RepackCommand& command);
   Status ImportSample(const proto::MigratedSample& sample);
+  // Tells the manager this rollout cannot run group `prompt_id` (it is re-issued).
+  void GiveBack(const std::string& prompt_id, const std::string& reason);
   // Distinct prompt groups with a sample in flight.
   int32_t num_groups_in_flight() const;
 
@@ -105,6 +107,7 @@ class RolloutWorker {
   RolloutWorkerOptions options_;
   std::unique_ptr<relay::RelayClient> relay_;
   std::unique_ptr<ZmqRequestClient> manager_;
+  std::unique_ptr<model::WeightStore> weights_;  // the model uses its f32 tensors in place
   std::unique_ptr<engine::LlamaModel> model_;
   std::unique_ptr<RolloutEngine> engine_;
   std::map<int64_t, Request> requests_;                         // by engine request id

@@ -381,6 +381,19 @@ void ManagerState::Requeue(Group& g) {
   ++counters_.num_reissued;
 }
 
+Status ManagerState::ReturnGroup(std::string_view prompt_id, std::string_view rollout_id) {
+  auto it = in_flight_.find(std::string(prompt_id));
+  if (it == in_flight_.end() || it->second.rollout_id.empty()) {
+    return NotFoundError("group " + Quote(prompt_id) + " is not in flight");
+  }
+  if (it->second.rollout_id != rollout_id) {
+    return FailedPreconditionError("group " + Quote(prompt_id) + " is on " +
+                                   Quote(it->second.rollout_id) + ", not " + Quote(rollout_id));
+  }
+  Requeue(it->second);
+  return OkStatus();
+}
+
 StatusOr<int64_t> ManagerState::DeclareDead(std::string_view rollout_id) {
   auto it = rollouts_.find(rollout_id);
   if (it == rollouts_.end()) return NotFoundError("no rollout " + Quote(rollout_id) + " is known");

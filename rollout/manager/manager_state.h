@@ -175,6 +175,12 @@ class ManagerState {
   // groups it held that went back to the pool, or NotFound for an unknown rollout.
   StatusOr<int64_t> DeclareDead(std::string_view rollout_id);
 
+  // A rollout gives group `prompt_id` back (it could not start or continue it: a prompt its
+  // engine refuses, a migrated sample it cannot import): the group goes back to the pool whole,
+  // as if its rollout had died. Errors (nothing changes): NotFound for a group not in flight;
+  // FailedPrecondition when it is not assigned to `rollout_id`.
+  Status ReturnGroup(std::string_view prompt_id, std::string_view rollout_id);
+
   // Repack bookkeeping (DESIGN.md §5): group `prompt_id` now runs on rollout `to`, with the
   // samples already received kept; from then on only `to` may send its samples. Call it once the
   // source has exported the group's requests: whatever the source sent before exporting must have

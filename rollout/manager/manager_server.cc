@@ -1,0 +1,332 @@
+// The manager's server; see manager_server.h.
+#include "rollout/manager/manager_server.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <utility>
+
+#include "core/logging.h"
+#include "proto/codec.h"
+
+namespace laminar::manager {
+
+StatusOr<RunMode> ParseRunMode(std::string_view name) {
+  if (name == "sync") return RunMode::kSync;
+  if (name == "one_step_off") return RunMode::kOneStepOff;
+  if (name == "async") return RunMode::kAsync;
+  return InvalidArgumentError("mode '" + std::string(name) +
+                              "' is not sync, one_step_off or async");
+}
+
+Status ManagerServerOptions::Validate() const {
+  if (groups_per_step < 1) {
+    return InvalidArgumentError("manager: groups_per_step must be >= 1, got " +
+                                std::to_string(groups_per_step));
+  }
+  if (!(heartbeat_timeout_s > 0)) {
+    return InvalidArgumentError("manager: heartbeat_timeout_s must be > 0");
+  }
+  if (!(repack_interval_s >= 0)) {
+    return InvalidArgumentError("manager: repack.interval_s must be >= 0");
+  }
+  return repack.Validate();
+}
+
+StatusOr<std::unique_ptr<ManagerServer>> ManagerServer::Start(
+    std::shared_ptr<const PromptDataset> dataset, ManagerConfig config,
+    ManagerServerOptions options) {
+  LAMINAR_RETURN_IF_ERROR(options.Validate());
+  LAMINAR_ASSIGN_OR_RETURN(std::unique_ptr<ManagerState> state,
+                           ManagerState::Create(std::move(dataset), std::move(config)));
+  std::unique_ptr<ManagerServer> s(new ManagerServer(std::move(state), std::move(options)));
+  ManagerServer* self = s.get();
+  LAMINAR_ASSIGN_OR_RETURN(
+      s->server_,
+      ZmqReplyServer::Start(s->options_.endpoint,
+                            [self](std::string_view request, std::string_view peer) {
+                              return self->Handle(request, peer);
+                            }),
+      "manager");
+  return s;
+}
+
+ManagerServer::ManagerServer(std::unique_ptr<ManagerState> state, ManagerServerOptions options)
+    : options_(std::move(options)),
+      start_(std::chrono::steady_clock::now()),
+      state_(std::move(state)) {
+  for (const char* k : {"repack/rounds", "repack/requests_moved", "repack/kv_tokens_moved",
+                        "repack/sources_freed", "repack/overhead_s"}) {
+    repack_totals_[k] = 0;
+  }
+}
+
+ManagerServer::~ManagerServer() { Stop(); }
+
+void ManagerServer::Stop() {
+  if (server_) server_->Stop();
+}
+
+double ManagerServer::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+int64_t ManagerServer::actor_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return actor_version_;
+}
+
+std::map<std::string, double> ManagerServer::Metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, double> m = state_->Metrics();
+  for (const auto& [k, v] : repack_totals_) m[k] = v;
+  return m;
+}
+
+std::string ManagerServer::Handle(std::string_view request, std::string_view peer) {
+  proto::ManagerReply reply;
+  auto decoded = proto::Decode<proto::ManagerRequest>(request, peer);
+  if (!decoded.ok()) {
+    reply.set_error(std::string(decoded.status().message()));
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    reply = Dispatch(*decoded, Now());
+    reply.set_actor_version(actor_version_);
+  }
+  reply.mutable_header()->set_sender("manager");
+  return proto::Encode(std::move(reply));
+}
+
+void ManagerServer::ExpireDead(double now) {
+  for (const std::string& id : state_->ExpireDead(now, options_.heartbeat_timeout_s)) {
+    LAMINAR_LOG(WARN, MANAGER) << "rollout " << id << " missed its heartbeats for "
+                               << options_.heartbeat_timeout_s << " s: its groups are re-issued";
+    running_.erase(id);
+    orders_.erase(id);
+    // Samples waiting to be imported there are lost with it; their groups were re-issued whole.
+    imports_.erase(id);
+  }
+}
+
+proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, double now) {
+  proto::ManagerReply reply;
+  ExpireDead(now);
+  switch (r.kind_case()) {
+    case proto::ManagerRequest::kWork:
+      OnWork(r.work(), now, &reply);
+      break;
+    case proto::ManagerRequest::kHeartbeat:
+      OnHeartbeat(r.heartbeat(), now, &reply);
+      break;
+    case proto::ManagerRequest::kTrajectories: {
+      int32_t dropped = 0;
+      for (const proto::Trajectory& t : r.trajectories().trajectories()) {
+        if (Status st = state_->OnTrajectory(t, now); !st.ok()) {
+          ++dropped;
+          LAMINAR_LOG(DEBUG, MANAGER) << "dropped a trajectory: " << st.message();
+        }
+      }
+      reply.set_dropped(dropped);
+      break;
+    }
+    case proto::ManagerRequest::kPartials:
+      for (const proto::PartialResponse& p : r.partials().partials()) {
+        if (Status st = state_->OnPartial(p, now); !st.ok()) {
+          LAMINAR_LOG(DEBUG, MANAGER) << "dropped a partial response: " << st.message();
+        }
+      }
+      break;
+    case proto::ManagerRequest::kMigrated:
+      OnMigrated(r.migrated());
+      break;
+    case proto::ManagerRequest::kReturned:
+      for (const std::string& id : r.returned().prompt_ids()) {
+        Status st = state_->ReturnGroup(id, r.returned().rollout_id());
+        LAMINAR_LOG(WARN, MANAGER)
+            << r.returned().rollout_id() << " gave back " << id << " (" << r.returned().reason()
+            << "): " << (st.ok() ? "re-issued" : std::string(st.message()));
+      }
+      break;
+    case proto::ManagerRequest::kTakeBatch:
+      OnTakeBatch(r.take_batch(), &reply);
+      break;
+    case proto::ManagerRequest::kVersion:
+      if (r.version().version() > actor_version_) {
+        actor_version_ = r.version().version();
+        repack_due_ = true;
+      }
+      break;
+    case proto::ManagerRequest::kSnapshot:
+      reply.set_snapshot_json(state_->Snapshot().dump());
+      break;
+    case proto::ManagerRequest::kRestore: {
+      nlohmann::json j = nlohmann::json::parse(r.restore().snapshot_json(), nullptr, false);
+      Status st =
+          j.is_discarded() ? InvalidArgumentError("the snapshot is not JSON") : state_->Restore(j);
+      if (!st.ok()) reply.set_error("restore: " + std::string(st.message()));
+      break;
+    }
+    case proto::ManagerRequest::KIND_NOT_SET:
+      reply.set_error("no request kind set");
+      break;
+  }
+  return reply;
+}
+
+void ManagerServer::OnWork(const proto::WorkRequest& work, double now, proto::ManagerReply* reply) {
+  int64_t allowed = work.max_groups();
+  if (options_.mode != RunMode::kAsync) {
+    // Batch b (groups [b B, (b + 1) B) in hand-out order) may be generated by versions >= b - lag.
+    const int64_t lag = options_.mode == RunMode::kSync ? 0 : 1;
+    const ManagerStats st = state_->stats();
+    const int64_t quota =
+        (work.version() + lag + 1) * int64_t{options_.groups_per_step} - st.num_issued;
+    allowed = std::min(allowed, std::max(quota, st.num_reissue_queued));
+  }
+  if (allowed <= 0) {
+    (void)state_->Assign(work.rollout_id(), 0, work.version(), now);  // it is alive
+    return;
+  }
+  auto groups =
+      state_->Assign(work.rollout_id(), static_cast<int32_t>(allowed), work.version(), now);
+  if (!groups.ok()) {
+    reply->set_error(std::string(groups.status().message()));
+    return;
+  }
+  for (proto::PromptGroup& g : *groups) *reply->mutable_work()->add_groups() = std::move(g);
+}
+
+void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
+                                proto::ManagerReply* reply) {
+  if (Status st = state_->OnHeartbeat(hb, now); !st.ok()) {
+    reply->set_error(std::string(st.message()));
+    return;
+  }
+  running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
+  block_size_[hb.id()] = hb.kv_block_size();
+  if (hb.kv_blocks_capacity() > 0) {
+    const double util =
+        static_cast<double>(hb.kv_blocks_used()) / static_cast<double>(hb.kv_blocks_capacity());
+    window_.kv_util_sum += util;
+    window_.kv_util_peak = std::max(window_.kv_util_peak, util);
+  }
+  ++window_.heartbeats;
+  window_.idle_heartbeats += hb.running() == 0 && hb.waiting() == 0;
+  // How far apart the versions the live rollouts hold are right now (async runs them apart).
+  int64_t lo = INT64_MAX, hi = -1;
+  for (const RolloutHealth& h : state_->Rollouts()) {
+    if (h.version < 0) continue;
+    lo = std::min(lo, h.version);
+    hi = std::max(hi, h.version);
+  }
+  if (hi >= 0) window_.version_spread_max = std::max(window_.version_spread_max, hi - lo);
+  if (options_.repack.enabled &&
+      (repack_due_ || now - last_repack_s_ >= options_.repack_interval_s)) {
+    Repack(now);
+  }
+  if (auto it = orders_.find(hb.id()); it != orders_.end()) {
+    for (proto::RepackCommand& c : it->second) *reply->add_repack() = std::move(c);
+    orders_.erase(it);
+  }
+  if (auto it = imports_.find(hb.id()); it != imports_.end()) {
+    for (proto::MigratedSample& m : it->second) *reply->add_imports() = std::move(m);
+    imports_.erase(it);
+  }
+}
+
+void ManagerServer::Repack(double now) {
+  const auto start = std::chrono::steady_clock::now();
+  last_repack_s_ = now;
+  repack_due_ = false;
+  std::vector<rollout::RepackRollout> rollouts;
+  for (const RolloutHealth& h : state_->Rollouts()) {
+    const auto bs_it = block_size_.find(h.id);
+    if (bs_it == block_size_.end() || bs_it->second <= 0 || h.version < 0 ||
+        h.kv_blocks_capacity <= 0) {
+      continue;  // no heartbeat with KV numbers yet
+    }
+    if (!orders_[h.id].empty()) continue;  // still carrying out the last round's order
+    const int64_t bs = bs_it->second;
+    rollout::RepackRollout r;
+    r.id = h.id;
+    r.version = h.version;
+    r.num_waiting = h.waiting;
+    r.kv_capacity_tokens = std::min(h.kv_blocks_capacity * bs, rollout::kMaxRepackKvTokens);
+    r.kv_used_tokens = std::min(h.kv_blocks_used * bs, r.kv_capacity_tokens);
+    r.kv_used_previous_tokens = h.kv_blocks_used_previous * bs;
+    for (const proto::RunningSample& s : running_[h.id]) {
+      r.running.push_back({.id = s.prompt_id() + "#" + std::to_string(s.sample_index()),
+                           .kv_tokens = std::min(s.kv_tokens(), r.kv_capacity_tokens)});
+    }
+    rollouts.push_back(std::move(r));
+  }
+  auto plan = rollout::PlanRepack(rollouts, options_.repack);
+  if (!plan.ok()) {
+    LAMINAR_LOG(WARN, MANAGER) << "repack: " << plan.status();
+    return;
+  }
+  repack_totals_["repack/rounds"] += 1;
+  std::map<std::string, proto::RepackCommand> by_source;
+  for (const rollout::RepackMove& m : plan->moves) {
+    proto::RepackCommand& c = by_source[m.source];
+    c.set_source(m.source);
+    c.set_destination(m.destination);
+    c.set_version(m.version);
+    const std::string prompt_id = m.request_id.substr(0, m.request_id.rfind('#'));
+    if (std::find(c.request_ids().begin(), c.request_ids().end(), prompt_id) ==
+        c.request_ids().end()) {
+      c.add_request_ids(prompt_id);
+    }
+    repack_totals_["repack/requests_moved"] += 1;
+    repack_totals_["repack/kv_tokens_moved"] += static_cast<double>(m.kv_tokens);
+  }
+  repack_totals_["repack/sources_freed"] += static_cast<double>(plan->sources_freed);
+  for (auto& [source, c] : by_source) orders_[source].push_back(std::move(c));
+  repack_totals_["repack/overhead_s"] +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ManagerServer::OnMigrated(const proto::MigratedBatch& batch) {
+  std::set<std::string> moved;
+  for (const proto::MigratedSample& m : batch.samples()) {
+    if (!moved.contains(m.prompt_id())) {
+      Status st = state_->MoveGroup(m.prompt_id(), batch.source(), batch.destination());
+      if (!st.ok()) {
+        // The destination cannot take it (gone, or another version now): start the group again.
+        LAMINAR_LOG(WARN, MANAGER) << "repack: " << st.message() << "; re-issuing the group";
+        (void)state_->ReturnGroup(m.prompt_id(), batch.source());
+        continue;
+      }
+      moved.insert(m.prompt_id());
+    }
+    imports_[batch.destination()].push_back(m);
+  }
+}
+
+void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::ManagerReply* reply) {
+  std::optional<std::vector<CompletedGroup>> groups = state_->TakeBatch(take.num_groups());
+  if (!groups) {
+    const ManagerStats st = state_->stats();
+    reply->set_exhausted(state_->exhausted() && st.num_in_flight == 0 &&
+                         st.num_buffered < take.num_groups());
+    return;
+  }
+  for (CompletedGroup& g : *groups) {
+    for (proto::Trajectory& t : g.trajectories) {
+      *reply->mutable_batch()->add_trajectories() = std::move(t);
+    }
+  }
+  auto& m = *reply->mutable_metrics();
+  for (const auto& [k, v] : state_->Metrics()) m[k] = v;
+  for (const auto& [k, v] : repack_totals_) m[k] = v;
+  if (window_.heartbeats > 0) {
+    m["rollout/kv_util_mean"] = window_.kv_util_sum / static_cast<double>(window_.heartbeats);
+    m["rollout/kv_util_peak"] = window_.kv_util_peak;
+    m["rollouter/idle_ratio"] =
+        static_cast<double>(window_.idle_heartbeats) / static_cast<double>(window_.heartbeats);
+    m["rollout/version_spread_max"] = static_cast<double>(window_.version_spread_max);
+  }
+  window_ = Window{};
+}
+
+}  // namespace laminar::manager

@@ -1,0 +1,93 @@
+// The rollout manager process's server (DESIGN.md §2, §4-6; issue 8 items 1, 4, 5): ManagerState
+// behind a ZeroMQ request/reply endpoint (proto ManagerRequest/ManagerReply), with the mode's
+// hand-out rule (sync, one_step_off, async), dead-rollout expiry, repack rounds (PlanRepack over
+// the rollouts' heartbeats; orders go to sources in heartbeat replies, exported samples to their
+// destination the same way) and the metrics merged into the actor's step line: manager/*,
+// repack/*, rollout/kv_util_{mean,peak}, rollouter/idle_ratio (share of heartbeats from idle
+// rollouts) and rollout/version_spread_max (newest minus oldest version held by live rollouts).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/zmq_transport.h"
+#include "proto/control.pb.h"
+#include "rollout/manager/manager_state.h"
+#include "rollout/repack.h"
+
+namespace laminar::manager {
+
+enum class RunMode { kSync, kOneStepOff, kAsync };
+// "sync", "one_step_off", "async"; InvalidArgument naming the value otherwise.
+StatusOr<RunMode> ParseRunMode(std::string_view name);
+
+struct ManagerServerOptions {
+  std::string endpoint = "tcp://127.0.0.1:*";
+  RunMode mode = RunMode::kAsync;
+  // B, the actor's groups per step. sync hands out the groups of batch b only to rollouts holding
+  // version >= b (so every group of a batch is on-policy); one_step_off to version >= b - 1;
+  // async to any version.
+  int32_t groups_per_step = 4;
+  double heartbeat_timeout_s = 5;  // a rollout silent this long is dead
+  rollout::RepackConfig repack;
+  double repack_interval_s = 5;  // also right after each new version (DESIGN.md §5)
+  Status Validate() const;
+};
+
+// Thread-safe: the server thread handles requests; the accessors lock.
+class ManagerServer {
+ public:
+  // Errors: the options' or the state's Create errors; Unavailable when the endpoint cannot bind.
+  static StatusOr<std::unique_ptr<ManagerServer>> Start(
+      std::shared_ptr<const PromptDataset> dataset, ManagerConfig config,
+      ManagerServerOptions options);
+  ~ManagerServer();
+
+  const std::string& endpoint() const { return server_->endpoint(); }
+  // The state's metrics plus the server's (repack/*, rollout/kv_util_*, rollouter/idle_ratio).
+  std::map<std::string, double> Metrics() const;
+  int64_t actor_version() const;
+  // Handles one encoded request; what the server thread runs (public for tests).
+  std::string Handle(std::string_view request, std::string_view peer);
+  void Stop();
+
+ private:
+  ManagerServer(std::unique_ptr<ManagerState> state, ManagerServerOptions options);
+  double Now() const;
+  // The reply for one decoded request (the lock is held).
+  proto::ManagerReply Dispatch(const proto::ManagerRequest& request, double now);
+  void OnWork(const proto::WorkRequest& work, double now, proto::ManagerReply* reply);
+  void OnHeartbeat(const proto::Heartbeat& heartbeat, double now, proto::ManagerReply* reply);
+  void OnMigrated(const proto::MigratedBatch& batch);
+  void OnTakeBatch(const proto::TakeBatchRequest& take, proto::ManagerReply* reply);
+  // One repack round over the rollouts' last heartbeats.
+  void Repack(double now);
+  void ExpireDead(double now);
+
+  ManagerServerOptions options_;
+  std::chrono::steady_clock::time_point start_;
+  mutable std::mutex mu_;
+  std::unique_ptr<ManagerState> state_;
+  int64_t actor_version_ = -1;
+  double last_repack_s_ = 0;
+  bool repack_due_ = false;  // a new version arrived since the last round
+  std::map<std::string, std::vector<proto::RunningSample>> running_;  // last heartbeat's
+  std::map<std::string, int32_t> block_size_;
+  std::map<std::string, std::vector<proto::RepackCommand>> orders_;    // per source
+  std::map<std::string, std::vector<proto::MigratedSample>> imports_;  // per destination
+  // Metrics since the last batch.
+  struct Window {
+    double kv_util_sum = 0, kv_util_peak = 0;
+    int64_t heartbeats = 0, idle_heartbeats = 0;
+    int64_t version_spread_max = 0;  // max over heartbeats of (newest - oldest version held)
+  } window_;
+  std::map<std::string, double> repack_totals_;
+  std::unique_ptr<ZmqReplyServer> server_;
+};
+
+}  // namespace laminar::manager
