@@ -66,6 +66,7 @@ StatusOr<std::unique_ptr<Actor>> Actor::Create(const model::ModelConfig& config,
   if (resume) {
     LAMINAR_ASSIGN_OR_RETURN(nlohmann::json user,
                              a->trainer_->LoadCheckpoint(a->options_.checkpoint_dir), "actor");
+    a->last_saved_step_ = a->trainer_->global_step();
     if (!user.contains("manager_snapshot") || !user["manager_snapshot"].is_object()) {
       return InvalidArgumentError("actor: the checkpoint in " + a->options_.checkpoint_dir +
                                   " has no manager_snapshot");
@@ -150,7 +151,9 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
 }
 
 Status Actor::SaveCheckpoint() {
-  if (options_.checkpoint_dir.empty()) return OkStatus();
+  if (options_.checkpoint_dir.empty() || last_saved_step_ == trainer_->global_step()) {
+    return OkStatus();
+  }
   proto::ManagerRequest req;
   req.mutable_snapshot();
   LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)),
@@ -164,6 +167,7 @@ Status Actor::SaveCheckpoint() {
       std::string dir, trainer_->SaveCheckpoint(options_.checkpoint_dir, user, options_.keep_last),
       "actor");
   LAMINAR_LOG(INFO, ACTOR) << "checkpoint " << dir;
+  last_saved_step_ = trainer_->global_step();
   return OkStatus();
 }
 

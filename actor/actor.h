@@ -90,6 +90,7 @@ class Actor {
   std::unique_ptr<ZmqRequestClient> manager_;
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
+  int64_t last_saved_step_ = -1;
 };
 
 }  // namespace laminar::actor

@@ -142,7 +142,11 @@ json ManagerState::Snapshot() const {
   groups.insert(groups.end(), assigned.begin(), assigned.end());
   json in_flight = json::array();
   for (const Group* g : groups) {
-    in_flight.push_back({{"prompt_id", g->prompt_id}, {"row", g->row}, {"epoch", g->epoch}});
+    // "rollout" is informational (a restore re-issues every group): "" for the re-issue queue.
+    in_flight.push_back({{"prompt_id", g->prompt_id},
+                         {"row", g->row},
+                         {"epoch", g->epoch},
+                         {"rollout", g->rollout_id}});
   }
   return {{"format", kFormat},
           {"format_version", kFormatVersion},

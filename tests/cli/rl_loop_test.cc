@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/process.h"
+#include "core/zmq_transport.h"
+#include "proto/codec.h"
 #include "tests/test_util.h"
 
 namespace laminar::testing {
@@ -189,6 +191,118 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
   if (mode == "async") {
     EXPECT_GE(spread, 1) << "see " << run.dir;
   }
+}
+
+// Waits until `path` has at least `lines` lines; false after `timeout_ms`.
+bool WaitForLines(const fs::path& path, size_t lines, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(path) && ReadJsonl(path).size() >= lines) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// Waits until the manager at `endpoint` has a group in flight on `rollout`.
+bool WaitUntilHolding(const std::string& endpoint, const std::string& rollout, int timeout_ms) {
+  ZmqRequestClient client(endpoint);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    proto::ManagerRequest q;
+    q.mutable_snapshot();
+    auto bytes = client.Call(proto::Encode(q), 1000);
+    if (bytes.ok()) {
+      auto reply = proto::Decode<proto::ManagerReply>(*bytes, "manager");
+      if (reply.ok()) {
+        auto snapshot = nlohmann::json::parse(reply->snapshot_json(), nullptr, false);
+        if (snapshot.is_object() && snapshot.contains("in_flight")) {
+          for (const auto& g : snapshot["in_flight"]) {
+            if (g.value("rollout", "") == rollout) return true;
+          }
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  RlRun run;
+  run.dir = TempDir("rl_rollout_killed");
+  WriteRecipe(run.dir, model, tok, "mode: async\n");
+  run.overrides = {"actor.max_steps=12", "rollout.max_tokens=48",
+                   "rollout.heartbeat_timeout_s=0.4"};
+  run.Start(2);
+  ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", 2, 60000)) << "see " << run.dir;
+  ASSERT_TRUE(WaitUntilHolding(run.manager_endpoint, "rollout/0", 30000)) << "see " << run.dir;
+  run.rollouts[0].Signal(SIGKILL);
+  ASSERT_EQ(run.WaitActor(90000), 0) << "see " << run.dir;
+  CheckRun(run.dir, 12, 1000);
+  const auto last = ReadJsonl(run.dir / "metrics.jsonl").back();
+  EXPECT_EQ(last["manager/rollouts_dead"].get<double>(), 1) << "see " << run.dir;
+  EXPECT_GE(last["manager/reissued"].get<double>(), 1) << "see " << run.dir;
+}
+
+// The prompt ids trained at each step (the last run's, when a step was trained twice).
+std::map<int64_t, std::set<std::string>> PromptsByStep(const fs::path& dir) {
+  std::map<int64_t, std::set<std::string>> last;
+  std::map<int64_t, std::set<std::string>> current;
+  int64_t previous = 0;
+  for (const auto& t : ReadJsonl(dir / "trajectories.jsonl")) {
+    const int64_t step = t["step"].get<int64_t>();
+    if (step != previous) current[step].clear();  // a resumed actor trains the step again
+    current[step].insert(t["prompt_id"].get<std::string>());
+    previous = step;
+  }
+  return current;
+}
+
+TEST(RlLoopFaultTest, AKilledActorResumesWithTheUninterruptedDataOrder) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  // sync mode: batch b is groups [bB, (b+1)B) of the data order, whatever the timing.
+  RlRun straight;
+  straight.dir = TempDir("rl_straight");
+  WriteRecipe(straight.dir, model, tok, "mode: sync\n");
+  straight.overrides = {"actor.max_steps=4"};
+  straight.Start(2);
+  ASSERT_EQ(straight.WaitActor(90000), 0) << "see " << straight.dir;
+  const auto want = PromptsByStep(straight.dir);
+  ASSERT_EQ(want.size(), 4u);
+
+  const fs::path dir = TempDir("rl_resumed");
+  WriteRecipe(dir, model, tok, "mode: sync\n");
+  const std::vector<std::string> overrides = {"actor.max_steps=4", "actor.save_every=2",
+                                              "actor.checkpoint_dir=" + (dir / "ckpt").string()};
+  {
+    RlRun first;
+    first.dir = dir;
+    first.overrides = overrides;
+    first.Start(2);
+    ASSERT_TRUE(WaitForLines(dir / "metrics.jsonl", 3, 60000)) << "see " << dir;
+    first.actor.Signal(SIGKILL);
+    ASSERT_TRUE(fs::exists(dir / "ckpt" / "latest")) << "see " << dir;
+  }  // the rest of the run stops with it; the launcher starts it again
+  RlRun second;
+  second.dir = dir;
+  second.overrides = overrides;
+  second.relay_endpoint =
+      RlRun::StartRole(&second.relay,
+                       {LAMINAR_BINARY, "relay", "--id", "master", "--shm-prefix",
+                        "lt" + std::to_string(getpid()) + "resumed2"},
+                       dir / "relay2.log", "control");
+  second.manager_endpoint =
+      RlRun::StartRole(&second.manager, second.Role("manager"), dir / "manager2.log", "endpoint");
+  second.StartActor(/*resume=*/true);
+  second.StartRollout(0);
+  second.StartRollout(1);
+  ASSERT_EQ(second.WaitActor(90000), 0) << "see " << dir;
+  const auto metrics = ReadJsonl(dir / "metrics.jsonl");
+  EXPECT_EQ(metrics.back()["training/version"].get<double>(), 4);
+  EXPECT_EQ(PromptsByStep(dir), want) << "see " << dir;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RlLoopTest, ::testing::Values("sync", "one_step_off", "async"));
