@@ -638,7 +638,7 @@ TEST(ManagerStateTest, BadSnapshotsAreRefusedNamingTheField) {
     ASSERT_TRUE(r->Restore(good).ok()) << c.name;
     // A restored state holds every in-flight group in its re-issue queue (rollout "").
     nlohmann::json requeued = good;
-    for (auto& g : requeued["in_flight"]) g["rollout"] = "";
+    for (auto& group : requeued["in_flight"]) group["rollout"] = "";
     EXPECT_EQ(r->Snapshot(), requeued) << c.name;
   }
   auto used = State(4, Config(2));
