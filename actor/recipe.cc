@@ -27,6 +27,8 @@ ConfigSchema BuildSchema() {
   s.AddString("data.data_source_key", "data_source", "field naming the reward's data source");
   s.AddString("data.default_data_source", "", "data source of rows without one");
   s.AddString("data.id_key", "", "field holding a unique row id (empty: the line index)");
+  s.AddString("data.max_tokens_key", "",
+              "field holding a row's own max_tokens (empty: rollout.max_tokens for every row)");
   s.AddString("data.chat_format", "",
               "render prompts with this chat format (chatml, llama3, llama2; empty: plain text)");
   s.AddString("data.system_message", "", "system turn added to chat prompts without one");

@@ -94,6 +94,7 @@ int RunManager(const RoleArgs& a) {
   d.data_source_key = r.GetString("data.data_source_key");
   d.default_data_source = r.GetString("data.default_data_source");
   d.id_key = r.GetString("data.id_key");
+  d.max_tokens_key = r.GetString("data.max_tokens_key");
   if (!r.GetString("data.chat_format").empty()) {
     auto chat = model::ChatFormatFromName(r.GetString("data.chat_format"));
     if (!chat.ok()) return fail("recipe data.chat_format: " + std::string(chat.status().message()));
@@ -103,6 +104,18 @@ int RunManager(const RoleArgs& a) {
   d.max_prompt_tokens = r.GetInt("data.max_prompt_tokens");
   auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, d);
   if (!dataset.ok()) return fail(dataset.status().message());
+  // Every prompt with its response budget must fit the policy's context, or no rollout could
+  // ever run it.
+  const int64_t context = policy->checkpoint.config.max_position_embeddings;
+  for (const manager::PromptRow& row : dataset->rows) {
+    const int64_t budget = row.max_tokens > 0 ? row.max_tokens : r.GetInt("rollout.max_tokens");
+    if (static_cast<int64_t>(row.prompt_ids.size()) + budget - 1 > context) {
+      return fail(row.source + ": a prompt of " + std::to_string(row.prompt_ids.size()) +
+                  " tokens with max_tokens " + std::to_string(budget) +
+                  " does not fit the model's context of " + std::to_string(context) +
+                  " positions (lower rollout.max_tokens or set data.max_prompt_tokens)");
+    }
+  }
   manager::ManagerConfig mc;
   mc.num_samples = static_cast<int32_t>(r.GetInt("rollout.n"));
   mc.shuffle = r.GetBool("data.shuffle");

@@ -105,6 +105,7 @@ void ManagerServer::ExpireDead(double now) {
     orders_.erase(id);
     // Samples waiting to be imported there are lost with it; their groups were re-issued whole.
     imports_.erase(id);
+    kv_at_last_round_.erase(id);
   }
 }
 
@@ -254,7 +255,13 @@ void ManagerServer::Repack(double now) {
     r.num_waiting = h.waiting;
     r.kv_capacity_tokens = std::min(h.kv_blocks_capacity * bs, rollout::kMaxRepackKvTokens);
     r.kv_used_tokens = std::min(h.kv_blocks_used * bs, r.kv_capacity_tokens);
-    r.kv_used_previous_tokens = h.kv_blocks_used_previous * bs;
+    // "Falling" compares with the previous round (finished samples free KV between rounds,
+    // while a decoding long tail grows it a block at a time); the heartbeat's own previous value
+    // before the first round.
+    auto last = kv_at_last_round_.find(h.id);
+    r.kv_used_previous_tokens =
+        last != kv_at_last_round_.end() ? last->second : h.kv_blocks_used_previous * bs;
+    kv_at_last_round_[h.id] = r.kv_used_tokens;
     for (const proto::RunningSample& s : running_[h.id]) {
       r.running.push_back({.id = s.prompt_id() + "#" + std::to_string(s.sample_index()),
                            .kv_tokens = std::min(s.kv_tokens(), r.kv_capacity_tokens)});

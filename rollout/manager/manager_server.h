@@ -78,6 +78,7 @@ class ManagerServer {
   bool repack_due_ = false;  // a new version arrived since the last round
   std::map<std::string, std::vector<proto::RunningSample>> running_;  // last heartbeat's
   std::map<std::string, int32_t> block_size_;
+  std::map<std::string, int64_t> kv_at_last_round_;  // KV tokens used at the last repack round
   std::map<std::string, std::vector<proto::RepackCommand>> orders_;    // per source
   std::map<std::string, std::vector<proto::MigratedSample>> imports_;  // per destination
   // Metrics since the last batch.

@@ -146,6 +146,7 @@ proto::PromptGroup ManagerState::MakeGroupMessage(const Group& g) const {
   m.set_num_samples(config_.num_samples);
   *m.mutable_sampling() = config_.sampling;
   m.mutable_sampling()->set_seed(GroupSeed(config_.sampling.seed(), g.row, g.epoch));
+  if (row.max_tokens > 0) m.mutable_sampling()->set_max_tokens(row.max_tokens);
   m.set_data_source(row.data_source);
   m.set_ground_truth(row.ground_truth);
   m.set_extra_info_json(row.extra_info_json);

@@ -133,6 +133,15 @@ StatusOr<PromptRow> ParseRow(const json& j, int64_t row_index, const model::Toke
   if (!options.extra_info_key.empty()) {
     if (const json* extra = Lookup(j, options.extra_info_key)) row.extra_info_json = extra->dump();
   }
+  if (!options.max_tokens_key.empty()) {
+    if (const json* mt = Lookup(j, options.max_tokens_key)) {
+      if (!mt->is_number_integer() || mt->get<int64_t>() < 1 || mt->get<int64_t>() > (1 << 30)) {
+        return InvalidArgumentError(Field(options.max_tokens_key) + " is " + JsonSnippet(*mt) +
+                                    ", not an integer in [1, 2^30]");
+      }
+      row.max_tokens = static_cast<int32_t>(mt->get<int64_t>());
+    }
+  }
   return row;
 }
 

@@ -38,6 +38,9 @@ struct PromptDatasetOptions {
   std::string id_key;
   // Optional: a field whose JSON text becomes PromptGroup.extra_info_json (verl's extra_info).
   std::string extra_info_key = "extra_info";
+  // Optional: an integer field that overrides the recipe's max_tokens for the row (per-request
+  // response budgets, e.g. a long-tail experiment); rows without it use the recipe's.
+  std::string max_tokens_key;
   // Set: prompts are rendered with this chat format (a string prompt becomes one user turn) and
   // the rendered text is tokenized without adding BOS, as Hugging Face's apply_chat_template then
   // encode does. Unset: a string prompt is tokenized as is with the tokenizer's BOS/EOS rule, and
@@ -57,6 +60,7 @@ struct PromptRow {
   std::string ground_truth;
   std::string data_source;
   std::string extra_info_json;  // JSON text or empty
+  int32_t max_tokens = 0;       // > 0: this row's max_tokens (PromptDatasetOptions::max_tokens_key)
   std::string source;           // "path:line" (or what the caller names it), for errors
 };
 

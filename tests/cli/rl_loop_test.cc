@@ -246,6 +246,46 @@ TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
   EXPECT_GE(last["manager/reissued"].get<double>(), 1) << "see " << run.dir;
 }
 
+TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  RlRun run;
+  run.dir = TempDir("rl_repack");
+  WriteRecipe(run.dir, model, tok, "mode: async\n");
+  // Every fourth prompt may answer with 400 tokens, the others with 24: a long tail.
+  {
+    std::ofstream data(run.dir / "prompts.jsonl");
+    for (int i = 0; i < 24; ++i) {
+      data << nlohmann::json{{"prompt", i % 2 ? "The dog" : "Once upon a time"},
+                             {"ground_truth", "cat"},
+                             {"data_source", "stories"},
+                             {"max_tokens", i % 4 == 0 ? 400 : 24}}
+                  .dump()
+           << "\n";
+    }
+  }
+  run.overrides = {"actor.max_steps=6",    "rollout.n=4",
+                   "rollout.max_groups=1", "data.max_tokens_key=max_tokens",
+                   "data.shuffle=false",   "repack.interval_s=0.05"};
+  run.Start(2);
+  ASSERT_EQ(run.WaitActor(120000), 0) << "see " << run.dir;
+  const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 6u);
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& t : ReadJsonl(run.dir / "trajectories.jsonl")) {
+    EXPECT_TRUE(
+        seen.insert({t["prompt_id"].get<std::string>(), t["sample_index"].get<int>()}).second);
+  }
+  const auto& last = metrics.back();
+  EXPECT_GE(last["repack/requests_moved"].get<double>(), 1) << "see " << run.dir;
+  EXPECT_GE(last["repack/sources_freed"].get<double>(), 1) << "see " << run.dir;
+  // A freed source takes the newest version: the rollouts held different versions meanwhile.
+  double spread = 0;
+  for (const auto& m : metrics)
+    spread = std::max(spread, m["rollout/version_spread_max"].get<double>());
+  EXPECT_GE(spread, 1) << "see " << run.dir;
+}
+
 // The prompt ids trained at each step (the last run's, when a step was trained twice).
 std::map<int64_t, std::set<std::string>> PromptsByStep(const fs::path& dir) {
   std::map<int64_t, std::set<std::string>> last;
