@@ -283,6 +283,76 @@ StatusOr<nlohmann::json> RunRolloutPeer(const BenchArgs& a, const std::string& m
                         {"best_tg_tokens_per_s", BestJson(*best)}};
 }
 
+// The engine sized by the flags: KV blocks from --num-blocks or --kv-cache-mb, else enough for the
+// whole load; every sample running at once unless --max-num-seqs.
+rollout::RolloutEngineConfig RolloutConfigFor(const BenchArgs& a, const bench::RolloutLoad& load,
+                                              const model::ModelConfig& mc) {
+  rollout::RolloutEngineConfig config;
+  config.block_size = a.block_size;
+  const int64_t kv_bytes_per_token =
+      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * sizeof(float);
+  int64_t blocks = a.num_blocks > 0 ? a.num_blocks : bench::BlocksForLoad(load, a.block_size);
+  if (a.kv_cache_mb > 0)
+    blocks = a.kv_cache_mb * (int64_t{1} << 20) / (kv_bytes_per_token * a.block_size);
+  config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
+  config.scheduler.max_num_seqs = a.max_num_seqs > 0 ? a.max_num_seqs : load.num_samples();
+  config.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
+  return config;
+}
+
+// One weight dtype's results as JSON, with its human lines on stderr.
+nlohmann::json ReportRollout(const std::string& w, const bench::RolloutLoad& load,
+                             int32_t num_blocks, const bench::RolloutBenchResult& r) {
+  nlohmann::json grpo = RunJson(r.grpo);
+  grpo["decode_s"] = r.decode_s;
+  grpo["decode_tokens_per_s"] = r.decode_tokens_per_s;
+  grpo["dram_fraction"] = r.grpo_dram_fraction;
+  nlohmann::json batch1 = RunJson(r.batch1);
+  batch1["decode_tokens_per_s"] = r.batch1_decode_tokens_per_s;
+  batch1["dram_fraction"] = r.batch1_dram_fraction;
+  std::fprintf(stderr,
+               "rollout %-4s %dx%d, %lld+%d tokens: %8.1f generated tok/s (decode %.1f), %lld "
+               "steps, %lld preemptions, peak %d/%d KV blocks, %.0f%% of DRAM bandwidth\n",
+               w.c_str(), load.num_prompts, load.n, static_cast<long long>(load.prompt_len),
+               load.max_tokens, r.grpo.tokens_per_s, r.decode_tokens_per_s,
+               static_cast<long long>(r.grpo.steps), static_cast<long long>(r.grpo.preemptions),
+               r.grpo.peak_kv_blocks_used, num_blocks, 100 * r.grpo_dram_fraction);
+  std::fprintf(stderr,
+               "rollout %-4s batch 1: %8.1f generated tok/s (decode %.1f), %.0f%% of DRAM "
+               "bandwidth\n",
+               w.c_str(), r.batch1.tokens_per_s, r.batch1_decode_tokens_per_s,
+               100 * r.batch1_dram_fraction);
+  return {{"weights", w},
+          {"weight_bytes_per_step", r.weight_bytes_per_step},
+          {"grpo", grpo},
+          {"prefill_only", RunJson(r.prefill)},
+          {"batch1", batch1}};
+}
+
+// Our generated tokens/s (whole load, and decode phase) over llama.cpp's best S_TG at npl 64 (the
+// largest npl run when 64 is not among them), and per npl.
+nlohmann::json RolloutRatios(const nlohmann::json& ours, const std::map<int64_t, double>& best) {
+  const int64_t ref = best.contains(64) ? 64 : best.rbegin()->first;
+  const double peer = best.at(ref);
+  nlohmann::json ratios = nlohmann::json::array();
+  for (const nlohmann::json& row : ours) {
+    const double generated = row["grpo"]["tokens_per_s"].get<double>();
+    const double decode = row["grpo"]["decode_tokens_per_s"].get<double>();
+    nlohmann::json per_npl;
+    for (const auto& [npl, tg] : best) per_npl[std::to_string(npl)] = generated / tg;
+    ratios.push_back({{"weights", row["weights"]},
+                      {"npl", ref},
+                      {"generated", generated / peer},
+                      {"decode", decode / peer},
+                      {"generated_per_npl", per_npl}});
+    std::fprintf(stderr,
+                 "ratio %-4s: %.2fx llama.cpp's best S_TG at npl %lld (decode phase %.2fx)\n",
+                 row["weights"].get<std::string>().c_str(), generated / peer,
+                 static_cast<long long>(ref), decode / peer);
+  }
+  return ratios;
+}
+
 // The rollout engine on a GRPO-shaped load and at batch 1 (bench/rollout_bench.h), for each
 // weight dtype asked, against llama-batched-bench in the same run.
 int RunRollout(const BenchArgs& a) {
@@ -294,17 +364,7 @@ int RunRollout(const BenchArgs& a) {
   if (!path.ok()) return Fail(path.status());
   auto ckpt = model::LoadCheckpoint(*path);
   if (!ckpt.ok()) return Fail(ckpt.status());
-  const model::ModelConfig& mc = ckpt->config;
-  rollout::RolloutEngineConfig config;
-  config.block_size = a.block_size;
-  const int64_t kv_bytes_per_token =
-      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * sizeof(float);
-  int64_t blocks = a.num_blocks > 0 ? a.num_blocks : bench::BlocksForLoad(load, a.block_size);
-  if (a.kv_cache_mb > 0)
-    blocks = a.kv_cache_mb * (int64_t{1} << 20) / (kv_bytes_per_token * a.block_size);
-  config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
-  config.scheduler.max_num_seqs = a.max_num_seqs > 0 ? a.max_num_seqs : load.num_samples();
-  config.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
+  const rollout::RolloutEngineConfig config = RolloutConfigFor(a, load, ckpt->config);
   // Other work on the machine skews both sides (llama.cpp's spinning threads most): say how busy.
   const double load_before = LoadAverage1m();
   // The peer runs first, so a missing or failing peer is reported before minutes of our runs.
@@ -330,64 +390,22 @@ int RunRollout(const BenchArgs& a) {
                           {"max_num_batched_tokens", config.scheduler.max_num_batched_tokens},
                           {"kv_dtype", "f32"}}}};
   const std::string weights = a.weights.empty() ? kRolloutWeights : a.weights;
-  std::vector<std::pair<std::string, double>> ours;  // weights, generated tok/s at the load
-  std::vector<double> ours_decode;
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string w : {"f32", "bf16"}) {
     if (weights != "both" && weights != w) continue;
     const DType dtype = w == "bf16" ? DType::kBF16 : DType::kF32;
-    auto lm = engine::LlamaModel::Create(mc, ckpt->weights, engine::Backend::kCpu, dtype);
+    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, dtype);
     if (!lm.ok()) return Fail(lm.status());
     auto r = bench::BenchRollout(**lm, w == "bf16" ? 2.0 : 4.0, load, config, bw);
     if (!r.ok()) return Fail(r.status());
     out["kv_bytes_per_token"] = r->kv_bytes_per_token;
-    nlohmann::json grpo = RunJson(r->grpo);
-    grpo["decode_s"] = r->decode_s;
-    grpo["decode_tokens_per_s"] = r->decode_tokens_per_s;
-    grpo["dram_fraction"] = r->grpo_dram_fraction;
-    nlohmann::json batch1 = RunJson(r->batch1);
-    batch1["decode_tokens_per_s"] = r->batch1_decode_tokens_per_s;
-    batch1["dram_fraction"] = r->batch1_dram_fraction;
-    rows.push_back({{"weights", w},
-                    {"weight_bytes_per_step", r->weight_bytes_per_step},
-                    {"grpo", grpo},
-                    {"prefill_only", RunJson(r->prefill)},
-                    {"batch1", batch1}});
-    std::fprintf(stderr,
-                 "rollout %-4s %dx%d, %lld+%d tokens: %8.1f generated tok/s (decode %.1f), %lld "
-                 "steps, %lld preemptions, peak %d/%d KV blocks, %.0f%% of DRAM bandwidth\n",
-                 w.c_str(), load.num_prompts, load.n, static_cast<long long>(load.prompt_len),
-                 load.max_tokens, r->grpo.tokens_per_s, r->decode_tokens_per_s,
-                 static_cast<long long>(r->grpo.steps), static_cast<long long>(r->grpo.preemptions),
-                 r->grpo.peak_kv_blocks_used, config.num_blocks, 100 * r->grpo_dram_fraction);
-    std::fprintf(stderr,
-                 "rollout %-4s batch 1: %8.1f generated tok/s (decode %.1f), %.0f%% of DRAM "
-                 "bandwidth\n",
-                 w.c_str(), r->batch1.tokens_per_s, r->batch1_decode_tokens_per_s,
-                 100 * r->batch1_dram_fraction);
-    ours.emplace_back(w, r->grpo.tokens_per_s);
-    ours_decode.push_back(r->decode_tokens_per_s);
+    rows.push_back(ReportRollout(w, load, config.num_blocks, *r));
   }
   out["laminar"] = rows;
   out["llama_cpp"] = *peer;
   out["load_average_1m"] = {{"start", load_before}, {"end", LoadAverage1m()}};
   if (!best.empty()) {
-    const int64_t ref = best.contains(64) ? 64 : best.rbegin()->first;
-    nlohmann::json ratios = nlohmann::json::array();
-    for (size_t i = 0; i < ours.size(); ++i) {
-      nlohmann::json per_npl;
-      for (const auto& [npl, tg] : best) per_npl[std::to_string(npl)] = ours[i].second / tg;
-      ratios.push_back({{"weights", ours[i].first},
-                        {"npl", ref},
-                        {"generated", ours[i].second / best[ref]},
-                        {"decode", ours_decode[i] / best[ref]},
-                        {"generated_per_npl", per_npl}});
-      std::fprintf(stderr,
-                   "ratio %-4s: %.2fx llama.cpp's best S_TG at npl %lld (decode phase %.2fx)\n",
-                   ours[i].first.c_str(), ours[i].second / best[ref], static_cast<long long>(ref),
-                   ours_decode[i] / best[ref]);
-    }
-    out["ratio_to_llama_cpp"] = ratios;
+    out["ratio_to_llama_cpp"] = RolloutRatios(rows, best);
   } else {
     std::fprintf(stderr, "llama.cpp peer skipped: %s\n",
                  (*peer)["skipped"].get<std::string>().c_str());
