@@ -43,6 +43,15 @@ std::string Tail(const std::string& path, size_t max_bytes = 1500) {
   return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
 }
 
+// Removes a file when it goes out of scope.
+struct RemoveOnExit {
+  std::string path;
+  ~RemoveOnExit() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
 }  // namespace
 
 Status RolloutLoad::Validate() const {
@@ -211,7 +220,7 @@ StatusOr<std::vector<BatchedBenchRow>> RunLlamaCppBatchedBench(const LlamaCppPee
   const std::string log = (std::filesystem::temp_directory_path() /
                            ("laminar-llama-batched-bench-" + std::to_string(getpid()) + ".log"))
                               .string();
-  std::filesystem::remove(log);
+  RemoveOnExit remove_log{log};  // failures quote its tail
   LAMINAR_ASSIGN_OR_RETURN(
       Process proc,
       Process::Spawn(
@@ -241,7 +250,7 @@ StatusOr<std::vector<BatchedBenchRow>> RunLlamaCppBatchedBench(const LlamaCppPee
   if (!code.ok() || *code != 0) {
     return InternalError(bin + " failed (exit " +
                          (code.ok() ? std::to_string(*code) : code.status().message()) +
-                         "); its log " + log + " ends with:\n" + Tail(log));
+                         "); its log ends with:\n" + Tail(log));
   }
   std::vector<BatchedBenchRow> ordered;
   for (int64_t npl : c.npl) {
@@ -251,11 +260,10 @@ StatusOr<std::vector<BatchedBenchRow>> RunLlamaCppBatchedBench(const LlamaCppPee
     if (it == rows.end()) {
       return InternalError(bin + " printed no row for npl " + std::to_string(npl) + " (pp " +
                            std::to_string(c.prompt_len) + ", tg " + std::to_string(c.max_tokens) +
-                           "); its log " + log + " ends with:\n" + Tail(log));
+                           "); its log ends with:\n" + Tail(log));
     }
     ordered.push_back(*it);
   }
-  std::filesystem::remove(log);
   return ordered;
 }
 

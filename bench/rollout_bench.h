@@ -120,9 +120,10 @@ struct LlamaCppPeerConfig {
 
 // Runs `llama-batched-bench -m model -npp prompt_len -ntg max_tokens -npl <npl> -pps -t threads
 // -fa on|off -c <max npl x (prompt_len + max_tokens)> --output-format jsonl` (the context is sized
-// so that no row is skipped) and returns its rows in npl order. Errors: Unavailable when the
-// binary cannot start; Internal naming the exit code and the tail of its log when it fails or a
-// requested npl has no row; DeadlineExceeded after timeout_s.
+// so that no row is skipped) and returns its rows in npl order. Its stderr goes to a temporary log,
+// removed on return. Errors: Unavailable when the binary cannot start; Internal naming the exit
+// code and quoting the log's tail when it fails or a requested npl has no row; DeadlineExceeded
+// after timeout_s (the child is killed).
 StatusOr<std::vector<BatchedBenchRow>> RunLlamaCppBatchedBench(const LlamaCppPeerConfig& config);
 
 // $LAMINAR_PEERS/llama.cpp/build/bin, else $HOME/.cache/laminar/peers/llama.cpp/build/bin (where
