@@ -1,9 +1,13 @@
-// `laminar bench hw|decode|prefill|train|broadcast|publish`: JSON output, reported against measured
-// hardware limits (bench/hw_limits.h) or a peer measured in the same run (the relay tier's
+// `laminar bench hw|decode|prefill|rollout|train|broadcast|publish`: JSON output, reported against
+// measured hardware limits (bench/hw_limits.h) or a peer measured in the same run (llama.cpp's
+// batched bench, bench/rollout_bench.h; PyTorch, bench/train_bench.h; the relay tier's
 // point-to-point transfer, bench/broadcast_bench.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -11,6 +15,7 @@
 #include "bench/broadcast_bench.h"
 #include "bench/hw_limits.h"
 #include "bench/model_bench.h"
+#include "bench/rollout_bench.h"
 #include "bench/train_bench.h"
 #include "cli/command.h"
 #include "engine/llama_model.h"
@@ -28,7 +33,7 @@ struct BenchArgs {
   int64_t steps = 16;
   int64_t prompt_tokens = 512;
   int repeats = 3;
-  std::string weights = "f32";
+  std::string weights;  // f32 (bf16, both); rollout: kRolloutWeights
   std::string transport = "zmq";
   double bytes = 500e6;
   double chunk_bytes = 4 * 1024 * 1024;
@@ -39,7 +44,30 @@ struct BenchArgs {
   std::string compute = "both";
   bool recompute = false;
   std::string peer_python;
+  // rollout
+  int32_t prompts = 16;
+  int32_t n = 8;
+  int64_t prompt_len = 128;
+  int32_t max_tokens = 256;
+  float temperature = 1.0f;
+  uint64_t seed = 0;
+  int64_t kv_cache_mb = 0;  // 0: --num-blocks, else enough for the load
+  int32_t num_blocks = 0;   // 0: enough for the whole load without preemption
+  int32_t block_size = 16;
+  int64_t max_num_seqs = 0;  // 0: every sample of the load at once
+  int64_t max_num_batched_tokens = 2048;
+  std::string peer_llamacpp;  // empty: DefaultLlamaCppBinDir() when present
+  bool no_peer = false;
+  std::string peer_model;  // empty: PeerModelFor(the model)
+  std::vector<int64_t> peer_npl = {8, 32, 64};
+  std::string peer_fa = "both";
+  int64_t dram_mb = 1024;  // buffer of the DRAM bandwidth measurement
 };
+
+// The default weight dtype of `bench rollout`: the faster one for batched decode where it was
+// chosen (`bench rollout --weights both` on the 2-core AVX2 dev machine: f32 148 generated tok/s,
+// bf16 116 at the GRPO load; bf16 wins at batch 1, 36 against 17).
+constexpr const char* kRolloutWeights = "f32";
 
 int Fail(const Status& s) { return CommandFail("bench", s.ToString()); }
 
@@ -179,10 +207,220 @@ int RunTrain(const BenchArgs& a) {
   return 0;
 }
 
+// getloadavg(3)'s one-minute average; -1 when unavailable.
+double LoadAverage1m() {
+  double load[1] = {-1};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
+
+nlohmann::json RunJson(const bench::RolloutRun& r) {
+  return {{"samples", r.num_samples},
+          {"generated_tokens", r.generated_tokens},
+          {"steps", r.steps},
+          {"wall_s", r.wall_s},
+          {"tokens_per_s", r.tokens_per_s},
+          {"median_step_s", r.median_step_s},
+          {"preemptions", r.preemptions},
+          {"peak_kv_blocks_used", r.peak_kv_blocks_used}};
+}
+
+// {"npl": tokens/s, ...}.
+nlohmann::json BestJson(const std::map<int64_t, double>& best) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [npl, tg] : best) j[std::to_string(npl)] = tg;
+  return j;
+}
+
+// llama-batched-bench on the same load, once per flash-attention setting. Returns the "llama_cpp"
+// JSON (with a "skipped" reason when there is no peer to run) and fills `best` with the best
+// S_TG per npl over the settings.
+StatusOr<nlohmann::json> RunRolloutPeer(const BenchArgs& a, const std::string& model_path,
+                                        std::map<int64_t, double>* best) {
+  if (a.no_peer) return nlohmann::json{{"skipped", "--no-peer"}};
+  const std::string bin_dir =
+      a.peer_llamacpp.empty() ? bench::DefaultLlamaCppBinDir() : a.peer_llamacpp;
+  const std::string bin = bin_dir + "/llama-batched-bench";
+  if (access(bin.c_str(), X_OK) != 0) {
+    if (!a.peer_llamacpp.empty()) return NotFoundError("--peer-llamacpp: no " + bin);
+    return nlohmann::json{{"skipped", bin + " not found (scripts/setup.sh --bench builds it)"}};
+  }
+  const std::string peer_model =
+      a.peer_model.empty() ? bench::PeerModelFor(model_path) : a.peer_model;
+  if (peer_model.empty()) {
+    return nlohmann::json{{"skipped", model_path + " is not a GGUF; give the peer --peer-model"}};
+  }
+  bench::LlamaCppPeerConfig c;
+  c.bin_dir = bin_dir;
+  c.model = peer_model;
+  c.prompt_len = a.prompt_len;
+  c.max_tokens = a.max_tokens;
+  c.npl = a.peer_npl;
+  c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  nlohmann::json runs = nlohmann::json::array();
+  for (const bool fa : {true, false}) {
+    if (a.peer_fa != "both" && (a.peer_fa == "on") != fa) continue;
+    c.flash_attn = fa;
+    LAMINAR_ASSIGN_OR_RETURN(std::vector<bench::BatchedBenchRow> rows,
+                             bench::RunLlamaCppBatchedBench(c));
+    nlohmann::json jrows = nlohmann::json::array();
+    for (const bench::BatchedBenchRow& r : rows) {
+      jrows.push_back({{"npl", r.npl},
+                       {"t_pp_s", r.t_pp_s},
+                       {"pp_tokens_per_s", r.pp_tokens_per_s},
+                       {"t_tg_s", r.t_tg_s},
+                       {"tg_tokens_per_s", r.tg_tokens_per_s}});
+      (*best)[r.npl] = std::max((*best)[r.npl], r.tg_tokens_per_s);
+      std::fprintf(stderr, "llama.cpp fa %-3s npl %3lld: %8.1f generated tok/s (S_TG)\n",
+                   fa ? "on" : "off", static_cast<long long>(r.npl), r.tg_tokens_per_s);
+    }
+    runs.push_back({{"flash_attn", fa}, {"rows", jrows}});
+  }
+  return nlohmann::json{{"binary", bin},
+                        {"model", peer_model},
+                        {"threads", c.threads},
+                        {"command", "llama-batched-bench -npp " + std::to_string(c.prompt_len) +
+                                        " -ntg " + std::to_string(c.max_tokens) + " -pps"},
+                        {"runs", runs},
+                        {"best_tg_tokens_per_s", BestJson(*best)}};
+}
+
+// The engine sized by the flags: KV blocks from --num-blocks or --kv-cache-mb, else enough for the
+// whole load; every sample running at once unless --max-num-seqs.
+rollout::RolloutEngineConfig RolloutConfigFor(const BenchArgs& a, const bench::RolloutLoad& load,
+                                              const model::ModelConfig& mc) {
+  rollout::RolloutEngineConfig config;
+  config.block_size = a.block_size;
+  const int64_t kv_bytes_per_token =
+      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * sizeof(float);
+  int64_t blocks = a.num_blocks > 0 ? a.num_blocks : bench::BlocksForLoad(load, a.block_size);
+  if (a.kv_cache_mb > 0)
+    blocks = a.kv_cache_mb * (int64_t{1} << 20) / (kv_bytes_per_token * a.block_size);
+  config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
+  config.scheduler.max_num_seqs = a.max_num_seqs > 0 ? a.max_num_seqs : load.num_samples();
+  config.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
+  return config;
+}
+
+// One weight dtype's results as JSON, with its human lines on stderr.
+nlohmann::json ReportRollout(const std::string& w, const bench::RolloutLoad& load,
+                             int32_t num_blocks, const bench::RolloutBenchResult& r) {
+  nlohmann::json grpo = RunJson(r.grpo);
+  grpo["decode_s"] = r.decode_s;
+  grpo["decode_tokens_per_s"] = r.decode_tokens_per_s;
+  grpo["dram_fraction"] = r.grpo_dram_fraction;
+  nlohmann::json batch1 = RunJson(r.batch1);
+  batch1["decode_tokens_per_s"] = r.batch1_decode_tokens_per_s;
+  batch1["dram_fraction"] = r.batch1_dram_fraction;
+  std::fprintf(stderr,
+               "rollout %-4s %dx%d, %lld+%d tokens: %8.1f generated tok/s (decode %.1f), %lld "
+               "steps, %lld preemptions, peak %d/%d KV blocks, %.0f%% of DRAM bandwidth\n",
+               w.c_str(), load.num_prompts, load.n, static_cast<long long>(load.prompt_len),
+               load.max_tokens, r.grpo.tokens_per_s, r.decode_tokens_per_s,
+               static_cast<long long>(r.grpo.steps), static_cast<long long>(r.grpo.preemptions),
+               r.grpo.peak_kv_blocks_used, num_blocks, 100 * r.grpo_dram_fraction);
+  std::fprintf(stderr,
+               "rollout %-4s batch 1: %8.1f generated tok/s (decode %.1f), %.0f%% of DRAM "
+               "bandwidth\n",
+               w.c_str(), r.batch1.tokens_per_s, r.batch1_decode_tokens_per_s,
+               100 * r.batch1_dram_fraction);
+  return {{"weights", w},
+          {"weight_bytes_per_step", r.weight_bytes_per_step},
+          {"grpo", grpo},
+          {"prefill_only", RunJson(r.prefill)},
+          {"batch1", batch1}};
+}
+
+// Our generated tokens/s (whole load, and decode phase) over llama.cpp's best S_TG at npl 64 (the
+// largest npl run when 64 is not among them), and per npl.
+nlohmann::json RolloutRatios(const nlohmann::json& ours, const std::map<int64_t, double>& best) {
+  const int64_t ref = best.contains(64) ? 64 : best.rbegin()->first;
+  const double peer = best.at(ref);
+  nlohmann::json ratios = nlohmann::json::array();
+  for (const nlohmann::json& row : ours) {
+    const double generated = row["grpo"]["tokens_per_s"].get<double>();
+    const double decode = row["grpo"]["decode_tokens_per_s"].get<double>();
+    nlohmann::json per_npl;
+    for (const auto& [npl, tg] : best) per_npl[std::to_string(npl)] = generated / tg;
+    ratios.push_back({{"weights", row["weights"]},
+                      {"npl", ref},
+                      {"generated", generated / peer},
+                      {"decode", decode / peer},
+                      {"generated_per_npl", per_npl}});
+    std::fprintf(stderr,
+                 "ratio %-4s: %.2fx llama.cpp's best S_TG at npl %lld (decode phase %.2fx)\n",
+                 row["weights"].get<std::string>().c_str(), generated / peer,
+                 static_cast<long long>(ref), decode / peer);
+  }
+  return ratios;
+}
+
+// The rollout engine on a GRPO-shaped load and at batch 1 (bench/rollout_bench.h), for each
+// weight dtype asked, against llama-batched-bench in the same run.
+int RunRollout(const BenchArgs& a) {
+  if (a.kv_cache_mb > 0 && a.num_blocks > 0) {
+    return CommandFail("bench", "give --kv-cache-mb or --num-blocks, not both", 2);
+  }
+  bench::RolloutLoad load{a.prompts, a.n, a.prompt_len, a.max_tokens, a.temperature, a.seed};
+  auto path = model::ResolveModelPath(a.model);
+  if (!path.ok()) return Fail(path.status());
+  auto ckpt = model::LoadCheckpoint(*path);
+  if (!ckpt.ok()) return Fail(ckpt.status());
+  const rollout::RolloutEngineConfig config = RolloutConfigFor(a, load, ckpt->config);
+  // Other work on the machine skews both sides (llama.cpp's spinning threads most): say how busy.
+  const double load_before = LoadAverage1m();
+  // The peer runs first, so a missing or failing peer is reported before minutes of our runs.
+  std::map<int64_t, double> best;
+  auto peer = RunRolloutPeer(a, *path, &best);
+  if (!peer.ok()) return Fail(peer.status());
+  const double bw = bench::MeasureDramReadBandwidth(a.dram_mb << 20);
+  nlohmann::json out = {{"model", *path},
+                        {"isa", kernels::cpu::IsaName(kernels::cpu::BestIsa())},
+                        {"cores", std::thread::hardware_concurrency()},
+                        {"dram_read_gb_per_s", bw / 1e9},
+                        {"load",
+                         {{"prompts", load.num_prompts},
+                          {"n", load.n},
+                          {"prompt_len", load.prompt_len},
+                          {"max_tokens", load.max_tokens},
+                          {"temperature", load.temperature},
+                          {"seed", load.seed}}},
+                        {"engine",
+                         {{"block_size", config.block_size},
+                          {"num_blocks", config.num_blocks},
+                          {"max_num_seqs", config.scheduler.max_num_seqs},
+                          {"max_num_batched_tokens", config.scheduler.max_num_batched_tokens},
+                          {"kv_dtype", "f32"}}}};
+  const std::string weights = a.weights.empty() ? kRolloutWeights : a.weights;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string w : {"f32", "bf16"}) {
+    if (weights != "both" && weights != w) continue;
+    const DType dtype = w == "bf16" ? DType::kBF16 : DType::kF32;
+    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, dtype);
+    if (!lm.ok()) return Fail(lm.status());
+    auto r = bench::BenchRollout(**lm, w == "bf16" ? 2.0 : 4.0, load, config, bw);
+    if (!r.ok()) return Fail(r.status());
+    out["kv_bytes_per_token"] = r->kv_bytes_per_token;
+    rows.push_back(ReportRollout(w, load, config.num_blocks, *r));
+  }
+  out["laminar"] = rows;
+  out["llama_cpp"] = *peer;
+  out["load_average_1m"] = {{"start", load_before}, {"end", LoadAverage1m()}};
+  if (!best.empty()) {
+    out["ratio_to_llama_cpp"] = RolloutRatios(rows, best);
+  } else {
+    std::fprintf(stderr, "llama.cpp peer skipped: %s\n",
+                 (*peer)["skipped"].get<std::string>().c_str());
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
 int RunBench(const BenchArgs& a) {
   if (a.what == "broadcast") return RunBroadcast(a);
   if (a.what == "train") return RunTrain(a);
   if (a.what == "publish") return RunPublish(a);
+  if (a.what == "rollout") return RunRollout(a);
+  if (a.weights == "both") return CommandFail("bench", "--weights both is for bench rollout", 2);
   nlohmann::json out;
   out["isa"] = kernels::cpu::IsaName(kernels::cpu::BestIsa());
   double bw = bench::MeasureDramReadBandwidth();
@@ -194,12 +432,13 @@ int RunBench(const BenchArgs& a) {
     if (!path.ok()) return Fail(path.status());
     auto ckpt = model::LoadCheckpoint(*path);
     if (!ckpt.ok()) return Fail(ckpt.status());
-    DType wdtype = a.weights == "bf16" ? DType::kBF16 : DType::kF32;
+    const std::string weights = a.weights.empty() ? "f32" : a.weights;
+    DType wdtype = weights == "bf16" ? DType::kBF16 : DType::kF32;
     auto lm =
         engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, wdtype);
     if (!lm.ok()) return Fail(lm.status());
     out["model"] = a.model;
-    out["weights_dtype"] = a.weights;
+    out["weights_dtype"] = weights;
     double step_bytes = bench::WeightBytesPerStep(ckpt->config, wdtype == DType::kBF16 ? 2.0 : 4.0);
     nlohmann::json rows = nlohmann::json::array();
     if (a.what == "decode") {
@@ -234,9 +473,10 @@ int RunBench(const BenchArgs& a) {
 std::function<int()> SetupBench(CLI::App* app) {
   auto a = std::make_shared<BenchArgs>();
   app->add_option("what", a->what,
-                  "hw (limits only), decode, prefill, train (trainer), broadcast (relay tier) or "
-                  "publish (actor stall)")
-      ->check(CLI::IsMember({"hw", "decode", "prefill", "train", "broadcast", "publish"}));
+                  "hw (limits only), decode, prefill, rollout (rollout engine vs llama.cpp), train "
+                  "(trainer), broadcast (relay tier) or publish (actor stall)")
+      ->check(
+          CLI::IsMember({"hw", "decode", "prefill", "rollout", "train", "broadcast", "publish"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
   app->add_option("--batch", a->batches, "decode batch sizes")->check(CLI::Range(1, 4096));
   app->add_option("--steps", a->steps, "decode steps timed per batch size")
@@ -256,8 +496,10 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::Range(1, 64));
   app->add_option("--log-dir", a->log_dir, "broadcast: keep the relays' logs in this folder")
       ->check(CLI::ExistingDirectory);
-  app->add_option("--weights", a->weights, "projection weights in f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  app->add_option("--weights", a->weights,
+                  "projection weights in f32 or bf16 (default f32); rollout: also both (default " +
+                      std::string(kRolloutWeights) + ")")
+      ->check(CLI::IsMember({"f32", "bf16", "both"}));
   app->add_option("--seq-len", a->seq_len, "train: tokens per sequence")
       ->check(CLI::Range(2, 1 << 16));
   app->add_option("--seqs", a->seqs, "train: sequences per packed batch")
@@ -269,10 +511,50 @@ std::function<int()> SetupBench(CLI::App* app) {
                   "train: a Python with torch and transformers (scripts/setup.sh --bench) to "
                   "measure PyTorch on the same shape")
       ->check(CLI::ExistingFile);
+  app->add_option("--prompts", a->prompts, "rollout: prompts (GRPO groups)")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--n", a->n, "rollout: samples per prompt")->check(CLI::Range(1, 1 << 16));
+  app->add_option("--prompt-len", a->prompt_len, "rollout: tokens per prompt")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--max-tokens", a->max_tokens, "rollout: tokens generated by every sample")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--temperature", a->temperature, "rollout: sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0));
+  app->add_option("--seed", a->seed, "rollout: prompt ids and sampling seed");
+  app->add_option("--kv-cache-mb", a->kv_cache_mb,
+                  "rollout: KV pool in MiB (default: enough for the whole load)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app->add_option("--num-blocks", a->num_blocks,
+                  "rollout: KV blocks (default: enough for the whole load)")
+      ->check(CLI::Range(1, 1 << 30));
+  app->add_option("--block-size", a->block_size, "rollout: tokens per KV block")
+      ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--max-num-seqs", a->max_num_seqs,
+                  "rollout: running sequences at most (default: every sample)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                  "rollout: tokens per engine step at most")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app->add_option("--peer-llamacpp", a->peer_llamacpp,
+                  "rollout: folder with llama-batched-bench (default: the one scripts/setup.sh "
+                  "--bench builds, when present)");
+  app->add_flag("--no-peer", a->no_peer, "rollout: skip the llama.cpp peer");
+  app->add_option("--peer-model", a->peer_model,
+                  "rollout: GGUF for the peer (default: the model's .BF16.gguf sibling if present, "
+                  "else the model)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--peer-npl", a->peer_npl, "rollout: the peer's parallel sequence counts")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--dram-mb", a->dram_mb,
+                  "rollout: MiB read by the DRAM bandwidth measurement (far above the LLC)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--peer-fa", a->peer_fa, "rollout: the peer's flash attention: on, off or both")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   return [a] { return RunBench(*a); };
 }
 LAMINAR_REGISTER_COMMAND(
-    "bench", "benchmarks with JSON output: hw, decode, prefill, train, broadcast, publish",
+    "bench", "benchmarks with JSON output: hw, decode, prefill, rollout, train, broadcast, publish",
     SetupBench);
 
 }  // namespace
