@@ -80,15 +80,18 @@ struct RlRun {
         "role");
   }
 
-  void Start(int num_rollouts) {
+  // Starts every role; `resume` restarts a killed run (logs get the suffix "_resumed").
+  void Start(int num_rollouts, bool resume = false) {
+    const std::string tag = resume ? "_resumed" : "";
     relay_endpoint = StartRole(&relay,
                                {LAMINAR_BINARY, "relay", "--id", "master", "--shm-prefix",
-                                "lt" + std::to_string(getpid()) + dir.filename().string()},
-                               dir / "relay.log", "control");
-    manager_endpoint = StartRole(&manager, Role("manager"), dir / "manager.log", "endpoint");
+                                "lt" + std::to_string(getpid()) + dir.filename().string() + tag},
+                               dir / ("relay" + tag + ".log"), "control");
+    manager_endpoint =
+        StartRole(&manager, Role("manager"), dir / ("manager" + tag + ".log"), "endpoint");
     ASSERT_FALSE(relay_endpoint.empty());
     ASSERT_FALSE(manager_endpoint.empty());
-    StartActor(false);
+    StartActor(resume);
     for (int i = 0; i < num_rollouts; ++i) StartRollout(i);
   }
 
@@ -329,16 +332,7 @@ TEST(RlLoopFaultTest, AKilledActorResumesWithTheUninterruptedDataOrder) {
   RlRun second;
   second.dir = dir;
   second.overrides = overrides;
-  second.relay_endpoint =
-      RlRun::StartRole(&second.relay,
-                       {LAMINAR_BINARY, "relay", "--id", "master", "--shm-prefix",
-                        "lt" + std::to_string(getpid()) + "resumed2"},
-                       dir / "relay2.log", "control");
-  second.manager_endpoint =
-      RlRun::StartRole(&second.manager, second.Role("manager"), dir / "manager2.log", "endpoint");
-  second.StartActor(/*resume=*/true);
-  second.StartRollout(0);
-  second.StartRollout(1);
+  second.Start(2, /*resume=*/true);
   ASSERT_EQ(second.WaitActor(90000), 0) << "see " << dir;
   const auto metrics = ReadJsonl(dir / "metrics.jsonl");
   EXPECT_EQ(metrics.back()["training/version"].get<double>(), 4);
