@@ -327,13 +327,24 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   auto& m = *reply->mutable_metrics();
   for (const auto& [k, v] : state_->Metrics()) m[k] = v;
   for (const auto& [k, v] : repack_totals_) m[k] = v;
-  if (window_.heartbeats > 0) {
-    m["rollout/kv_util_mean"] = window_.kv_util_sum / static_cast<double>(window_.heartbeats);
-    m["rollout/kv_util_peak"] = window_.kv_util_peak;
-    m["rollouter/idle_ratio"] =
-        static_cast<double>(window_.idle_heartbeats) / static_cast<double>(window_.heartbeats);
-    m["rollout/version_spread_max"] = static_cast<double>(window_.version_spread_max);
+  if (window_.heartbeats == 0) {
+    // No heartbeat since the last batch (two batches back to back): the rollouts' last reports.
+    for (const RolloutHealth& h : state_->Rollouts()) {
+      if (h.kv_blocks_capacity > 0) {
+        const double util =
+            static_cast<double>(h.kv_blocks_used) / static_cast<double>(h.kv_blocks_capacity);
+        window_.kv_util_sum += util;
+        window_.kv_util_peak = std::max(window_.kv_util_peak, util);
+      }
+      ++window_.heartbeats;
+      window_.idle_heartbeats += h.running == 0 && h.waiting == 0;
+    }
   }
+  const double beats = static_cast<double>(std::max<int64_t>(window_.heartbeats, 1));
+  m["rollout/kv_util_mean"] = window_.kv_util_sum / beats;
+  m["rollout/kv_util_peak"] = window_.kv_util_peak;
+  m["rollouter/idle_ratio"] = static_cast<double>(window_.idle_heartbeats) / beats;
+  m["rollout/version_spread_max"] = static_cast<double>(window_.version_spread_max);
   window_ = Window{};
 }
 

@@ -132,6 +132,9 @@ std::string WriteRecipe(const fs::path& dir, const std::string& model, const std
 
 class RlLoopTest : public ::testing::TestWithParam<std::string> {};
 
+bool WaitForLines(const fs::path& path, size_t lines, int timeout_ms);
+size_t WaitForMetric(const fs::path& path, const std::string& key, double at_least, int timeout_ms);
+
 // Checks shared by every run: versions advance by one per step, every trained sample's version
 // is at most the actor's, staleness within the mode's bound, whole groups, no (prompt, sample)
 // trained twice, the metric keys.
@@ -174,25 +177,28 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
   RlRun run;
   run.dir = TempDir("rl_loop_" + mode);
   WriteRecipe(run.dir, model, tok, "mode: " + mode + "\n");
-  // Longer responses and more steps, so that generation spans several versions.
-  run.overrides = {"actor.max_steps=6", "rollout.max_tokens=48"};
+  // Longer responses and at least 6 steps, so that generation spans several versions.
+  const bool async = mode == "async";
+  run.overrides = {async ? "actor.max_steps=0" : "actor.max_steps=6", "rollout.max_tokens=48"};
   run.Start(2);
+  if (async) {
+    // Trajectory-level asynchrony: at some moment the two rollouts hold different versions.
+    const size_t apart =
+        WaitForMetric(run.dir / "metrics.jsonl", "rollout/version_spread_max", 1, 90000);
+    ASSERT_GT(apart, 0u) << "the rollouts never held different versions; see " << run.dir;
+    ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", std::max<size_t>(apart + 1, 6), 60000));
+    run.actor.Signal(SIGTERM);
+  }
   ASSERT_EQ(run.WaitActor(90000), 0) << "see " << run.dir;
   const int64_t bound = mode == "sync" ? 0 : mode == "one_step_off" ? 1 : 1000;
-  CheckRun(run.dir, 6, bound);
-  double spread = 0, stale = 0;
-  for (const auto& m : ReadJsonl(run.dir / "metrics.jsonl")) {
-    spread = std::max(spread, m["rollout/version_spread_max"].get<double>());
-    stale = std::max(stale, m["staleness/max"].get<double>());
-  }
+  const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
+  CheckRun(run.dir, async ? static_cast<int64_t>(metrics.size()) : 6, bound);
+  double stale = 0;
+  for (const auto& m : metrics) stale = std::max(stale, m["staleness/max"].get<double>());
   if (mode == "sync") {
     EXPECT_EQ(stale, 0);  // on-policy: every rollout waits for each version
   } else {
     EXPECT_GE(stale, 1);  // generation overlaps training
-  }
-  // Trajectory-level asynchrony: at some moment the two rollouts held different versions.
-  if (mode == "async") {
-    EXPECT_GE(spread, 1) << "see " << run.dir;
   }
 }
 
@@ -230,21 +236,45 @@ bool WaitUntilHolding(const std::string& endpoint, const std::string& rollout, i
   return false;
 }
 
+// Waits until a line of the metrics file `path` has `key` >= `at_least`; returns the number of
+// lines up to it, or 0 after `timeout_ms`.
+size_t WaitForMetric(const fs::path& path, const std::string& key, double at_least,
+                     int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(path)) {
+      const auto lines = ReadJsonl(path);
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (lines[i].contains(key) && lines[i][key].get<double>() >= at_least) return i + 1;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
 TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
   LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
   LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
   RlRun run;
   run.dir = TempDir("rl_rollout_killed");
   WriteRecipe(run.dir, model, tok, "mode: async\n");
-  run.overrides = {"actor.max_steps=12", "rollout.max_tokens=48",
-                   "rollout.heartbeat_timeout_s=0.4"};
+  run.overrides = {"actor.max_steps=0", "rollout.max_tokens=48", "rollout.heartbeat_timeout_s=0.4"};
   run.Start(2);
   ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", 2, 60000)) << "see " << run.dir;
   ASSERT_TRUE(WaitUntilHolding(run.manager_endpoint, "rollout/0", 30000)) << "see " << run.dir;
   run.rollouts[0].Signal(SIGKILL);
-  ASSERT_EQ(run.WaitActor(90000), 0) << "see " << run.dir;
-  CheckRun(run.dir, 12, 1000);
-  const auto last = ReadJsonl(run.dir / "metrics.jsonl").back();
+  // The manager notices the silence and re-issues the dead rollout's groups; training goes on.
+  const size_t after_expiry =
+      WaitForMetric(run.dir / "metrics.jsonl", "manager/rollouts_dead", 1, 60000);
+  ASSERT_GT(after_expiry, 0u) << "see " << run.dir;
+  ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", after_expiry + 3, 60000))
+      << "see " << run.dir;
+  run.actor.Signal(SIGTERM);
+  ASSERT_EQ(run.WaitActor(30000), 0) << "see " << run.dir;
+  const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
+  CheckRun(run.dir, static_cast<int64_t>(metrics.size()), 1000);
+  const auto& last = metrics.back();
   EXPECT_EQ(last["manager/rollouts_dead"].get<double>(), 1) << "see " << run.dir;
   EXPECT_GE(last["manager/reissued"].get<double>(), 1) << "see " << run.dir;
 }
@@ -267,13 +297,17 @@ TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
            << "\n";
     }
   }
-  run.overrides = {"actor.max_steps=6",    "rollout.n=4",
+  run.overrides = {"actor.max_steps=0",    "rollout.n=4",
                    "rollout.max_groups=1", "data.max_tokens_key=max_tokens",
                    "data.shuffle=false",   "repack.interval_s=0.05"};
   run.Start(2);
-  ASSERT_EQ(run.WaitActor(120000), 0) << "see " << run.dir;
+  // Runs until a repack round has moved requests and freed a source, then a step more.
+  const size_t moved = WaitForMetric(run.dir / "metrics.jsonl", "repack/sources_freed", 1, 90000);
+  ASSERT_GT(moved, 0u) << "see " << run.dir;
+  ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", moved + 1, 60000)) << "see " << run.dir;
+  run.actor.Signal(SIGTERM);
+  ASSERT_EQ(run.WaitActor(30000), 0) << "see " << run.dir;
   const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
-  ASSERT_EQ(metrics.size(), 6u);
   std::set<std::pair<std::string, int>> seen;
   for (const auto& t : ReadJsonl(run.dir / "trajectories.jsonl")) {
     EXPECT_TRUE(
