@@ -102,6 +102,10 @@ int RunManager(const RoleArgs& a) {
   }
   d.system_message = r.GetString("data.system_message");
   d.max_prompt_tokens = r.GetInt("data.max_prompt_tokens");
+  // The rollouts score with reward.name: refuse a bad name here, where the run starts.
+  if (auto reward = actor::RewardOf(r); !reward.ok()) {
+    return fail("recipe reward.name: " + std::string(reward.status().message()));
+  }
   auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, d);
   if (!dataset.ok()) return fail(dataset.status().message());
   // Every prompt with its response budget must fit the policy's context, or no rollout could
@@ -233,7 +237,9 @@ std::function<int()> SetupRollout(CLI::App* app) {
   AddCommon(app, a.get());
   app->add_option("--manager", a->manager, "the manager's control endpoint")->required();
   app->add_option("--relay", a->relays, "a relay's control endpoint (repeat; the local one first)")
-      ->required();
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   return [a] { return RunRollout(*a); };
 }
 
@@ -241,7 +247,10 @@ std::function<int()> SetupActor(CLI::App* app) {
   auto a = std::make_shared<RoleArgs>();
   AddCommon(app, a.get());
   app->add_option("--manager", a->manager, "the manager's control endpoint")->required();
-  app->add_option("--relay", a->relays, "the master relay's control endpoint")->required();
+  app->add_option("--relay", a->relays, "the master relay's control endpoint")
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in actor.checkpoint_dir");
   return [a] { return RunActor(*a); };

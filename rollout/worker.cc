@@ -222,8 +222,16 @@ Status RolloutWorker::SendHeartbeat() {
   for (const proto::RepackCommand& c : reply->repack()) {
     LAMINAR_RETURN_IF_ERROR(CarryOutRepack(c));
   }
+  // A sample this rollout cannot continue (it changed version since the plan) sends its group
+  // back to the pool, once per group.
+  std::map<std::string, std::string> failed;
   for (const proto::MigratedSample& m : reply->imports()) {
-    LAMINAR_RETURN_IF_ERROR(ImportSample(m));
+    if (failed.contains(m.prompt_id())) continue;
+    if (Status st = ImportSample(m); !st.ok()) failed[m.prompt_id()] = std::string(st.message());
+  }
+  for (const auto& [prompt_id, why] : failed) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": cannot continue " << prompt_id << ": " << why;
+    GiveBack(prompt_id, why);
   }
   return OkStatus();
 }
@@ -268,11 +276,7 @@ Status RolloutWorker::ImportSample(const proto::MigratedSample& m) {
   LAMINAR_ASSIGN_OR_RETURN(SampleState st, SampleStateFromProto(m), options_.id);
   if (!engine_) return FailedPreconditionError(options_.id + ": import before any version");
   auto id = engine_->Import(std::move(st));
-  if (!id.ok()) {
-    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": cannot continue " << m.prompt_id() << "/"
-                               << m.sample_index() << ": " << id.status();
-    return OkStatus();  // the manager re-issues the group
-  }
+  if (!id.ok()) return id.status();
   requests_[*id] = Request{.prompt_id = m.prompt_id(),
                            .data_source = m.data_source(),
                            .ground_truth = m.ground_truth(),
@@ -384,6 +388,16 @@ void RolloutWorker::GiveBack(const std::string& prompt_id, const std::string& re
 }
 
 Status RolloutWorker::Run(const std::atomic<bool>& stop) {
+  // A rollout restarted under the same id: whatever its earlier incarnation held is gone.
+  {
+    proto::ManagerRequest req;
+    req.mutable_returned()->set_rollout_id(options_.id);
+    req.mutable_returned()->set_reason(kRestartReason);
+    if (auto reply = Call(std::move(req)); !reply.ok()) {
+      LAMINAR_LOG(WARN, ROLLOUT) << options_.id
+                                 << ": the manager did not answer yet: " << reply.status();
+    }
+  }
   while (!stop.load()) {
     if (manager_failures_ >= options_.max_manager_failures) {
       return UnavailableError(options_.id + ": the manager at " + options_.manager +

@@ -23,18 +23,28 @@ LAMINAR="${LAMINAR_BIN:-build/cli/laminar}"
 RUN_DIR="${RUN_DIR:-runs/$(basename "$RECIPE" .yaml)}"
 mkdir -p "$RUN_DIR"
 pids=()
+ACTOR=""
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
+# Ctrl-C: the actor stops first (it saves a checkpoint, which needs the manager), then the rest.
+# Children run in their own sessions (setsid), so the terminal's SIGINT reaches only this script.
+interrupted() {
+  echo "launch_local: stopping (the actor saves a checkpoint first when actor.checkpoint_dir is set)" >&2
+  if [ -n "$ACTOR" ]; then kill "$ACTOR" 2>/dev/null || true; wait "$ACTOR" 2>/dev/null || true; fi
+  exit 130
+}
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap interrupted INT TERM
 
 # Starts a role in the background; its first stdout line (a JSON object) goes to RUN_DIR/<name>.ready.
+declare -A pid_of
 start() {
   local name="$1"; shift
-  "$LAMINAR" "$@" > "$RUN_DIR/$name.ready" 2> "$RUN_DIR/$name.log" &
+  setsid "$LAMINAR" "$@" > "$RUN_DIR/$name.ready" 2> "$RUN_DIR/$name.log" &
   pids+=($!)
+  pid_of[$name]=$!
 }
 # Waits for RUN_DIR/<name>.ready and prints its `key`.
 ready() {
@@ -45,6 +55,7 @@ ready() {
         "$RUN_DIR/$name.ready" "$key"
       return
     fi
+    kill -0 "${pid_of[$name]}" 2>/dev/null || break  # it exited: its log says why
     sleep 0.1
   done
   echo "launch_local: $name did not start; see $RUN_DIR/$name.log" >&2
@@ -56,13 +67,26 @@ start relay relay --id master --shm-prefix "laminar-$$"
 RELAY="$(ready relay control)"
 start manager manager "${ARGS[@]}"
 MANAGER="$(ready manager endpoint)"
-"$LAMINAR" actor "${ARGS[@]}" --manager "$MANAGER" --relay "$RELAY" $RESUME \
+setsid "$LAMINAR" actor "${ARGS[@]}" --manager "$MANAGER" --relay "$RELAY" $RESUME \
     > "$RUN_DIR/actor.ready" 2> >(tee "$RUN_DIR/actor.log" | grep --line-buffered '^\[actor\]' >&2) &
 ACTOR=$!
+pids+=("$ACTOR")
 for i in $(seq 0 $((ROLLOUTS - 1))); do
   start "rollout$i" rollout "${ARGS[@]}" --id "rollout/$i" --manager "$MANAGER" --relay "$RELAY"
 done
 echo "launch_local: relay $RELAY, manager $MANAGER, $ROLLOUTS rollouts; logs in $RUN_DIR" >&2
+rollout_pids=("${pids[@]:3}")
+# Wait for the actor; if every rollout dies first, nothing will ever train: say so and stop.
+while kill -0 "$ACTOR" 2>/dev/null; do
+  alive=0
+  for p in "${rollout_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+  if [ "$alive" -eq 0 ]; then
+    echo "launch_local: every rollout exited; see $RUN_DIR/rollout0.log:" >&2
+    tail -n 3 "$RUN_DIR/rollout0.log" >&2
+    exit 1
+  fi
+  sleep 0.5
+done
 status=0
 wait "$ACTOR" || status=$?
 if [ "$status" -ne 0 ]; then

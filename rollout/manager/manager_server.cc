@@ -8,6 +8,7 @@
 
 #include "core/logging.h"
 #include "proto/codec.h"
+#include "rollout/wire.h"
 
 namespace laminar::manager {
 
@@ -141,6 +142,18 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
       OnMigrated(r.migrated());
       break;
     case proto::ManagerRequest::kReturned:
+      if (r.returned().reason() == rollout::kRestartReason && r.returned().prompt_ids_size() == 0) {
+        // A rollout (re)started under this id: an earlier process's groups go back to the pool.
+        auto requeued = state_->DeclareDead(r.returned().rollout_id());
+        if (requeued.ok() && *requeued > 0) {
+          LAMINAR_LOG(WARN, MANAGER) << r.returned().rollout_id() << " restarted: " << *requeued
+                                     << " groups it held are re-issued";
+        }
+        running_.erase(r.returned().rollout_id());
+        orders_.erase(r.returned().rollout_id());
+        imports_.erase(r.returned().rollout_id());
+        break;
+      }
       for (const std::string& id : r.returned().prompt_ids()) {
         Status st = state_->ReturnGroup(id, r.returned().rollout_id());
         LAMINAR_LOG(WARN, MANAGER)
@@ -285,8 +298,6 @@ void ManagerServer::Repack(double now) {
         c.request_ids().end()) {
       c.add_request_ids(prompt_id);
     }
-    repack_totals_["repack/requests_moved"] += 1;
-    repack_totals_["repack/kv_tokens_moved"] += static_cast<double>(m.kv_tokens);
   }
   repack_totals_["repack/sources_freed"] += static_cast<double>(plan->sources_freed);
   for (auto& [source, c] : by_source) orders_[source].push_back(std::move(c));
@@ -295,18 +306,24 @@ void ManagerServer::Repack(double now) {
 }
 
 void ManagerServer::OnMigrated(const proto::MigratedBatch& batch) {
-  std::set<std::string> moved;
+  std::set<std::string> moved, refused;
   for (const proto::MigratedSample& m : batch.samples()) {
+    if (refused.contains(m.prompt_id())) continue;
     if (!moved.contains(m.prompt_id())) {
       Status st = state_->MoveGroup(m.prompt_id(), batch.source(), batch.destination());
       if (!st.ok()) {
         // The destination cannot take it (gone, or another version now): start the group again.
         LAMINAR_LOG(WARN, MANAGER) << "repack: " << st.message() << "; re-issuing the group";
         (void)state_->ReturnGroup(m.prompt_id(), batch.source());
+        moved.insert(m.prompt_id());  // one message per group
+        refused.insert(m.prompt_id());
         continue;
       }
       moved.insert(m.prompt_id());
     }
+    repack_totals_["repack/requests_moved"] += 1;
+    repack_totals_["repack/kv_tokens_moved"] +=
+        static_cast<double>(m.prompt_ids_size() + m.response_ids_size());
     imports_[batch.destination()].push_back(m);
   }
 }
