@@ -239,6 +239,7 @@ std::function<int()> SetupRollout(CLI::App* app) {
   app->add_option("--relay", a->relays, "a relay's control endpoint (repeat; the local one first)")
       ->required()
       ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   return [a] { return RunRollout(*a); };
 }
@@ -250,6 +251,7 @@ std::function<int()> SetupActor(CLI::App* app) {
   app->add_option("--relay", a->relays, "the master relay's control endpoint")
       ->required()
       ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in actor.checkpoint_dir");
