@@ -195,7 +195,15 @@ void ManagerServer::OnWork(const proto::WorkRequest& work, double now, proto::Ma
     // Groups handed out so far in the run, from the data cursor (a snapshot restores it).
     const ManagerStats st = state_->stats();
     const int64_t issued = st.cursor.epoch * st.num_rows + st.cursor.index;
-    const int64_t quota = (work.version() + lag + 1) * int64_t{options_.groups_per_step} - issued;
+    const int64_t b = options_.groups_per_step;
+    int64_t quota = (work.version() + lag + 1) * b - issued;
+    // one_step_off overlaps generating batch k + 1 with training batch k: a batch's groups go
+    // out only once every earlier batch is complete, so batches complete (and are taken) in
+    // order and no group waits for a later step.
+    const int64_t completed = issued - st.num_in_flight - st.num_reissue_queued;
+    if (options_.mode == RunMode::kOneStepOff) {
+      quota = completed < (issued / b) * b ? 0 : std::min(quota, (issued / b + 1) * b - issued);
+    }
     allowed = std::min(allowed, std::max(quota, st.num_reissue_queued));
   }
   if (allowed <= 0) {
