@@ -79,7 +79,8 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
   candidates_.resize(static_cast<size_t>(keep));
   double mx = -std::numeric_limits<double>::infinity();
   for (const auto& c : candidates_) mx = std::max(mx, double(c.first) * inv_t);
-  std::vector<double> p(candidates_.size());
+  std::vector<double>& p = probs_;  // reused: no allocation per token
+  p.resize(candidates_.size());
   double z = 0;
   for (size_t i = 0; i < candidates_.size(); ++i)
     z += (p[i] = std::exp(double(candidates_[i].first) * inv_t - mx));

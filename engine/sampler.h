@@ -70,6 +70,7 @@ class Sampler {
   SamplingParams params_;
   Xoshiro256 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<double> probs_;  // unnormalized probabilities of candidates_
 };
 
 }  // namespace laminar::engine

@@ -108,17 +108,22 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
   return request_id;
 }
 
+// The ids, prompt/generated split and logprobs of `s`, moved into a FinishedSample or SampleState.
+template <typename Out>
+void RolloutEngine::MoveTokens(Sample& s, Out* out) {
+  out->request_id = s.request_id;
+  out->sample_index = s.sample_index;
+  out->prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.num_prompt_tokens);
+  out->generated_ids.assign(s.tokens.begin() + s.num_prompt_tokens, s.tokens.end());
+  out->logprobs = std::move(s.logprobs);
+  out->top_logprobs = std::move(s.top_logprobs);
+}
+
 FinishedSample RolloutEngine::Finish(RequestId id, FinishReason reason) {
   auto it = samples_.find(id);
   LAMINAR_CHECK(it != samples_.end()) << "finishing unknown sample " << id;
-  Sample& s = it->second;
   FinishedSample out;
-  out.request_id = s.request_id;
-  out.sample_index = s.sample_index;
-  out.prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.num_prompt_tokens);
-  out.generated_ids.assign(s.tokens.begin() + s.num_prompt_tokens, s.tokens.end());
-  out.logprobs = std::move(s.logprobs);
-  out.top_logprobs = std::move(s.top_logprobs);
+  MoveTokens(it->second, &out);
   out.finish_reason = reason;
   out.version = config_.weight_version;
   samples_.erase(it);
@@ -234,12 +239,7 @@ StatusOr<std::vector<SampleState>> RolloutEngine::Export(int64_t request_id) {
     Sample& s = samples_.at(id);
     LAMINAR_CHECK_OK(scheduler_.Migrate(id));
     SampleState st;
-    st.request_id = s.request_id;
-    st.sample_index = s.sample_index;
-    st.prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.num_prompt_tokens);
-    st.generated_ids.assign(s.tokens.begin() + s.num_prompt_tokens, s.tokens.end());
-    st.logprobs = std::move(s.logprobs);
-    st.top_logprobs = std::move(s.top_logprobs);
+    MoveTokens(s, &st);
     st.sampling = s.sampler.params();
     st.rng = s.sampler.rng_state();
     st.stop = s.matcher.options();

@@ -174,6 +174,8 @@ class RolloutEngine {
   StatusOr<bool> SampleToken(RequestId id, std::span<const float> logits,
                              std::vector<FinishedSample>* finished);
   FinishedSample Finish(RequestId id, FinishReason reason);
+  template <typename Out>
+  static void MoveTokens(Sample& s, Out* out);
 
   const engine::LlamaModel* model_;
   RolloutEngineConfig config_;
