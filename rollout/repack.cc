@@ -158,8 +158,9 @@ Status RepackConfig::Validate() const {
 
 bool IsRepackSource(const RepackRollout& rollout, const RepackConfig& config) {
   const int64_t num_running = std::ssize(rollout.running);
-  return rollout.num_waiting == 0 && rollout.kv_used_tokens < rollout.kv_used_previous_tokens &&
-         num_running >= 1 && num_running < config.max_batch;
+  return rollout.newer_version_exists && rollout.num_waiting == 0 &&
+         rollout.kv_used_tokens < rollout.kv_used_previous_tokens && num_running >= 1 &&
+         num_running < config.max_batch;
 }
 
 StatusOr<RepackPlan> PlanRepack(std::span<const RepackRollout> rollouts,

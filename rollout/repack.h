@@ -48,6 +48,10 @@ struct RepackRollout {
   // count once here, so the sum of running[i].kv_tokens may exceed kv_used_tokens.
   int64_t kv_used_tokens = 0;
   int64_t kv_used_previous_tokens = 0;
+  // Whether a version newer than `version` exists (the actor announced one). Only such a rollout
+  // is worth freeing: a freed source pulls the newest version, and one that already holds it
+  // would only take fresh prompts it can take anyway.
+  bool newer_version_exists = true;
 };
 
 // Larger capacities are rejected as a unit mistake (bytes for tokens); it also keeps the density
@@ -80,8 +84,9 @@ struct RepackPlan {
 };
 
 // Whether `rollout` is a repack source (DESIGN.md §5): nothing waiting, KV usage falling
-// (kv_used_tokens < kv_used_previous_tokens), and 1 <= running.size() < config.max_batch. It is
-// winding down its long tail, so its batch decodes below the throughput it could reach.
+// (kv_used_tokens < kv_used_previous_tokens), 1 <= running.size() < config.max_batch, and a newer
+// version exists for it to pull once freed. It is winding down its long tail, so its batch decodes
+// below the throughput it could reach.
 bool IsRepackSource(const RepackRollout& rollout, const RepackConfig& config);
 
 // Plans one repack round (Laminar's Algorithm 1 as DESIGN.md §5 states it). Within each version

@@ -102,6 +102,12 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
     return FailedPreconditionError("the manager refused the request: " + reply.error());
   }
   actor_version_ = std::max(actor_version_, reply.actor_version());
+  for (proto::RepackCommand& c : *reply.mutable_repack()) pending_repack_.push_back(std::move(c));
+  for (proto::MigratedSample& m : *reply.mutable_imports()) {
+    pending_imports_.push_back(std::move(m));
+  }
+  reply.clear_repack();
+  reply.clear_imports();
   return reply;
 }
 
@@ -217,15 +223,24 @@ Status RolloutWorker::SendHeartbeat() {
   auto reply = Call(std::move(req));
   if (!reply.ok()) {
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": heartbeat failed: " << reply.status();
-    return OkStatus();
   }
-  for (const proto::RepackCommand& c : reply->repack()) {
-    LAMINAR_RETURN_IF_ERROR(CarryOutRepack(c));
+  return OkStatus();
+}
+
+Status RolloutWorker::HandleOrders() {
+  // Carrying out an order calls the manager, whose reply may bring more: take them in turns.
+  while (!pending_repack_.empty()) {
+    std::vector<proto::RepackCommand> orders = std::move(pending_repack_);
+    pending_repack_.clear();
+    for (const proto::RepackCommand& c : orders) LAMINAR_RETURN_IF_ERROR(CarryOutRepack(c));
   }
+  if (pending_imports_.empty()) return OkStatus();
+  std::vector<proto::MigratedSample> imports = std::move(pending_imports_);
+  pending_imports_.clear();
   // A sample this rollout cannot continue (it changed version since the plan) sends its group
   // back to the pool, once per group.
   std::map<std::string, std::string> failed;
-  for (const proto::MigratedSample& m : reply->imports()) {
+  for (const proto::MigratedSample& m : imports) {
     if (failed.contains(m.prompt_id())) continue;
     if (Status st = ImportSample(m); !st.ok()) failed[m.prompt_id()] = std::string(st.message());
   }
@@ -237,7 +252,12 @@ Status RolloutWorker::SendHeartbeat() {
 }
 
 Status RolloutWorker::CarryOutRepack(const proto::RepackCommand& command) {
-  if (!engine_ || command.version() != engine_->weight_version()) return OkStatus();  // stale
+  if (!engine_ || command.version() != engine_->weight_version()) {
+    LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": repack order for version " << command.version()
+                               << " is stale (holding "
+                               << (engine_ ? engine_->weight_version() : -1) << ")";
+    return OkStatus();
+  }
   const std::set<std::string> wanted(command.request_ids().begin(), command.request_ids().end());
   proto::ManagerRequest req;
   proto::MigratedBatch* batch = req.mutable_migrated();
@@ -258,7 +278,11 @@ Status RolloutWorker::CarryOutRepack(const proto::RepackCommand& command) {
     exported.push_back(id);
   }
   for (int64_t id : exported) requests_.erase(id);
-  if (batch->samples_size() == 0) return OkStatus();
+  if (batch->samples_size() == 0) {
+    LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": repack order to " << command.destination()
+                               << ": its groups finished before it arrived";
+    return OkStatus();
+  }
   const int64_t n = batch->samples_size();
   auto reply = Call(std::move(req));
   if (!reply.ok()) {
@@ -404,6 +428,8 @@ Status RolloutWorker::Run(const std::atomic<bool>& stop) {
                               " did not answer " + std::to_string(manager_failures_) +
                               " calls in a row");
     }
+    // Samples sent here are taken in before an idle engine would move to a newer version.
+    if (engine_) LAMINAR_RETURN_IF_ERROR(HandleOrders());
     if (!engine_ || engine_->idle()) LAMINAR_RETURN_IF_ERROR(MaybeUpdateWeights());
     const auto now = Clock::now();
     if (now >= next_heartbeat_) {
@@ -421,6 +447,7 @@ Status RolloutWorker::Run(const std::atomic<bool>& stop) {
     }
     LAMINAR_RETURN_IF_ERROR(Generate());
     LAMINAR_RETURN_IF_ERROR(SendPartials());
+    LAMINAR_RETURN_IF_ERROR(HandleOrders());
   }
   return OkStatus();
 }

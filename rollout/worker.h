@@ -94,6 +94,10 @@ class RolloutWorker {
   Status SendHeartbeat();
   Status Generate();
   Status SendPartials();
+  // Carries out the repack orders and imports that came with any manager reply (the manager
+  // hands a rollout its orders in whatever reply it gets next, so a source hears of a move within
+  // a partial-response interval rather than a heartbeat's).
+  Status HandleOrders();
   Status CarryOutRepack(const proto::RepackCommand& command);
   Status ImportSample(const proto::MigratedSample& sample);
   // Tells the manager this rollout cannot run group `prompt_id` (it is re-issued).
@@ -112,6 +116,8 @@ class RolloutWorker {
   std::unique_ptr<RolloutEngine> engine_;
   std::map<int64_t, Request> requests_;                         // by engine request id
   std::map<std::pair<int64_t, int32_t>, size_t> partial_sent_;  // tokens already streamed
+  std::vector<proto::RepackCommand> pending_repack_;  // orders from replies, not yet carried out
+  std::vector<proto::MigratedSample> pending_imports_;
   int64_t kv_blocks_previous_ = 0;
   int64_t actor_version_ = -1;
   uint64_t seq_ = 0;

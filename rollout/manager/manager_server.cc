@@ -184,7 +184,19 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
       reply.set_error("no request kind set");
       break;
   }
+  if (reply.error().empty()) DeliverOrders(r.header().sender(), &reply);
   return reply;
+}
+
+void ManagerServer::DeliverOrders(const std::string& rollout_id, proto::ManagerReply* reply) {
+  if (auto it = orders_.find(rollout_id); it != orders_.end()) {
+    for (proto::RepackCommand& c : it->second) *reply->add_repack() = std::move(c);
+    orders_.erase(it);
+  }
+  if (auto it = imports_.find(rollout_id); it != imports_.end()) {
+    for (proto::MigratedSample& m : it->second) *reply->add_imports() = std::move(m);
+    imports_.erase(it);
+  }
 }
 
 void ManagerServer::OnWork(const proto::WorkRequest& work, double now, proto::ManagerReply* reply) {
@@ -247,14 +259,6 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
       (repack_due_ || now - last_repack_s_ >= options_.repack_interval_s)) {
     Repack(now);
   }
-  if (auto it = orders_.find(hb.id()); it != orders_.end()) {
-    for (proto::RepackCommand& c : it->second) *reply->add_repack() = std::move(c);
-    orders_.erase(it);
-  }
-  if (auto it = imports_.find(hb.id()); it != imports_.end()) {
-    for (proto::MigratedSample& m : it->second) *reply->add_imports() = std::move(m);
-    imports_.erase(it);
-  }
 }
 
 void ManagerServer::Repack(double now) {
@@ -274,6 +278,7 @@ void ManagerServer::Repack(double now) {
     r.id = h.id;
     r.version = h.version;
     r.num_waiting = h.waiting;
+    r.newer_version_exists = actor_version_ > h.version;
     r.kv_capacity_tokens = std::min(h.kv_blocks_capacity * bs, rollout::kMaxRepackKvTokens);
     r.kv_used_tokens = std::min(h.kv_blocks_used * bs, r.kv_capacity_tokens);
     // "Falling" compares with the previous round (finished samples free KV between rounds,
@@ -328,6 +333,9 @@ void ManagerServer::OnMigrated(const proto::MigratedBatch& batch) {
         continue;
       }
       moved.insert(m.prompt_id());
+      LAMINAR_LOG(INFO, MANAGER) << "repack: moved " << m.prompt_id() << " from " << batch.source()
+                                 << " to " << batch.destination() << " (version " << m.version()
+                                 << ")";
     }
     repack_totals_["repack/requests_moved"] += 1;
     repack_totals_["repack/kv_tokens_moved"] +=

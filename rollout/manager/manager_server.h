@@ -67,6 +67,9 @@ class ManagerServer {
   void OnTakeBatch(const proto::TakeBatchRequest& take, proto::ManagerReply* reply);
   // One repack round over the rollouts' last heartbeats.
   void Repack(double now);
+  // Moves the repack orders and imports waiting for `rollout_id` (the request's sender) into
+  // `reply`: whatever a rollout calls next carries them, not only its heartbeat.
+  void DeliverOrders(const std::string& rollout_id, proto::ManagerReply* reply);
   void ExpireDead(double now);
 
   ManagerServerOptions options_;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "core/process.h"
 #include "core/zmq_transport.h"
 #include "proto/codec.h"
+#include "tests/cli/cli_util.h"
 #include "tests/test_util.h"
 
 namespace laminar::testing {
@@ -285,42 +287,68 @@ TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
   RlRun run;
   run.dir = TempDir("rl_repack");
   WriteRecipe(run.dir, model, tok, "mode: async\n");
-  // Every fourth prompt may answer with 400 tokens, the others with 24: a long tail.
+  // Every other prompt may answer with 400 tokens, the others with 24: each rollout holds a long
+  // and a short group, and once a version is out the short ones finish and leave long tails.
   {
     std::ofstream data(run.dir / "prompts.jsonl");
     for (int i = 0; i < 24; ++i) {
-      data << nlohmann::json{{"prompt", i % 2 ? "The dog" : "Once upon a time"},
+      data << nlohmann::json{{"prompt", i % 4 < 2 ? "Once upon a time" : "The dog"},
                              {"ground_truth", "cat"},
                              {"data_source", "stories"},
-                             {"max_tokens", i % 4 == 0 ? 400 : 24}}
+                             {"max_tokens", i % 2 == 0 ? 400 : 24}}
                   .dump()
            << "\n";
     }
   }
-  run.overrides = {"actor.max_steps=0",    "rollout.n=4",
-                   "rollout.max_groups=1", "data.max_tokens_key=max_tokens",
-                   "data.shuffle=false",   "repack.interval_s=0.05"};
+  run.overrides = {"actor.max_steps=0",
+                   "rollout.n=4",
+                   "rollout.max_groups=2",
+                   "rollout.kv_cache_mb=8",
+                   "data.max_tokens_key=max_tokens",
+                   "data.shuffle=false",
+                   "repack.interval_s=0.05"};
   run.Start(2);
-  // Runs until a repack round has planned to free a source, then a step more. (Whether the move
-  // happens depends on the source still holding the samples when the order reaches it.)
-  const size_t moved = WaitForMetric(run.dir / "metrics.jsonl", "repack/sources_freed", 1, 90000);
+  // Runs until a repack move completed, its group was trained, and the freed source generated
+  // under a newer version.
+  const size_t moved = WaitForMetric(run.dir / "metrics.jsonl", "repack/requests_moved", 1, 90000);
   ASSERT_GT(moved, 0u) << "see " << run.dir;
-  ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", moved + 1, 60000)) << "see " << run.dir;
+  const std::regex move_line(R"(repack: moved (\S+) from (\S+) to (\S+) \(version (\d+)\))");
+  std::smatch move;
+  const std::string log = Slurp(run.dir / "manager.log");
+  ASSERT_TRUE(std::regex_search(log, move, move_line)) << "see " << run.dir / "manager.log";
+  const std::string prompt_id = move[1], source = move[2], destination = move[3];
+  const int64_t version = std::stoll(move[4]);
+  int64_t finished_there = 0, finished = 0, source_newest = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (std::chrono::steady_clock::now() < deadline) {
+    finished_there = finished = 0;
+    source_newest = -1;
+    for (const auto& t : ReadJsonl(run.dir / "trajectories.jsonl")) {
+      if (t["prompt_id"] == prompt_id) {
+        ++finished;
+        finished_there += t["rollout_id"] == destination && t["version"] == version;
+      }
+      if (t["rollout_id"] == source) {
+        source_newest = std::max(source_newest, t["version"].get<int64_t>());
+      }
+    }
+    if (finished == 4 && source_newest > version) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   run.actor.Signal(SIGTERM);
   ASSERT_EQ(run.WaitActor(30000), 0) << "see " << run.dir;
-  const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
+  // The moved group finished on its destination, under the version it started with, and the freed
+  // source updated: it generated later samples under a newer version.
+  EXPECT_EQ(finished_there, 4) << prompt_id << " moved to " << destination << "; see " << run.dir;
+  EXPECT_GT(source_newest, version) << source << " freed; see " << run.dir;
   std::set<std::pair<std::string, int>> seen;
   for (const auto& t : ReadJsonl(run.dir / "trajectories.jsonl")) {
     EXPECT_TRUE(
         seen.insert({t["prompt_id"].get<std::string>(), t["sample_index"].get<int>()}).second);
   }
-  const auto& last = metrics.back();
-  EXPECT_GE(last["repack/sources_freed"].get<double>(), 1) << "see " << run.dir;
-  // A freed source takes the newest version: the rollouts held different versions meanwhile.
-  double spread = 0;
-  for (const auto& m : metrics)
-    spread = std::max(spread, m["rollout/version_spread_max"].get<double>());
-  EXPECT_GE(spread, 1) << "see " << run.dir;
+  const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
+  EXPECT_GE(metrics.back()["repack/sources_freed"].get<double>(), 1) << "see " << run.dir;
+  EXPECT_GE(metrics.back()["repack/requests_moved"].get<double>(), 4) << "see " << run.dir;
 }
 
 // The prompt ids trained at each step (the last run's, when a step was trained twice).

@@ -88,6 +88,9 @@ TEST(RepackTest, SourceRules) {
   EXPECT_FALSE(IsRepackSource(Rollout("r", {5, 5, 5}, 100, 1), config));  // running == max_batch
   EXPECT_TRUE(IsRepackSource(Rollout("r", {5, 5, 5}, 100, 1), {.max_batch = 4}));
   EXPECT_FALSE(IsRepackSource(Rollout("r", {}, 100, 1), config));  // nothing to move
+  RepackRollout newest = Rollout("r", {5, 5}, 100, 1);
+  newest.newer_version_exists = false;  // freeing it would not let it update
+  EXPECT_FALSE(IsRepackSource(newest, config));
 }
 
 TEST(RepackTest, NonSourcesAreNeverMoved) {
