@@ -198,7 +198,7 @@ Status Actor::Run(const std::atomic<bool>& stop,
     std::vector<trainer::TrainSample> samples;
     std::vector<double> staleness;
     int64_t tokens = 0, clipped = 0;
-    double len_max = 0, len_min = 1e300;
+    double len_max = 0, len_min = 1e300, reward_s = 0;
     std::map<std::string, int64_t> group_of;
     for (const proto::Trajectory& t : *batch) {
       trainer::TrainSample s;
@@ -215,6 +215,7 @@ Status Actor::Run(const std::atomic<bool>& stop,
       len_max = std::max(len_max, len);
       len_min = std::min(len_min, len);
       clipped += t.finish_reason() == proto::FINISH_REASON_LENGTH;
+      reward_s += t.timings().reward_s();
       samples.push_back(std::move(s));
     }
     if (trajectory_file) {
@@ -249,7 +250,11 @@ Status Actor::Run(const std::atomic<bool>& stop,
     m["response_length/min"] = len_min;
     m["response_length/clip_ratio"] = static_cast<double>(clipped) / n;
     const double step_s = Seconds(now - last_update);
+    // gen: how long the trainer waited for the batch (rollouts generate while it trains);
+    // reward: the rollouts' time scoring the batch's samples, summed.
     m["timing_s/gen"] = Seconds(train_start - wait_start);
+    m["timing_s/reward"] = reward_s;
+    m["perf/total_num_tokens"] = static_cast<double>(tokens);
     m["timing_s/step"] = step_s;
     m["trainer/idle_ratio"] = step_s > 0 ? Seconds(train_start - wait_start) / step_s : 0;
     // Laminar's headline metric: tokens in the trained batch per second between actor updates.

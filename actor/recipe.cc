@@ -37,6 +37,9 @@ ConfigSchema BuildSchema() {
   s.AddInt("data.seed", 1, "seed of the data order and of every group's sampling seed", 0);
   s.AddInt("data.num_epochs", 0, "passes over the dataset (0: unlimited)", 0);
   s.AddString("reward.name", "exact_match", "built-in reward");
+  s.AddFloat("reward.failure_score", 0.0,
+             "score of a sample whose reward failed, timed out or was not finite (counted in "
+             "reward/error_count, reward/timeout_count)");
   s.AddInt("rollout.num_workers", 2, "rollout workers", 1, 4096);
   s.AddInt("rollout.n", 8, "samples per prompt (the GRPO group)", 1, 65536);
   s.AddFloat("rollout.temperature", 1.0, "sampling temperature (0: greedy)", 0.0, 100.0);
@@ -176,6 +179,7 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.max_groups = static_cast<int32_t>(r.GetInt("rollout.max_groups"));
   w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
   w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));
+  w.reward_failure_score = r.GetFloat("reward.failure_score");
   return w;
 }
 

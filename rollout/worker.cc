@@ -41,6 +41,9 @@ Status RolloutWorkerOptions::Validate() const {
     return InvalidArgumentError("rollout worker: max_groups must be >= 1, got " +
                                 std::to_string(max_groups));
   }
+  if (!std::isfinite(reward_failure_score)) {
+    return InvalidArgumentError("rollout worker: reward.failure_score must be finite");
+  }
   if (partial_every_tokens < 0) {
     return InvalidArgumentError("rollout worker: partial_every_tokens must be >= 0");
   }
@@ -112,6 +115,7 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
 }
 
 Status RolloutWorker::MaybeUpdateWeights() {
+  const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
   auto pulled = relay_->PullLatest(held);
   if (pulled.status().code() == StatusCode::kNotFound) return OkStatus();  // nothing newer
@@ -141,6 +145,7 @@ Status RolloutWorker::MaybeUpdateWeights() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.versions_loaded;
   stats_.version = v.version();
+  stats_.pull_wait_s += Seconds(Clock::now() - start);
   return OkStatus();
 }
 
@@ -219,6 +224,14 @@ Status RolloutWorker::SendHeartbeat() {
       // KV after a re-prefill: the prompt and what was generated, in whole blocks.
       rs->set_kv_tokens((f.num_tokens + bs - 1) / bs * bs);
     }
+  }
+  {
+    // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    auto& c = *h->mutable_counters();
+    c["reward/error_count"] = static_cast<double>(stats_.reward_errors);
+    c["reward/timeout_count"] = static_cast<double>(stats_.reward_timeouts);
+    c["relay/pull_wait_s"] = stats_.pull_wait_s;
   }
   auto reply = Call(std::move(req));
   if (!reply.ok()) {
@@ -316,12 +329,12 @@ Status RolloutWorker::Generate() {
   if (finished.empty()) return OkStatus();
   proto::ManagerRequest req;
   proto::TrajectoryBatch* batch = req.mutable_trajectories();
-  int64_t tokens = 0, reward_errors = 0;
+  int64_t tokens = 0, reward_errors = 0, reward_timeouts = 0;
   for (FinishedSample& f : finished) {
     const Request& r = requests_.at(f.request_id);
     const auto reward_start = Clock::now();
     auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
-    double score = 0;
+    double score = options_.reward_failure_score;
     if (text.ok()) {
       auto result = reward_({.data_source = r.data_source,
                              .solution_str = *text,
@@ -329,6 +342,8 @@ Status RolloutWorker::Generate() {
                              .extra_info_json = r.extra_info_json});
       if (result.ok() && std::isfinite(result->score)) {
         score = result->score;
+      } else if (result.status().code() == StatusCode::kDeadlineExceeded) {
+        ++reward_timeouts;
       } else {
         ++reward_errors;
       }
@@ -361,6 +376,7 @@ Status RolloutWorker::Generate() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.tokens_generated += tokens;
   stats_.reward_errors += reward_errors;
+  stats_.reward_timeouts += reward_timeouts;
   if (!reply.ok()) {
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
                                << " trajectories failed: " << reply.status();

@@ -35,6 +35,8 @@ struct RolloutWorkerOptions {
   DType weight_dtype = DType::kF32;
   int32_t max_groups = 4;             // prompt groups in flight at most
   int32_t partial_every_tokens = 16;  // stream a sample's progress every K new tokens (0: never)
+  // The score of a sample whose reward failed, timed out or was not finite (reward.failure_score).
+  double reward_failure_score = 0;
   int heartbeat_interval_ms = 200;
   int idle_poll_ms = 10;  // sleep when there is nothing to generate
   int request_timeout_ms = 2000;
@@ -54,8 +56,10 @@ struct RolloutWorkerStats {
   int64_t versions_loaded = 0;
   int64_t samples_exported = 0;
   int64_t samples_imported = 0;
-  int64_t reward_errors = 0;
-  int64_t version = -1;  // the version held (-1: none yet)
+  int64_t reward_errors = 0;    // the reward failed (scored reward_failure_score)
+  int64_t reward_timeouts = 0;  // it ran past its deadline (DeadlineExceeded; likewise)
+  double pull_wait_s = 0;       // seconds spent pulling and loading new versions
+  int64_t version = -1;         // the version held (-1: none yet)
 };
 
 // One thread calls Run; stats() may be read from another.

@@ -325,17 +325,26 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   const double old_s = Since(old_start);
   // The rollout-vs-trainer mismatch of the behaviour logprobs (DESIGN.md §9): the mean over all
   // ranks, the max over this rank's tokens.
-  std::vector<double> diff{0.0, 0.0};
+  // diff: {sum |pi_old - mu|, tokens, sum of per-sequence perplexity ratios, sequences}.
+  std::vector<double> diff{0.0, 0.0, 0.0, 0.0};
   double diff_max = 0;
   if (HasBehaviorLogprobs(samples)) {
     for (size_t i = 0; i < samples.size(); ++i) {
       const auto& s = samples[i];
       const int64_t first = all_.start[i] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
+      double log_ratio = 0;  // sum over the response of log mu - log pi_old
       for (size_t j = 0; j < s.response_ids.size(); ++j) {
-        const double d = std::abs(double(all_.old_logprobs[first + j]) - s.behavior_logprobs[j]);
+        const double old = all_.old_logprobs[first + j];
+        const double d = std::abs(old - s.behavior_logprobs[j]);
         diff[0] += d;
         diff[1] += 1;
         diff_max = std::max(diff_max, d);
+        log_ratio += s.behavior_logprobs[j] - old;
+      }
+      if (!s.response_ids.empty()) {
+        // The trainer's perplexity over the rollout's: exp(mean(-log pi_old)) / exp(mean(-log mu)).
+        diff[2] += std::exp(log_ratio / static_cast<double>(s.response_ids.size()));
+        diff[3] += 1;
       }
     }
   }
@@ -392,6 +401,9 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   }
   double score_sum = std::accumulate(scores.begin(), scores.end(), 0.0);
   metrics["critic/score/mean"] = score_sum / static_cast<double>(samples.size());
+  // verl's sequence reward after any in-reward KL penalty; the KL term here is in the loss
+  // (kl_coef), so it equals the score.
+  metrics["critic/rewards/mean"] = metrics["critic/score/mean"];
   metrics["critic/advantages/mean"] = masked > 0 ? adv_sum / masked : 0;
   metrics["critic/advantages/max"] = masked > 0 ? adv_max : 0;
   metrics["critic/advantages/min"] = masked > 0 ? adv_min : 0;
@@ -400,6 +412,7 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     metrics["rollout_corr/abs_logprob_diff_mean"] = diff[0] / diff[1];
     metrics["rollout_corr/abs_logprob_diff_max"] = diff_max;
   }
+  if (diff[3] > 0) metrics["rollout_corr/ppl_ratio"] = diff[2] / diff[3];
   metrics["timing_s/old_log_prob"] = old_s;
   metrics["timing_s/update_actor"] = update_s;
   metrics["timing_s/step"] = Since(step_start);

@@ -65,7 +65,9 @@ class Trainer {
   // One global step over this rank's samples. Returns verl-named metrics (actor/pg_loss,
   // actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/grad_norm, actor/lr, rollout_corr/kl,
   // rollout_corr/abs_logprob_diff_{mean,max} (|pi_old − mu| per response token; max on this rank),
-  // critic/score/mean, critic/advantages/{mean,max,min}, response_length/mean,
+  // rollout_corr/ppl_ratio (per sequence exp(mean(log mu − log pi_old)), the trainer's perplexity
+  // over the rollout's, averaged over sequences), critic/score/mean, critic/rewards/mean (equal to
+  // the score: the KL term is in the loss), critic/advantages/{mean,max,min}, response_length/mean,
   // timing_s/{old_log_prob,update_actor}, perf/throughput, actor/skipped_steps). An update whose
   // loss or gradient is not finite is skipped and counted, and the version still advances.
   // Errors: InvalidArgument naming the sample (empty prompt, ids outside the vocabulary,

@@ -81,6 +81,7 @@ std::map<std::string, double> ManagerServer::Metrics() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, double> m = state_->Metrics();
   for (const auto& [k, v] : repack_totals_) m[k] = v;
+  for (const auto& [k, v] : counter_totals_) m[k] = v;
   return m;
 }
 
@@ -152,6 +153,7 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
         running_.erase(r.returned().rollout_id());
         orders_.erase(r.returned().rollout_id());
         imports_.erase(r.returned().rollout_id());
+        last_counters_.erase(r.returned().rollout_id());  // the new process counts from 0
         break;
       }
       for (const std::string& id : r.returned().prompt_ids()) {
@@ -238,6 +240,13 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
     return;
   }
   running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
+  for (const auto& [name, value] : hb.counters()) {
+    double& last = last_counters_[hb.id()][name];
+    const double growth = value >= last ? value - last : value;  // smaller: it restarted
+    last = value;
+    counter_totals_[name] += growth;
+    window_.counter_growth[name] += growth;
+  }
   block_size_[hb.id()] = hb.kv_block_size();
   if (hb.kv_blocks_capacity() > 0) {
     const double util =
@@ -378,6 +387,9 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   m["rollout/kv_util_peak"] = window_.kv_util_peak;
   m["rollouter/idle_ratio"] = static_cast<double>(window_.idle_heartbeats) / beats;
   m["rollout/version_spread_max"] = static_cast<double>(window_.version_spread_max);
+  // Failure counts over the run (they only rise); the pull wait over this step.
+  for (const char* k : {"reward/error_count", "reward/timeout_count"}) m[k] = counter_totals_[k];
+  m["relay/pull_wait_s"] = window_.counter_growth["relay/pull_wait_s"];
   window_ = Window{};
 }
 

@@ -89,7 +89,12 @@ class ManagerServer {
     double kv_util_sum = 0, kv_util_peak = 0;
     int64_t heartbeats = 0, idle_heartbeats = 0;
     int64_t version_spread_max = 0;  // max over heartbeats of (newest - oldest version held)
+    std::map<std::string, double> counter_growth;  // heartbeat counters' growth in the window
   } window_;
+  // The heartbeat counters (reward/error_count, ...) last seen from each rollout, and their growth
+  // over the run (a restarted rollout counts from 0 again).
+  std::map<std::string, std::map<std::string, double>> last_counters_;
+  std::map<std::string, double> counter_totals_;
   std::map<std::string, double> repack_totals_;
   std::unique_ptr<ZmqReplyServer> server_;
 };

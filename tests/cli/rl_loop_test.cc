@@ -146,12 +146,42 @@ void CheckRun(const fs::path& dir, int64_t steps, int64_t max_staleness) {
   for (int64_t i = 0; i < steps; ++i) {
     const auto& m = metrics[static_cast<size_t>(i)];
     EXPECT_EQ(m["training/version"].get<double>(), static_cast<double>(i + 1));
-    for (const char* key :
-         {"actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean",
-          "staleness/mean", "staleness/p50", "staleness/p99", "staleness/max", "timing_s/gen",
-          "timing_s/step", "timing_s/update_weights", "perf/throughput", "trainer/idle_ratio",
-          "rollout/kv_util_mean", "rollout/kv_util_peak", "rollouter/idle_ratio", "repack/rounds",
-          "repack/requests_moved", "relay/publish_stall_s"}) {
+    for (const char* key : {"actor/pg_loss",
+                            "actor/grad_norm",
+                            "critic/score/mean",
+                            "response_length/mean",
+                            "staleness/mean",
+                            "staleness/p50",
+                            "staleness/p99",
+                            "staleness/max",
+                            "timing_s/gen",
+                            "timing_s/step",
+                            "timing_s/update_weights",
+                            "perf/throughput",
+                            "trainer/idle_ratio",
+                            "rollout/kv_util_mean",
+                            "rollout/kv_util_peak",
+                            "rollouter/idle_ratio",
+                            "repack/rounds",
+                            "repack/requests_moved",
+                            "relay/publish_stall_s",
+                            "relay/pull_wait_s",
+                            "relay/bytes",
+                            "timing_s/reward",
+                            "timing_s/old_log_prob",
+                            "timing_s/update_actor",
+                            "critic/rewards/mean",
+                            "rollout_corr/kl",
+                            "rollout_corr/ppl_ratio",
+                            "rollout_corr/abs_logprob_diff_mean",
+                            "reward/error_count",
+                            "reward/timeout_count",
+                            "perf/total_num_tokens",
+                            "response_length/clip_ratio",
+                            "actor/entropy",
+                            "actor/ppo_kl",
+                            "actor/pg_clipfrac",
+                            "actor/lr"}) {
       EXPECT_TRUE(m.contains(key)) << key << " missing at step " << i + 1;
     }
     EXPECT_LE(m["staleness/max"].get<double>(), static_cast<double>(max_staleness));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <set>
 #include <thread>
@@ -62,8 +63,20 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
       std::make_shared<const manager::PromptDataset>(std::move(*dataset)), mc, so);
   ASSERT_TRUE(server.ok()) << server.status();
 
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, stop_rollouts{false};
   std::vector<std::thread> rollouts;
+  // Every fifth score fails and every fifth (another) runs past its deadline: the samples count
+  // as 0 and the run goes on.
+  auto contains = reward::BuiltinReward("contains");
+  ASSERT_TRUE(contains.ok());
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  reward::RewardFn flaky = [calls, contains = *contains](
+                               const reward::RewardInput& in) -> StatusOr<reward::RewardResult> {
+    const int call = (*calls)++;
+    if (call % 5 == 1) return InvalidArgumentError("flaky reward: refused");
+    if (call % 5 == 3) return DeadlineExceededError("flaky reward: too slow");
+    return contains(in);
+  };
   std::vector<Status> rollout_status(2);
   for (int i = 0; i < 2; ++i) {
     rollout::RolloutWorkerOptions wo;
@@ -73,12 +86,11 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
     wo.engine.num_blocks = 64;
     wo.max_groups = 2;
     wo.heartbeat_interval_ms = 50;
-    auto reward = reward::BuiltinReward("contains");
-    ASSERT_TRUE(reward.ok());
-    auto w = rollout::RolloutWorker::Create(ckpt->config, tok->get(), *reward, std::move(wo));
+    auto w = rollout::RolloutWorker::Create(ckpt->config, tok->get(), flaky, std::move(wo));
     ASSERT_TRUE(w.ok()) << w.status();
-    rollouts.emplace_back([worker = std::shared_ptr<rollout::RolloutWorker>(std::move(*w)), &stop,
-                           &rollout_status, i] { rollout_status[i] = worker->Run(stop); });
+    rollouts.emplace_back([worker = std::shared_ptr<rollout::RolloutWorker>(std::move(*w)),
+                           &stop_rollouts, &rollout_status,
+                           i] { rollout_status[i] = worker->Run(stop_rollouts); });
   }
   actor::ActorOptions ao;
   ao.manager = (*server)->endpoint();
@@ -90,7 +102,16 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   ASSERT_TRUE(act.ok()) << act.status();
   std::vector<actor::StepMetrics> steps;
   Status st = (*act)->Run(stop, [&](const actor::StepMetrics& m) { steps.push_back(m); });
-  stop.store(true);
+  // The failures reach the manager with the rollouts' heartbeats.
+  for (int i = 0; i < 200; ++i) {
+    const auto m = (*server)->Metrics();
+    if (m.contains("reward/error_count") && m.at("reward/error_count") >= 1 &&
+        m.contains("reward/timeout_count") && m.at("reward/timeout_count") >= 1) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  stop_rollouts.store(true);
   for (auto& t : rollouts) t.join();
   ASSERT_TRUE(st.ok()) << st;
   for (const Status& s : rollout_status) EXPECT_TRUE(s.ok()) << s;
@@ -102,6 +123,9 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   EXPECT_EQ((*act)->policy_version(), 3);
   const auto m = (*server)->Metrics();
   EXPECT_EQ(m.at("manager/taken"), 6);  // 3 steps x 2 groups, each taken once
+  EXPECT_GE(m.at("reward/error_count"), 1);
+  EXPECT_GE(m.at("reward/timeout_count"), 1);
+  EXPECT_EQ(steps.back().count("reward/error_count"), 1u);
   (*server)->Stop();
   (*relay)->Stop();
 }

@@ -100,8 +100,8 @@ TEST(TrainerTest, StepReportsVerlMetricsAndAdvancesTheVersion) {
   ASSERT_TRUE(m.ok()) << m.status();
   for (const char* key : {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy",
                           "actor/grad_norm", "actor/lr", "actor/kl_loss", "rollout_corr/kl",
-                          "critic/score/mean", "critic/advantages/mean", "response_length/mean",
-                          "timing_s/update_actor", "perf/throughput"}) {
+                          "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean",
+                          "response_length/mean", "timing_s/update_actor", "perf/throughput"}) {
     EXPECT_TRUE(m->count(key)) << key;
   }
   EXPECT_EQ(m->at("critic/score/mean"), 0.5);
@@ -229,7 +229,11 @@ TEST(TrainerTest, LogprobsEqualTheEnginesSampledLogprobs) {
   config.optimizer.lr = 0;
   auto t = Trainer::Create(cfg, weights, config, nullptr);
   ASSERT_TRUE(t.ok());
-  ASSERT_TRUE((*t)->Step({&s, 1}).ok());  // lr 0: the weights stay
+  auto m = (*t)->Step({&s, 1});  // lr 0: the weights stay
+  ASSERT_TRUE(m.ok()) << m.status();
+  // The mismatch metrics see the agreement too.
+  EXPECT_LT(m->at("rollout_corr/abs_logprob_diff_mean"), 1e-5);
+  EXPECT_NEAR(m->at("rollout_corr/ppl_ratio"), 1.0, 1e-5);
   auto lp = (*t)->ResponseLogprobs({&s, 1});
   ASSERT_TRUE(lp.ok()) << lp.status();
   for (size_t i = 0; i < s.response_ids.size(); ++i) {
