@@ -50,8 +50,10 @@ for name in ("sync", "one_step_off", "async_no_repack", "async_repack"):
     rows = [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl"))]
     steady = rows[1:] or rows  # the first step includes start-up
     secs = sum(r["timing_s/step"] for r in steady)
-    tokens = sum(r["perf/throughput"] * r["timing_s/step"] for r in steady)
+    tokens = sum(r["perf/total_num_tokens"] for r in steady)
     out[name] = {"trained_tokens_per_s": tokens / secs, "steps": len(rows),
+                 "trained_tokens": sum(r["perf/total_num_tokens"] for r in rows),
+                 "trained_tokens_timed": tokens, "timed_s": secs,
                  "staleness_mean": sum(r["staleness/mean"] for r in rows) / len(rows),
                  "trainer_idle_ratio": sum(r["trainer/idle_ratio"] for r in steady) / len(steady),
                  "repack_requests_moved": rows[-1].get("repack/requests_moved", 0),
