@@ -57,8 +57,8 @@ ManagerServer::ManagerServer(std::unique_ptr<ManagerState> state, ManagerServerO
       start_(std::chrono::steady_clock::now()),
       state_(std::move(state)) {
   for (const char* k : {"repack/rounds", "repack/requests_moved", "repack/kv_tokens_moved",
-                        "repack/sources_freed", "repack/overhead_s"}) {
-    repack_totals_[k] = 0;
+                        "repack/sources_freed", "repack/overhead_s", "manager/orphans_reissued"}) {
+    totals_[k] = 0;
   }
 }
 
@@ -80,7 +80,7 @@ int64_t ManagerServer::actor_version() const {
 std::map<std::string, double> ManagerServer::Metrics() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, double> m = state_->Metrics();
-  for (const auto& [k, v] : repack_totals_) m[k] = v;
+  for (const auto& [k, v] : totals_) m[k] = v;
   for (const auto& [k, v] : counter_totals_) m[k] = v;
   return m;
 }
@@ -108,6 +108,7 @@ void ManagerServer::ExpireDead(double now) {
     // Samples waiting to be imported there are lost with it; their groups were re-issued whole.
     imports_.erase(id);
     kv_at_last_round_.erase(id);
+    placed_.erase(id);
   }
 }
 
@@ -154,6 +155,7 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
         orders_.erase(r.returned().rollout_id());
         imports_.erase(r.returned().rollout_id());
         last_counters_.erase(r.returned().rollout_id());  // the new process counts from 0
+        placed_.erase(r.returned().rollout_id());
         break;
       }
       for (const std::string& id : r.returned().prompt_ids()) {
@@ -196,7 +198,10 @@ void ManagerServer::DeliverOrders(const std::string& rollout_id, proto::ManagerR
     orders_.erase(it);
   }
   if (auto it = imports_.find(rollout_id); it != imports_.end()) {
-    for (proto::MigratedSample& m : it->second) *reply->add_imports() = std::move(m);
+    for (proto::MigratedSample& m : it->second) {
+      placed_[rollout_id][m.prompt_id()] = 0;
+      *reply->add_imports() = std::move(m);
+    }
     imports_.erase(it);
   }
 }
@@ -230,7 +235,10 @@ void ManagerServer::OnWork(const proto::WorkRequest& work, double now, proto::Ma
     reply->set_error(std::string(groups.status().message()));
     return;
   }
-  for (proto::PromptGroup& g : *groups) *reply->mutable_work()->add_groups() = std::move(g);
+  for (proto::PromptGroup& g : *groups) {
+    placed_[work.rollout_id()][g.prompt_id()] = 0;
+    *reply->mutable_work()->add_groups() = std::move(g);
+  }
 }
 
 void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
@@ -240,6 +248,7 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
     return;
   }
   running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
+  ReissueOrphans(hb);
   for (const auto& [name, value] : hb.counters()) {
     double& last = last_counters_[hb.id()][name];
     const double growth = value >= last ? value - last : value;  // smaller: it restarted
@@ -267,6 +276,32 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
   if (options_.repack.enabled &&
       (repack_due_ || now - last_repack_s_ >= options_.repack_interval_s)) {
     Repack(now);
+  }
+}
+
+void ManagerServer::ReissueOrphans(const proto::Heartbeat& hb) {
+  // Two heartbeats: the one carrying a placement's reply may be built before the worker took it.
+  constexpr int kOrphanHeartbeats = 2;
+  auto placed = placed_.find(hb.id());
+  if (placed == placed_.end()) return;
+  std::set<std::string> listed;
+  for (const proto::RunningSample& s : hb.running_samples()) listed.insert(s.prompt_id());
+  for (auto it = placed->second.begin(); it != placed->second.end();) {
+    const std::string& prompt_id = it->first;
+    if (state_->GroupRollout(prompt_id) != hb.id()) {
+      it = placed->second.erase(it);  // complete, moved, or re-issued already
+      continue;
+    }
+    it->second = listed.contains(prompt_id) ? 0 : it->second + 1;
+    if (it->second < kOrphanHeartbeats) {
+      ++it;
+      continue;
+    }
+    LAMINAR_LOG(WARN, MANAGER) << hb.id() << " no longer runs " << prompt_id << " ("
+                               << kOrphanHeartbeats << " heartbeats without it): re-issued";
+    (void)state_->ReturnGroup(prompt_id, hb.id());
+    totals_["manager/orphans_reissued"] += 1;
+    it = placed->second.erase(it);
   }
 }
 
@@ -308,7 +343,7 @@ void ManagerServer::Repack(double now) {
     LAMINAR_LOG(WARN, MANAGER) << "repack: " << plan.status();
     return;
   }
-  repack_totals_["repack/rounds"] += 1;
+  totals_["repack/rounds"] += 1;
   std::map<std::string, proto::RepackCommand> by_source;
   for (const rollout::RepackMove& m : plan->moves) {
     proto::RepackCommand& c = by_source[m.source];
@@ -321,9 +356,9 @@ void ManagerServer::Repack(double now) {
       c.add_request_ids(prompt_id);
     }
   }
-  repack_totals_["repack/sources_freed"] += static_cast<double>(plan->sources_freed);
+  totals_["repack/sources_freed"] += static_cast<double>(plan->sources_freed);
   for (auto& [source, c] : by_source) orders_[source].push_back(std::move(c));
-  repack_totals_["repack/overhead_s"] +=
+  totals_["repack/overhead_s"] +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -346,8 +381,8 @@ void ManagerServer::OnMigrated(const proto::MigratedBatch& batch) {
                                  << " to " << batch.destination() << " (version " << m.version()
                                  << ")";
     }
-    repack_totals_["repack/requests_moved"] += 1;
-    repack_totals_["repack/kv_tokens_moved"] +=
+    totals_["repack/requests_moved"] += 1;
+    totals_["repack/kv_tokens_moved"] +=
         static_cast<double>(m.prompt_ids_size() + m.response_ids_size());
     imports_[batch.destination()].push_back(m);
   }
@@ -368,7 +403,7 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   }
   auto& m = *reply->mutable_metrics();
   for (const auto& [k, v] : state_->Metrics()) m[k] = v;
-  for (const auto& [k, v] : repack_totals_) m[k] = v;
+  for (const auto& [k, v] : totals_) m[k] = v;
   if (window_.heartbeats == 0) {
     // No heartbeat since the last batch (two batches back to back): the rollouts' last reports.
     for (const RolloutHealth& h : state_->Rollouts()) {

@@ -80,6 +80,13 @@ class ManagerServer {
   double last_repack_s_ = 0;
   bool repack_due_ = false;  // a new version arrived since the last round
   std::map<std::string, std::vector<proto::RunningSample>> running_;  // last heartbeat's
+  // Groups handed to each rollout (work or imports), with how many of its heartbeats in a row
+  // have not listed them. A group a live rollout does not run (a reply it never got, trajectories
+  // it could not send) is re-issued after kOrphanHeartbeats such heartbeats, so a prompt handed
+  // out is always completed or handed out again (DESIGN.md §3).
+  std::map<std::string, std::map<std::string, int>> placed_;
+  // Re-issues the groups placed on heartbeat.id() that it stopped running.
+  void ReissueOrphans(const proto::Heartbeat& heartbeat);
   std::map<std::string, int32_t> block_size_;
   std::map<std::string, int64_t> kv_at_last_round_;  // KV tokens used at the last repack round
   std::map<std::string, std::vector<proto::RepackCommand>> orders_;    // per source
@@ -95,7 +102,8 @@ class ManagerServer {
   // over the run (a restarted rollout counts from 0 again).
   std::map<std::string, std::map<std::string, double>> last_counters_;
   std::map<std::string, double> counter_totals_;
-  std::map<std::string, double> repack_totals_;
+  // Run totals of repack/* and manager/orphans_reissued.
+  std::map<std::string, double> totals_;
   std::unique_ptr<ZmqReplyServer> server_;
 };
 
