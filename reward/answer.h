@@ -94,8 +94,9 @@ std::optional<std::string> ExtractCountdownEquation(std::string_view response);
 // parentheses, spaces; no unary signs, decimals or other characters), uses each of the problem's
 // numbers exactly once, never divides by zero, and equals the target exactly in rational
 // arithmetic. Errors: InvalidArgument saying which of these fails, with the offset of a parse error
-// ("'^' at offset 4 is not + - * / or a parenthesis", "uses 30 twice", "does not use 93",
-// "equals 37, not 23").
+// ("'^' at offset 3 is not an integer, + - * / or a parenthesis", "uses 30 2 times (given 1)",
+// "uses 7, which is not one of the numbers", "does not use 93", "equals 37, not 23", "divides by
+// zero"; values beyond 2^60 "overflow").
 Status CheckCountdownEquation(std::string_view equation, const CountdownProblem& problem);
 
 }  // namespace laminar::reward

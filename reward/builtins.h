@@ -23,7 +23,8 @@ class ParamReader {
   StatusOr<double> Number(const std::string& key, double fallback);
   // The param's value as a boolean (true/false/yes/no/1/0), `fallback` when absent.
   StatusOr<bool> Bool(const std::string& key, bool fallback);
-  // The param's text; nullopt-like empty optional handled by `present`.
+  // The param's text; "" when absent and not `required`. Errors: InvalidArgument when a required
+  // param is missing.
   StatusOr<std::string> Text(const std::string& key, bool required);
 
   // InvalidArgument naming the first param not read, listing the ones that were asked for.

@@ -49,11 +49,12 @@ struct RewardSpec {
 //                truth; else 0. No params.
 //   contains     1 when the response contains the (non-empty) ground truth; else 0. No params.
 //   gsm8k        GSM8K (Cobbe et al. 2021): the response's answer is the first number after the
-//                last `####`, else the last number in the last `\boxed{}`-after-its-last-'=', else
-//                the last number in the text; thousands commas, '$', signs (also U+2212) and
-//                trailing units or periods are handled. The ground truth is a number or a full
-//                GSM8K answer ending in `#### N`. Numbers are equal within a relative 1e-9.
-//                Params: format_score (default 0): the score of an extracted but wrong answer.
+//                last `####`, else the first number after the last '=' in the last `\boxed{}`,
+//                else the last number in the text (ExtractGsm8kAnswer, reward/answer.h); thousands
+//                commas, '$', signs (also U+2212) and trailing units or periods are handled. The
+//                ground truth is a number or a full GSM8K answer ending in `#### N`. Numbers are
+//                equal within a relative 1e-9. Params: format_score (default 0): the score of an
+//                extracted but wrong answer.
 //   math         MATH (Hendrycks et al. 2021): the response's answer is the last `\boxed{...}`
 //                (nested braces; also `\boxed x` and `\fbox{}`); no box scores 0. The ground truth
 //                is an answer, or a solution whose last `\boxed{}` is taken. Answers are compared
