@@ -140,6 +140,13 @@ class Evaluator {
   }
 
   std::optional<double> Unary() {
+    if (++depth_ > 64) return std::nullopt;  // "----...1" must not overflow the stack either
+    std::optional<double> v = UnsignedUnary();
+    --depth_;
+    return v;
+  }
+
+  std::optional<double> UnsignedUnary() {
     if (Eat("-")) {
       std::optional<double> v = Unary();
       if (!v) return std::nullopt;

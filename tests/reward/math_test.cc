@@ -199,6 +199,8 @@ TEST(MathRewardTest, EvaluatesNumbersOnly) {
   // Deep nesting is refused, not a stack overflow.
   EXPECT_FALSE(
       EvaluateMathNumber(std::string(100000, '(') + "1" + std::string(100000, ')')).has_value());
+  EXPECT_FALSE(EvaluateMathNumber(std::string(100000, '-') + "1").has_value());
+  EXPECT_DOUBLE_EQ(EvaluateMathNumber("--1").value(), 1);
 }
 
 TEST(MathRewardTest, ExtractsTheLastBoxWithNestedBraces) {

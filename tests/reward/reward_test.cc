@@ -174,5 +174,83 @@ TEST(RewardTest, AutoRewardDispatchesOnTheDataSource) {
   EXPECT_NE(r.status().message().find("reward auto"), std::string::npos) << r.status();
 }
 
+TEST(RewardTest, ArbitraryInputNeverCrashesAnyReward) {
+  // Responses and ground truths stitched from the tokens the parsers care about, fixed seed.
+  const char* tokens[] = {"\\boxed{",
+                          "{",
+                          "}",
+                          "\\frac",
+                          "\\sqrt",
+                          "\\left(",
+                          "\\right)",
+                          "\\text{",
+                          " ",
+                          "####",
+                          "-",
+                          "+",
+                          "*",
+                          "/",
+                          "^",
+                          "(",
+                          ")",
+                          ",",
+                          "1",
+                          "23",
+                          "0",
+                          ".",
+                          "=",
+                          "<answer>",
+                          "</answer>",
+                          "\\",
+                          "x",
+                          "$",
+                          "\\pi",
+                          "\xff",
+                          "\xE2\x88\x92",
+                          "\n",
+                          "\\{",
+                          "\\}",
+                          "&",
+                          "\\begin{pmatrix}",
+                          "\\end{pmatrix}",
+                          "\\cup",
+                          "_"};
+  std::vector<RewardFn> rewards;
+  for (const char* name : {"gsm8k", "math", "countdown", "exact_match", "auto"}) {
+    rewards.push_back(MustMake({.name = name, .weight = 1, .params = {}}));
+  }
+  rewards.push_back(MustMake({.name = "format", .weight = 1, .params = {{"pattern", "(\\d+)+x"}}}));
+  uint64_t state = 42;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(state >> 33);
+  };
+  auto random_text = [&] {
+    std::string t;
+    const size_t n = next() % 40;
+    for (size_t i = 0; i < n; ++i) t += tokens[next() % std::size(tokens)];
+    return t;
+  };
+  const char* sources[] = {"gsm8k", "math", "countdown", "other"};
+  for (int i = 0; i < 3000; ++i) {
+    const std::string response = random_text();
+    std::string truth = random_text();
+    if (i % 3 == 0) truth = R"({"target": 23, "numbers": [30, 100, 93]})";
+    for (const RewardFn& f : rewards) {
+      auto r = f({.data_source = sources[i % 4],
+                  .solution_str = response,
+                  .ground_truth = truth,
+                  .extra_info_json = ""});
+      if (r.ok()) {
+        EXPECT_TRUE(std::isfinite(r->score));
+      } else {
+        EXPECT_TRUE(r.status().code() == StatusCode::kInvalidArgument ||
+                    r.status().code() == StatusCode::kNotFound)
+            << r.status();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace laminar::reward
