@@ -1,7 +1,16 @@
-// Built-in rewards; see reward.h.
+// The reward registry, the simple built-ins, weighted combination and spec parsing; see reward.h.
 #include "reward/reward.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <string>
+
+#include "reward/builtins.h"
 
 namespace laminar::reward {
 namespace {
@@ -11,6 +20,16 @@ std::string_view Trim(std::string_view s) {
   const size_t b = s.find_first_not_of(ws);
   if (b == std::string_view::npos) return {};
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// A whole string as a finite double; nullopt otherwise.
+std::optional<double> ParseDouble(const std::string& text) {
+  const std::string t(Trim(text));
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
 }
 
 StatusOr<RewardResult> ExactMatch(const RewardInput& in) {
@@ -27,17 +46,225 @@ StatusOr<RewardResult> Contains(const RewardInput& in) {
       .extra = {}};
 }
 
+StatusOr<RewardFn> MakeAutoReward(internal::ParamReader&) {
+  // Built once, shared read-only by every call (the built-ins are thread-safe).
+  auto table = std::make_shared<std::map<std::string, RewardFn>>();
+  for (const char* name : {"gsm8k", "math", "countdown"}) {
+    LAMINAR_ASSIGN_OR_RETURN((*table)[name], BuiltinReward(name));
+  }
+  return RewardFn([table](const RewardInput& in) -> StatusOr<RewardResult> {
+    LAMINAR_ASSIGN_OR_RETURN(std::string name, DefaultRewardForDataSource(in.data_source),
+                             "reward auto");
+    return table->at(name)(in);
+  });
+}
+
+using Factory = StatusOr<RewardFn> (*)(internal::ParamReader&);
+
+const std::map<std::string, Factory>& Registry() {
+  static const auto* registry = new std::map<std::string, Factory>{
+      {"auto", MakeAutoReward},
+      {"contains", [](internal::ParamReader&) -> StatusOr<RewardFn> { return RewardFn(Contains); }},
+      {"countdown", internal::MakeCountdownReward},
+      {"exact_match",
+       [](internal::ParamReader&) -> StatusOr<RewardFn> { return RewardFn(ExactMatch); }},
+      {"format", internal::MakeFormatReward},
+      {"gsm8k", internal::MakeGsm8kReward},
+      {"math", internal::MakeMathReward},
+  };
+  return *registry;
+}
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace
 
-std::vector<std::string> BuiltinRewardNames() { return {"contains", "exact_match"}; }
+namespace internal {
+
+Status ParamReader::Error(const std::string& key, const std::string& what) const {
+  return InvalidArgumentError("reward " + reward_ + ": param " + key + ": " + what);
+}
+
+StatusOr<double> ParamReader::Number(const std::string& key, double fallback) {
+  known_.insert(key);
+  auto it = params_.find(key);
+  if (it == params_.end()) return fallback;
+  std::optional<double> v = ParseDouble(it->second);
+  if (!v) return Error(key, "expected a number, got '" + it->second + "'");
+  return *v;
+}
+
+StatusOr<bool> ParamReader::Bool(const std::string& key, bool fallback) {
+  known_.insert(key);
+  auto it = params_.find(key);
+  if (it == params_.end()) return fallback;
+  std::string v(Trim(it->second));
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "yes" || v == "1") return true;
+  if (v == "false" || v == "no" || v == "0") return false;
+  return Error(key, "expected true or false, got '" + it->second + "'");
+}
+
+StatusOr<std::string> ParamReader::Text(const std::string& key, bool required) {
+  known_.insert(key);
+  auto it = params_.find(key);
+  if (it != params_.end()) return it->second;
+  if (required) return Error(key, "missing (it is required)");
+  return std::string();
+}
+
+Status ParamReader::Finish() const {
+  for (const auto& [key, value] : params_) {
+    if (known_.count(key) != 0) continue;
+    std::vector<std::string> known(known_.begin(), known_.end());
+    return InvalidArgumentError("reward " + reward_ + ": unknown param '" + key + "' (params: " +
+                                (known.empty() ? std::string("none") : JoinNames(known)) + ")");
+  }
+  return OkStatus();
+}
+
+}  // namespace internal
+
+std::vector<std::string> BuiltinRewardNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : Registry()) names.push_back(name);
+  return names;
+}
+
+StatusOr<RewardFn> MakeReward(const RewardSpec& spec) {
+  auto it = Registry().find(spec.name);
+  if (it == Registry().end()) {
+    return NotFoundError("no built-in reward named '" + spec.name +
+                         "' (built-ins: " + JoinNames(BuiltinRewardNames()) + ")");
+  }
+  internal::ParamReader params(spec.name, spec.params);
+  LAMINAR_ASSIGN_OR_RETURN(RewardFn fn, it->second(params));
+  LAMINAR_RETURN_IF_ERROR(params.Finish());
+  return fn;
+}
 
 StatusOr<RewardFn> BuiltinReward(std::string_view name) {
-  if (name == "exact_match") return RewardFn(ExactMatch);
-  if (name == "contains") return RewardFn(Contains);
-  std::string names;
-  for (const std::string& n : BuiltinRewardNames()) names += (names.empty() ? "" : ", ") + n;
-  return NotFoundError("no built-in reward named '" + std::string(name) + "' (built-ins: " + names +
-                       ")");
+  return MakeReward({.name = std::string(name), .weight = 1.0, .params = {}});
+}
+
+StatusOr<RewardFn> CombineRewards(const std::vector<RewardSpec>& specs) {
+  if (specs.empty()) return InvalidArgumentError("no rewards to combine");
+  struct Component {
+    std::string key;  // "reward/<name>[_k]"
+    double weight;
+    RewardFn fn;
+  };
+  auto components = std::make_shared<std::vector<Component>>();
+  std::map<std::string, int> seen;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::string where = "reward[" + std::to_string(i) + "] (" + specs[i].name + ")";
+    if (!std::isfinite(specs[i].weight)) {
+      return InvalidArgumentError(where + ": weight " + std::to_string(specs[i].weight) +
+                                  " is not finite");
+    }
+    LAMINAR_ASSIGN_OR_RETURN(RewardFn fn, MakeReward(specs[i]), where);
+    const int k = ++seen[specs[i].name];
+    std::string key = "reward/" + specs[i].name + (k > 1 ? "_" + std::to_string(k) : "");
+    components->push_back({std::move(key), specs[i].weight, std::move(fn)});
+  }
+  return RewardFn([components](const RewardInput& in) -> StatusOr<RewardResult> {
+    RewardResult total;
+    for (const Component& c : *components) {
+      LAMINAR_ASSIGN_OR_RETURN(RewardResult r, c.fn(in), c.key);
+      total.score += c.weight * r.score;
+      total.extra[c.key] = r.score;
+      for (const auto& [key, value] : r.extra) total.extra[c.key + "/" + key] = value;
+    }
+    return total;
+  });
+}
+
+namespace {
+
+StatusOr<RewardSpec> ParseOneSpec(const YAML::Node& node, const std::string& where) {
+  RewardSpec spec;
+  if (node.IsScalar()) {
+    spec.name = node.Scalar();
+  } else if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+      if (key.empty()) return InvalidArgumentError(where + ": keys must be non-empty names");
+      const YAML::Node& value = kv.second;
+      if (!value.IsScalar()) {
+        return InvalidArgumentError(where + "." + key + ": expected a scalar value");
+      }
+      if (key == "name") {
+        spec.name = value.Scalar();
+      } else if (key == "weight") {
+        std::optional<double> w = ParseDouble(value.Scalar());
+        if (!w) {
+          return InvalidArgumentError(where + ".weight: expected a number, got '" + value.Scalar() +
+                                      "'");
+        }
+        spec.weight = *w;
+      } else {
+        spec.params[key] = value.Scalar();
+      }
+    }
+    if (spec.name.empty() && !node["name"]) return InvalidArgumentError(where + ".name: missing");
+  } else {
+    return InvalidArgumentError(where + ": expected a reward name or a map with a name");
+  }
+  if (spec.name.empty()) return InvalidArgumentError(where + ".name: empty");
+  LAMINAR_RETURN_IF_ERROR(MakeReward(spec), where);
+  return spec;
+}
+
+}  // namespace
+
+StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where) {
+  const std::string w(where);
+  try {
+    std::vector<RewardSpec> specs;
+    if (!node.IsDefined() || node.IsNull()) return InvalidArgumentError(w + ": missing");
+    if (node.IsSequence()) {
+      if (node.size() == 0) return InvalidArgumentError(w + ": the list of rewards is empty");
+      for (size_t i = 0; i < node.size(); ++i) {
+        LAMINAR_ASSIGN_OR_RETURN(RewardSpec s,
+                                 ParseOneSpec(node[i], w + "[" + std::to_string(i) + "]"));
+        specs.push_back(std::move(s));
+      }
+      return specs;
+    }
+    if (!node.IsScalar() && !node.IsMap()) {
+      return InvalidArgumentError(w + ": expected a name, a map or a list");
+    }
+    LAMINAR_ASSIGN_OR_RETURN(RewardSpec s, ParseOneSpec(node, w));
+    specs.push_back(std::move(s));
+    return specs;
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(w + ": " + e.what());
+  }
+}
+
+StatusOr<std::string> DefaultRewardForDataSource(std::string_view data_source) {
+  static const char* const kGsm8k[] = {"openai/gsm8k", "gsm8k"};
+  static const char* const kMath[] = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
+                                      "HuggingFaceH4/MATH-500", "math", "math500"};
+  for (const char* n : kGsm8k) {
+    if (data_source == n) return std::string("gsm8k");
+  }
+  for (const char* n : kMath) {
+    if (data_source == n) return std::string("math");
+  }
+  std::string lower(data_source);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (lower.find("countdown") != std::string::npos) return std::string("countdown");
+  std::string known;
+  for (const char* n : kGsm8k) known += std::string(known.empty() ? "" : ", ") + n;
+  for (const char* n : kMath) known += std::string(", ") + n;
+  return NotFoundError("no default reward for data_source '" + std::string(data_source) +
+                       "' (known: " + known + ", and any name containing 'countdown')");
 }
 
 }  // namespace laminar::reward

@@ -1,6 +1,8 @@
 // The reward layer's interface (DESIGN.md §1-2): a reward scores one finished response with
-// verl's signature compute_score(data_source, solution_str, ground_truth, extra_info), and
-// built-ins are looked up by name. Rollout workers call it on each finished trajectory.
+// verl's signature compute_score(data_source, solution_str, ground_truth, extra_info). Rewards are
+// built from a registry keyed by name (RewardSpec: name, weight, params) and can be combined with
+// weights. Rollout workers call them on each finished trajectory; `laminar score` runs them on a
+// JSONL file of existing responses.
 #pragma once
 
 #include <functional>
@@ -11,12 +13,16 @@
 
 #include "core/status.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace laminar::reward {
 
 struct RewardInput {
   std::string_view data_source;      // the dataset a prompt came from ("openai/gsm8k")
   std::string_view solution_str;     // the decoded response text
-  std::string_view ground_truth;     // the dataset's reference answer
+  std::string_view ground_truth;     // the dataset's reference answer (JSON text for countdown)
   std::string_view extra_info_json;  // a JSON object of anything else, or ""
 };
 
@@ -25,16 +31,82 @@ struct RewardResult {
   std::map<std::string, double> extra;  // named sub-scores, reported as metrics
 };
 
-// Thread-safe when the built-in is (all built-ins here are). Errors: InvalidArgument naming what
-// in the input cannot be scored.
+// Thread-safe: every reward MakeReward builds may be called from many threads at once. Errors:
+// InvalidArgument naming what in the input cannot be scored (a ground truth that holds no answer,
+// a countdown problem that is not JSON). A response that holds no answer is not an error: it
+// scores 0.
 using RewardFn = std::function<StatusOr<RewardResult>(const RewardInput&)>;
 
-// The built-in reward `name`:
-//   exact_match  1 when the response, trimmed of surrounding whitespace, equals the trimmed
-//                ground truth; else 0.
-//   contains     1 when the response contains the (non-empty) ground truth; else 0.
-// Errors: NotFound naming `name` and listing the built-ins.
+// One reward with its weight in a combination and its parameters (strings, parsed by the reward).
+struct RewardSpec {
+  std::string name;
+  double weight = 1.0;
+  std::map<std::string, std::string> params;
+};
+
+// The built-in rewards by name (scores are in [0, 1] unless a parameter says otherwise):
+//   exact_match  1 when the response, trimmed of surrounding whitespace, equals the trimmed ground
+//                truth; else 0. No params.
+//   contains     1 when the response contains the (non-empty) ground truth; else 0. No params.
+//   gsm8k        GSM8K (Cobbe et al. 2021): the response's answer is the first number after the
+//                last `####`, else the first number after the last '=' in the last `\boxed{}`,
+//                else the last number in the text (ExtractGsm8kAnswer, reward/answer.h); thousands
+//                commas, '$', signs (also U+2212) and trailing units or periods are handled. The
+//                ground truth is a number or a full GSM8K answer ending in `#### N`. Numbers are
+//                equal within a relative 1e-9. Params: format_score (default 0): the score of an
+//                extracted but wrong answer.
+//   math         MATH (Hendrycks et al. 2021): the response's answer is the last `\boxed{...}`
+//                (nested braces; also `\boxed x` and `\fbox{}`); no box scores 0. The ground truth
+//                is an answer, or a solution whose last `\boxed{}` is taken. Answers are compared
+//                by MathAnswersEquivalent (reward/answer.h). Params: format_score (default 0).
+//   countdown    Countdown (TinyZero; d1): the equation in the last `<answer>...</answer>` (the
+//                part before any '='), else the last arithmetic run on the last line that has one
+//                (reward/answer.h ExtractCountdownEquation). It scores 1 when it uses each given
+//                number exactly once, only + - * / (also × ÷ U+2212) and parentheses, no unary
+//                signs, and equals the target exactly (rational arithmetic). The ground truth is
+//                JSON: verl's {"target": 23, "numbers": [30, 100, 93]} or the d1 dataset's row
+//                {"input": "30,100,93", "output": "23"}. Params: format_score (default 0): the
+//                score of an equation that parses but is wrong.
+//   format       the response (trimmed of surrounding whitespace) against a PCRE2 regex: 1 when the
+//                whole of it matches, `partial_credit` when the pattern matches only somewhere
+//                inside it, else 0. Params: pattern (required), partial_credit (default 0, in
+//                [0, 1]), dotall (default true: '.' matches newlines), multiline (default false).
+//                The ground truth is ignored. Invalid UTF-8 in a response is no error; its bytes
+//                match nothing.
+//   auto         verl's default_compute_score: the reward DefaultRewardForDataSource names for
+//                each input's data_source. No params.
+// Errors: NotFound naming `spec.name` and listing the built-ins; InvalidArgument naming an unknown
+// or malformed param ("reward format: unknown param 'patern' (params: dotall, multiline, ...)"),
+// and a regex that does not compile with PCRE2's message and the offset in the pattern.
+// `spec.weight` is ignored here (see CombineRewards).
+StatusOr<RewardFn> MakeReward(const RewardSpec& spec);
+
+// MakeReward({name}): the built-in with default params.
 StatusOr<RewardFn> BuiltinReward(std::string_view name);
 std::vector<std::string> BuiltinRewardNames();
+
+// A weighted sum of `specs`: score = sum_i weight_i * score_i. Each component's score is reported
+// in RewardResult::extra as "reward/<name>" (the k-th repeat of a name, k >= 2, as
+// "reward/<name>_<k>"), and its own extras as "reward/<name>/<key>", so rollouts can average them
+// as metrics. A component's error is returned with the component named. Errors: InvalidArgument
+// when `specs` is empty or a weight is not finite; MakeReward's errors with "reward[i]" context.
+StatusOr<RewardFn> CombineRewards(const std::vector<RewardSpec>& specs);
+
+// Reward specs from YAML (a recipe's `reward:` node or `laminar score --reward`):
+//   gsm8k                                          a name
+//   {name: format, weight: 0.2, pattern: "^#"}     a map: name, optional weight, params
+//   [gsm8k, {name: format, pattern: "####"}]       a list of names or maps
+// Every param value must be a scalar (kept as its text). Each spec is also checked with MakeReward.
+// Errors: InvalidArgument naming the path under `where`, e.g. "reward[1].weight: expected a
+// number, got 'high'", "reward.name: missing", "reward: expected a name, a map or a list".
+StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where);
+
+// The reward verl's default_compute_score would choose for a dataset name:
+//   openai/gsm8k, gsm8k                                                   -> gsm8k
+//   lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500,
+//   math, math500                                                         -> math
+//   any name containing "countdown" (case-insensitive)                    -> countdown
+// Errors: NotFound naming `data_source` and listing the known names.
+StatusOr<std::string> DefaultRewardForDataSource(std::string_view data_source);
 
 }  // namespace laminar::reward
