@@ -31,9 +31,9 @@ model: {path: $MODEL/stories260K.bin, tokenizer: $MODEL/tok512.bin}
 data: {path: $work/prompts.jsonl, max_tokens_key: max_tokens, shuffle: false}
 reward: {name: contains}
 rollout: {n: 4, max_tokens: 480, kv_cache_mb: 16, max_groups: 4, stop_at_eos: false,
-          heartbeat_interval_ms: 100}
+          heartbeat_interval_ms: 25}
 actor: {groups_per_step: 8, max_steps: $STEPS, lr: 1.0e-4}
-repack: {interval_s: 0.5, max_batch: 32}
+repack: {interval_s: 0.1, max_batch: 32}
 YAML
 declare -A label=([sync]="mode=sync" [one_step_off]="mode=one_step_off"
                   [async_no_repack]="mode=async repack.enabled=false" [async_repack]="mode=async")
