@@ -36,7 +36,23 @@ ConfigSchema BuildSchema() {
   s.AddBool("data.shuffle", true, "shuffle the prompts each epoch");
   s.AddInt("data.seed", 1, "seed of the data order and of every group's sampling seed", 0);
   s.AddInt("data.num_epochs", 0, "passes over the dataset (0: unlimited)", 0);
-  s.AddString("reward.name", "exact_match", "built-in reward");
+  s.AddString("reward.name", "exact_match",
+              "built-in reward: gsm8k, math, countdown, format, exact_match, contains, or auto "
+              "(chosen by each row's data_source as verl's default_compute_score)");
+  s.AddMap("reward.params",
+           "the built-in's parameters, e.g. {pattern: '^<think>', "
+           "partial_credit: 0.1} for format (docs/rewards.md)");
+  s.AddMap("reward.python",
+           "a Python reward instead of reward.name: {path: my_reward.py, function: compute_score, "
+           "timeout_s: 10, num_workers: 2}, verl's compute_score(data_source, solution_str, "
+           "ground_truth, extra_info=None) -> float | dict");
+  s.AddMap("reward.c",
+           "a C ABI reward plug-in instead of reward.name: {path: libmy_reward.so, "
+           "symbol: laminar_compute_score} (reward/laminar_reward_plugin.h)");
+  s.AddList("reward.components",
+            "a weighted sum instead of one reward: a list of names or maps such as "
+            "{name: gsm8k, weight: 1.0} or {python: {path: r.py}, weight: 0.5}; each "
+            "component's score is reported as reward/<name>");
   s.AddFloat("reward.failure_score", 0.0,
              "score of a sample whose reward failed, timed out or was not finite (counted in "
              "reward/error_count, reward/timeout_count)");
@@ -184,7 +200,48 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
 }
 
 StatusOr<reward::RewardFn> RewardOf(const Config& r) {
-  return reward::BuiltinReward(r.GetString("reward.name"));
+  const YAML::Node components = r.GetNode("reward.components");
+  const YAML::Node python = r.GetNode("reward.python"), c = r.GetNode("reward.c");
+  const bool has_python = python.IsMap() && python.size() > 0;
+  const bool has_c = c.IsMap() && c.size() > 0;
+  if (components.IsSequence() && components.size() > 0) {
+    if (has_python || has_c || r.IsSet("reward.name")) {
+      return InvalidArgumentError(
+          "recipe reward: set reward.components or one of reward.name, reward.python, reward.c");
+    }
+    LAMINAR_ASSIGN_OR_RETURN(auto specs, reward::ParseRewardSpecs(components, "reward.components"));
+    return reward::CombineRewards(specs);
+  }
+  const YAML::Node params = r.GetNode("reward.params");
+  if ((has_python || has_c) && params.IsMap() && params.size() > 0) {
+    return InvalidArgumentError(
+        "recipe reward.params: parameters of reward.name; a plug-in takes none");
+  }
+  if (has_python + has_c + r.IsSet("reward.name") > 1) {
+    return InvalidArgumentError(
+        "recipe reward: set only one of reward.name, reward.python, reward.c");
+  }
+  // One spec in ParseRewardSpecs' map form: {name: N, <params>...}, {python: {...}} or {c: {...}}.
+  YAML::Node spec(YAML::NodeType::Map);
+  if (has_python) {
+    spec["python"] = python;
+  } else if (has_c) {
+    spec["c"] = c;
+  } else {
+    spec["name"] = r.GetString("reward.name");
+    if (params.IsMap()) {
+      for (auto it = params.begin(); it != params.end(); ++it) {
+        const std::string key = it->first.Scalar();
+        if (key == "name" || key == "weight") {
+          return InvalidArgumentError("recipe reward.params." + key +
+                                      ": not a parameter (set reward." + key + ")");
+        }
+        spec[key] = it->second;
+      }
+    }
+  }
+  LAMINAR_ASSIGN_OR_RETURN(auto specs, reward::ParseRewardSpecs(spec, "reward"));
+  return reward::MakeReward(specs.front());
 }
 
 }  // namespace laminar::actor

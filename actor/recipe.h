@@ -35,7 +35,10 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& rec
 // The actor's options from actor.* keys (trainer included). Endpoints are left for the caller.
 StatusOr<ActorOptions> ActorOptionsOf(const Config& recipe);
 
-// The reward function named by reward.name. Errors: NotFound listing the built-ins.
+// The recipe's reward: reward.components (a weighted sum), reward.python, reward.c, or the
+// built-in reward.name with reward.params. Errors: InvalidArgument naming the key for a bad spec
+// or more than one of them set; NotFound listing the built-ins for an unknown name; a plug-in's
+// load error (a Python file that does not compile, a missing function or symbol).
 StatusOr<reward::RewardFn> RewardOf(const Config& recipe);
 
 }  // namespace laminar::actor

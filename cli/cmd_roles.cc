@@ -102,9 +102,9 @@ int RunManager(const RoleArgs& a) {
   }
   d.system_message = r.GetString("data.system_message");
   d.max_prompt_tokens = r.GetInt("data.max_prompt_tokens");
-  // The rollouts score with reward.name: refuse a bad name here, where the run starts.
+  // The rollouts score with the recipe's reward: refuse a bad one here, where the run starts.
   if (auto reward = actor::RewardOf(r); !reward.ok()) {
-    return fail("recipe reward.name: " + std::string(reward.status().message()));
+    return fail(std::string(reward.status().message()));
   }
   auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, d);
   if (!dataset.ok()) return fail(dataset.status().message());
@@ -173,7 +173,7 @@ int RunRollout(const RoleArgs& a) {
   auto options = actor::RolloutWorkerOptionsOf(*recipe, kv_bytes);
   if (!options.ok()) return fail(options.status().message());
   auto reward = actor::RewardOf(*recipe);
-  if (!reward.ok()) return fail("recipe reward.name: " + std::string(reward.status().message()));
+  if (!reward.ok()) return fail(std::string(reward.status().message()));
   options->id = a.id.empty() ? "rollout/" + std::to_string(getpid()) : a.id;
   options->manager = a.manager;
   options->relays = a.relays;

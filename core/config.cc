@@ -82,6 +82,8 @@ bool HasType(const YAML::Node& n, ConfigType type) {
     }
     case ConfigType::kMap:
       return n.IsMap() || n.IsNull();
+    case ConfigType::kList:
+      return n.IsSequence() || n.IsNull();
   }
   return false;
 }
@@ -230,6 +232,8 @@ std::string ConfigTypeName(ConfigType type) {
       return "a list of ints";
     case ConfigType::kMap:
       return "a map";
+    case ConfigType::kList:
+      return "a list";
   }
   return "?";
 }
@@ -283,6 +287,10 @@ ConfigSchema& ConfigSchema::AddStringList(const std::string& path, std::vector<s
 }
 ConfigSchema& ConfigSchema::AddMap(const std::string& path, const std::string& doc) {
   return Add({path, ConfigType::kMap, YAML::Node(YAML::NodeType::Map), doc, {}, {}, {}});
+}
+
+ConfigSchema& ConfigSchema::AddList(const std::string& path, const std::string& doc) {
+  return Add({path, ConfigType::kList, YAML::Node(YAML::NodeType::Sequence), doc, {}, {}, {}});
 }
 
 const ConfigField* ConfigSchema::Find(const std::string& path) const {
@@ -378,7 +386,8 @@ StatusOr<Config> Config::FromString(const std::string& yaml, const std::string& 
         cfg.set_[f.path] = true;
         continue;
       }
-      if (existing.IsDefined() && existing.IsNull() && f.type == ConfigType::kMap) {
+      if (existing.IsDefined() && existing.IsNull() &&
+          (f.type == ConfigType::kMap || f.type == ConfigType::kList)) {
         cfg.set_[f.path] = true;
       }
       if (f.default_value.IsNull()) {

@@ -20,12 +20,22 @@
 
 namespace laminar {
 
-enum class ConfigType { kBool, kInt, kFloat, kString, kStringList, kFloatList, kIntList, kMap };
+enum class ConfigType {
+  kBool,
+  kInt,
+  kFloat,
+  kString,
+  kStringList,
+  kFloatList,
+  kIntList,
+  kMap,
+  kList
+};
 // "bool", "int", "float", "string", "list of strings", ..., "map".
 std::string ConfigTypeName(ConfigType type);
 
-// One documented key. A kMap field accepts any subtree (user-defined sections such as reward
-// arguments) and is validated by its owner.
+// One documented key. A kMap field accepts any map subtree and a kList field any list (user-defined
+// sections such as reward arguments or a list of reward components); their owner validates them.
 struct ConfigField {
   std::string path;  // dotted, e.g. "actor.lr"
   ConfigType type = ConfigType::kString;
@@ -52,6 +62,8 @@ class ConfigSchema {
   ConfigSchema& AddStringList(const std::string& path, std::vector<std::string> def,
                               const std::string& doc);
   ConfigSchema& AddMap(const std::string& path, const std::string& doc);
+  // A list of anything (empty by default), validated by its owner.
+  ConfigSchema& AddList(const std::string& path, const std::string& doc);
   ConfigSchema& Add(ConfigField field);
 
   const ConfigField* Find(const std::string& path) const;

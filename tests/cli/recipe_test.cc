@@ -1,0 +1,96 @@
+// The recipe's reward section (actor/recipe.h RewardOf): one built-in with params, a weighted
+// list of components, plug-ins, and the errors that name the key.
+#include "actor/recipe.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace laminar::testing {
+namespace {
+
+StatusOr<Config> Recipe(const std::string& reward_yaml) {
+  return Config::FromString("model: {path: m.gguf}\ndata: {path: d.jsonl}\n" + reward_yaml,
+                            "recipe.yaml", {}, actor::RecipeSchema());
+}
+
+double Score(const reward::RewardFn& fn, const std::string& response, const std::string& truth) {
+  auto r = fn(
+      {.data_source = "", .solution_str = response, .ground_truth = truth, .extra_info_json = ""});
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->score : -1;
+}
+
+TEST(RecipeRewardTest, DefaultIsExactMatch) {
+  auto r = Recipe("");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto fn = actor::RewardOf(*r);
+  ASSERT_TRUE(fn.ok()) << fn.status();
+  EXPECT_EQ(Score(*fn, " 42 ", "42"), 1);
+  EXPECT_EQ(Score(*fn, "43", "42"), 0);
+}
+
+TEST(RecipeRewardTest, ABuiltinTakesItsParams) {
+  auto r = Recipe("reward: {name: format, params: {pattern: 'A+', partial_credit: 0.25}}\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto fn = actor::RewardOf(*r);
+  ASSERT_TRUE(fn.ok()) << fn.status();
+  EXPECT_EQ(Score(*fn, "AAA", ""), 1);
+  EXPECT_EQ(Score(*fn, "xAx", ""), 0.25);
+  EXPECT_EQ(Score(*fn, "xyz", ""), 0);
+}
+
+TEST(RecipeRewardTest, ComponentsAreAWeightedSumWithEachScoreReported) {
+  auto r = Recipe(
+      "reward:\n  components:\n    - gsm8k\n"
+      "    - {name: format, weight: 0.5, pattern: '.*####.*'}\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto fn = actor::RewardOf(*r);
+  ASSERT_TRUE(fn.ok()) << fn.status();
+  auto out = (*fn)({.data_source = "",
+                    .solution_str = "so #### 12",
+                    .ground_truth = "12",
+                    .extra_info_json = ""});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_DOUBLE_EQ(out->score, 1.5);
+  EXPECT_EQ(out->extra.at("reward/gsm8k"), 1);
+  EXPECT_EQ(out->extra.at("reward/format"), 1);
+  EXPECT_DOUBLE_EQ(Score(*fn, "12", "12"), 1.0);  // right, without the format
+}
+
+TEST(RecipeRewardTest, FailureScoreReachesTheRollouts) {
+  auto r = Recipe("reward: {failure_score: -1.0}\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto w = actor::RolloutWorkerOptionsOf(*r, 1024);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->reward_failure_score, -1.0);
+}
+
+TEST(RecipeRewardTest, BadSpecsNameTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"reward: {name: gsm9k}\n", "gsm9k"},
+      {"reward: {name: format, params: {pattern: '(('}}\n", "pattern"},
+      {"reward: {name: format, params: {weight: 2}}\n", "reward.params.weight"},
+      {"reward: {name: gsm8k, params: {colour: red}}\n", "colour"},
+      {"reward: {name: gsm8k, components: [math]}\n", "reward.components"},
+      {"reward: {components: [gsm8k, {name: math, weight: high}]}\n",
+       "reward.components[1].weight"},
+      {"reward: {components: [{weight: 1}]}\n", "reward.components[0]"},
+  };
+  for (const auto& [yaml, needle] : cases) {
+    auto r = Recipe(yaml);
+    ASSERT_TRUE(r.ok()) << yaml << r.status();
+    auto fn = actor::RewardOf(*r);
+    ASSERT_FALSE(fn.ok()) << yaml;
+    EXPECT_NE(fn.status().message().find(needle), std::string::npos)
+        << yaml << " -> " << fn.status();
+  }
+  // Wrong shapes fail when the recipe loads.
+  auto list_as_map = Recipe("reward: {components: {name: gsm8k}}\n");
+  ASSERT_FALSE(list_as_map.ok());
+  EXPECT_NE(list_as_map.status().message().find("reward.components"), std::string::npos)
+      << list_as_map.status();
+}
+
+}  // namespace
+}  // namespace laminar::testing
