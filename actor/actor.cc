@@ -167,6 +167,12 @@ Status Actor::SaveCheckpoint() {
       std::string dir, trainer_->SaveCheckpoint(options_.checkpoint_dir, user, options_.keep_last),
       "actor");
   LAMINAR_LOG(INFO, ACTOR) << "checkpoint " << dir;
+  if (!options_.export_dir.empty()) {
+    LAMINAR_RETURN_IF_ERROR(
+        trainer_->ExportHuggingFace(options_.export_dir, options_.export_tokenizer_files,
+                                    DType::kF32, /*overwrite=*/true),
+        "actor: export to " + options_.export_dir);
+  }
   last_saved_step_ = trainer_->global_step();
   return OkStatus();
 }

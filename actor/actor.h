@@ -39,6 +39,11 @@ struct ActorOptions {
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t save_every = 0;      // steps between checkpoints (0: only at the end)
   int keep_last = 2;
+  // With each checkpoint, the policy as a Hugging Face folder here (replaced each time; "" =
+  // none), with these tokenizer files (model::ExportHfTokenizerFiles), so `laminar generate` and
+  // transformers load it.
+  std::string export_dir;
+  std::map<std::string, std::string> export_tokenizer_files;
   std::string metrics_path;  // JSONL, one line per step ("" = none)
   // JSONL, one line per trained sample ("" = none): step, actor version, prompt_id,
   // sample_index, version, rollout_id, reward, response_length, finish_reason.

@@ -16,6 +16,9 @@ ConfigSchema BuildSchema() {
               "one_step_off: generation of step k+1 overlaps training of step k; async: "
               "trajectory-level asynchrony with relay pulls and repack (Laminar)",
               {"sync", "one_step_off", "async"});
+  s.AddString("run.dir", "",
+              "laminar run: where metrics.jsonl, checkpoints/, tensorboard/ and logs/ go (empty: "
+              "runs/<recipe file name>)");
   s.AddRequired("model.path", ConfigType::kString,
                 "policy checkpoint: a Hugging Face folder, GGUF or llama2.c file");
   s.AddString("model.tokenizer", "", "tokenizer file overriding the checkpoint's");
@@ -109,6 +112,9 @@ ConfigSchema BuildSchema() {
   s.AddString("actor.checkpoint_dir", "", "save checkpoints here (empty: none)");
   s.AddInt("actor.save_every", 0, "steps between checkpoints (0: only at the end)", 0);
   s.AddInt("actor.keep_last", 2, "checkpoints kept", 1);
+  s.AddString("actor.export_dir", "",
+              "with each checkpoint, write the policy here as a Hugging Face folder that "
+              "`laminar generate` and transformers load (empty: none)");
   s.AddString("actor.metrics", "", "append one JSON line of metrics per step to this file");
   s.AddString("actor.trajectory_log", "",
               "append one JSON line per trained sample (ids, versions, reward) to this file");
@@ -169,6 +175,7 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   a.checkpoint_dir = r.GetString("actor.checkpoint_dir");
   a.save_every = r.GetInt("actor.save_every");
   a.keep_last = static_cast<int>(r.GetInt("actor.keep_last"));
+  a.export_dir = r.GetString("actor.export_dir");
   a.metrics_path = r.GetString("actor.metrics");
   a.trajectory_log = r.GetString("actor.trajectory_log");
   return a;

@@ -201,6 +201,12 @@ int RunActor(const RoleArgs& a) {
   options->id = a.id.empty() ? "actor" : a.id;
   options->manager = a.manager;
   options->master_relay = a.relays.front();
+  if (!options->export_dir.empty()) {
+    // The tokenizer travels with the exported policy when it can be written as HF files.
+    auto files =
+        model::ExportHfTokenizerFiles(*policy->tokenizer, policy->checkpoint.chat_template);
+    if (files.ok()) options->export_tokenizer_files = std::move(*files);
+  }
   auto act = actor::Actor::Create(policy->checkpoint.config, policy->checkpoint.weights,
                                   std::move(*options), a.resume);
   if (!act.ok()) return fail(act.status().message());

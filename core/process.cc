@@ -20,7 +20,7 @@ extern char** environ;
 
 namespace laminar {
 StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
-                                 const std::string& stderr_path) {
+                                 const std::string& stderr_path, bool new_session) {
   if (argv.empty()) return InvalidArgumentError("Process::Spawn: empty argv");
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -33,13 +33,23 @@ StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
   }
+  // A launcher may block SIGINT/SIGTERM to sigwait for them; its children start with none blocked.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  short flags = POSIX_SPAWN_SETSIGMASK;
+  if (new_session) flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
   const int rc = argv[0].find('/') == std::string::npos
-                     ? posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ)
-                     : posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+                     ? posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ)
+                     : posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
   if (rc != 0) {

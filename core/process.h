@@ -17,11 +17,14 @@ namespace laminar {
 class Process {
  public:
   static constexpr int kTermGraceMs = 2000;
-  // Starts `argv[0]` (looked up in PATH when it has no '/') with `argv`. The child's stdout is a
-  // pipe read by ReadLine; its stderr is inherited, or appended to `stderr_path` when non-empty.
-  // Errors: InvalidArgument for an empty argv, Unavailable naming the program when it cannot start.
+  // Starts `argv[0]` (looked up in PATH when it has no '/') with `argv` and no signal blocked.
+  // The child's stdout is a pipe read by ReadLine; its stderr is inherited, or appended to
+  // `stderr_path` when non-empty. With `new_session` the child leads a session of its own
+  // (setsid), so a terminal's Ctrl-C reaches only the launcher, which then stops its children in
+  // the order it chooses. Errors: InvalidArgument for an empty argv, Unavailable naming the program
+  // when it cannot start.
   static StatusOr<Process> Spawn(const std::vector<std::string>& argv,
-                                 const std::string& stderr_path = "");
+                                 const std::string& stderr_path = "", bool new_session = false);
   Process() = default;  // holds no child
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;

@@ -1,0 +1,170 @@
+// `laminar run` as a user runs it: the whole job as real processes on the stories260K policy,
+// supervised (a killed rollout is started again), stopped with Ctrl-C (a checkpoint is saved) and
+// continued with --resume; the exported policy loads in `laminar generate`.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/process.h"
+#include "tests/cli/cli_util.h"
+#include "tests/test_util.h"
+
+namespace laminar::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const std::string& tok) {
+  {
+    std::ofstream data(dir / "prompts.jsonl");
+    for (int i = 0; i < 16; ++i) {
+      data << nlohmann::json{{"prompt", i % 2 ? "The dog" : "Once upon a time"},
+                             {"ground_truth", "cat"},
+                             {"data_source", "stories"}}
+                  .dump()
+           << "\n";
+    }
+  }
+  std::ofstream r(dir / "recipe.yaml");
+  r << "model: {path: " << model << ", tokenizer: " << tok << "}\n"
+    << "data: {path: " << (dir / "prompts.jsonl").string() << "}\n"
+    << "reward: {name: contains}\n"
+    << "rollout: {num_workers: 2, n: 2, max_tokens: 16, kv_cache_mb: 2, max_groups: 2,"
+    << " heartbeat_interval_ms: 50, heartbeat_timeout_s: 2}\n"
+    << "actor: {groups_per_step: 2, lr: 0.001, save_every: 1}\n";
+  return (dir / "recipe.yaml").string();
+}
+
+std::vector<nlohmann::json> Lines(const fs::path& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+bool WaitFor(const std::function<bool()>& done, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+// The pid of the process whose command line holds every one of `words`, or -1.
+pid_t FindProcess(const std::vector<std::string>& words) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = Slurp(entry.path() / "cmdline");
+    for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+    bool all = !cmdline.empty();
+    for (const std::string& w : words) all = all && cmdline.find(w) != std::string::npos;
+    if (all) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const fs::path dir = TempDir("run");
+  const std::string recipe = WriteRunRecipe(dir, model, tok);
+  auto r = RunLaminar("run " + recipe + " actor.max_steps=3 --run-dir " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[run] step    3"), std::string::npos) << r.err;
+  const auto metrics = Lines(dir / "out" / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 3u);
+  EXPECT_EQ(metrics.back()["training/global_step"].get<double>(), 3);
+  EXPECT_TRUE(fs::exists(dir / "out" / "checkpoints" / "step_3" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "recipe.yaml"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "logs" / "rollout_1.log"));
+  auto gen = RunLaminar("generate --model " + (dir / "out" / "model").string() +
+                        " --prompt 'Once upon a time' --max-tokens 8");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_FALSE(gen.out.empty());
+}
+
+TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const fs::path dir = TempDir("run_faults");
+  const std::string recipe = WriteRunRecipe(dir, model, tok);
+  const fs::path out = dir / "out";
+  auto run = Process::Spawn({LAMINAR_BINARY, "run", recipe, "--run-dir", out.string()},
+                            (dir / "run.err").string());
+  ASSERT_TRUE(run.ok()) << run.status();
+  const fs::path metrics = out / "metrics.jsonl";
+  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= 2; }, 60000)) << Slurp(dir / "run.err");
+  const pid_t rollout = FindProcess({"rollout", "--id", "rollout/0", recipe});
+  ASSERT_GT(rollout, 0);
+  kill(rollout, SIGKILL);
+  ASSERT_TRUE(WaitFor(
+      [&] { return Slurp(dir / "run.err").find("rollout/0 exited") != std::string::npos; }, 30000))
+      << Slurp(dir / "run.err");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return FindProcess({"rollout", "--id", "rollout/0", recipe}) > 0;
+      },
+      30000));
+  // Training goes on after the restart.
+  const size_t before = Lines(metrics).size();
+  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= before + 2; }, 60000))
+      << Slurp(dir / "run.err");
+  run->Signal(SIGINT);
+  auto code = run->Wait(60000);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 130) << Slurp(dir / "run.err");
+  const std::string err = Slurp(dir / "run.err");
+  EXPECT_NE(err.find("restarting it"), std::string::npos) << err;
+  EXPECT_NE(err.find("--resume"), std::string::npos) << err;
+  // Nothing of the run is left running.
+  EXPECT_EQ(FindProcess({recipe}), -1);
+  const double last = Lines(metrics).back()["training/global_step"].get<double>();
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / ("step_" + std::to_string(int(last)))));
+  // --resume continues with the next step.
+  auto resumed = RunLaminar("run " + recipe + " actor.max_steps=" + std::to_string(int(last) + 2) +
+                            " --run-dir " + out.string() + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto all = Lines(metrics);
+  EXPECT_EQ(all.back()["training/global_step"].get<double>(), last + 2);
+  EXPECT_EQ(all[all.size() - 2]["training/global_step"].get<double>(), last + 1);
+}
+
+TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {
+  const fs::path dir = TempDir("run_bad");
+  std::ofstream(dir / "unknown.yaml") << "model: {path: m}\ndata: {path: d}\nactor: {lr_typo: 1}\n";
+  auto unknown = RunLaminar("run " + (dir / "unknown.yaml").string());
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("actor.lr_typo"), std::string::npos) << unknown.err;
+  std::ofstream(dir / "reward.yaml") << "model: {path: m}\ndata: {path: d}\nreward: {name: nope}\n";
+  auto reward = RunLaminar("run " + (dir / "reward.yaml").string());
+  EXPECT_EQ(reward.exit_code, 1);
+  EXPECT_NE(reward.err.find("nope"), std::string::npos) << reward.err;
+  const fs::path model = SharedDataDir() / "models/stories260K/stories260K.bin";
+  std::ofstream(dir / "data.yaml")
+      << "model: {path: " << model.string() << "}\ndata: {path: " << (dir / "absent.jsonl").string()
+      << "}\n";
+  if (fs::exists(model)) {
+    auto data = RunLaminar("run " + (dir / "data.yaml").string());
+    EXPECT_EQ(data.exit_code, 1);
+    EXPECT_NE(data.err.find("data.path"), std::string::npos) << data.err;
+  }
+  auto missing = RunLaminar("run " + (dir / "absent.yaml").string());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("absent.yaml"), std::string::npos) << missing.err;
+  EXPECT_FALSE(fs::exists("runs/unknown"));  // nothing created
+}
+
+}  // namespace
+}  // namespace laminar::testing
