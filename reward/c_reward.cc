@@ -14,8 +14,9 @@
 namespace laminar::reward {
 namespace {
 
+// glibc keeps dlerror's state per thread, so concurrent loads do not mix their messages.
 std::string DlError() {
-  const char* e = dlerror();
+  const char* e = dlerror();  // NOLINT(concurrency-mt-unsafe)
   return e != nullptr ? e : "unknown dlopen error";
 }
 
@@ -48,7 +49,7 @@ StatusOr<RewardFn> MakeCReward(const CRewardOptions& options) {
   auto lib = std::make_shared<Library>();
   lib->handle = dlopen(abs.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib->handle == nullptr) return InvalidArgumentError(tag + ": dlopen: " + DlError());
-  dlerror();  // clear, so that a null symbol can be told from an error
+  dlerror();  // NOLINT(concurrency-mt-unsafe): clear, so a null symbol can be told from an error
   auto version = reinterpret_cast<laminar_reward_abi_version_fn>(
       dlsym(lib->handle, "laminar_reward_abi_version"));
   if (version == nullptr) {
