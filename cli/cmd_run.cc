@@ -70,8 +70,10 @@ struct Role {
 
 // Starts `role` and waits for its ready line (a JSON object); returns it. Errors name the log.
 StatusOr<nlohmann::json> Start(Role* role, int timeout_ms) {
-  LAMINAR_ASSIGN_OR_RETURN(role->process,
-                           Process::Spawn(role->argv, role->log.string(), /*new_session=*/true));
+  LAMINAR_ASSIGN_OR_RETURN(
+      role->process,
+      Process::Spawn(role->argv, Process::SpawnOptions{.stderr_path = role->log.string(),
+                                                       .new_session = true}));
   auto line = role->process.ReadLine(timeout_ms);
   if (!line.ok()) {
     return UnavailableError(role->name + " did not start (" + std::string(line.status().message()) +

@@ -1,10 +1,12 @@
-// Child processes: posix_spawn with a stdout pipe, line reads with poll(2) deadlines.
+// Child processes: posix_spawn with a stdout pipe and optionally a stdin socket, line reads and
+// writes with poll(2) deadlines.
 #include "core/process.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,17 +22,27 @@ extern char** environ;
 
 namespace laminar {
 StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
-                                 const std::string& stderr_path, bool new_session) {
+                                 const SpawnOptions& options) {
   if (argv.empty()) return InvalidArgumentError("Process::Spawn: empty argv");
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return UnavailableError("pipe for " + argv[0] + ": " + std::strerror(errno));
   }
+  // in[0] is ours, in[1] becomes the child's stdin. Both are close-on-exec, so that a child another
+  // thread spawns meanwhile never holds them (and the child sees end of file when we close ours).
+  int in[2] = {-1, -1};
+  if (options.stdin_pipe && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return UnavailableError("stdin socket for " + argv[0] + ": " + std::strerror(err));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  if (!stderr_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+  if (options.stdin_pipe) posix_spawn_file_actions_adddup2(&actions, in[1], STDIN_FILENO);
+  if (!options.stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, options.stderr_path.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
   }
   // A launcher may block SIGINT/SIGTERM to sigwait for them; its children start with none blocked.
@@ -40,7 +52,7 @@ StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   short flags = POSIX_SPAWN_SETSIGMASK;
-  if (new_session) flags |= POSIX_SPAWN_SETSID;
+  if (options.new_session) flags |= POSIX_SPAWN_SETSID;
   posix_spawnattr_setflags(&attr, flags);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -52,13 +64,16 @@ StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
+  if (options.stdin_pipe) close(in[1]);
   if (rc != 0) {
     close(fds[0]);
+    if (options.stdin_pipe) close(in[0]);
     return UnavailableError("cannot start " + argv[0] + ": " + std::strerror(rc));
   }
   Process p;
   p.pid_ = pid;
   p.stdout_fd_ = fds[0];
+  p.stdin_fd_ = in[0];
   return p;
 }
 
@@ -69,6 +84,7 @@ Process& Process::operator=(Process&& other) noexcept {
     Close();
     pid_ = std::exchange(other.pid_, -1);
     stdout_fd_ = std::exchange(other.stdout_fd_, -1);
+    stdin_fd_ = std::exchange(other.stdin_fd_, -1);
     buffer_ = std::move(other.buffer_);
     reaped_ = std::exchange(other.reaped_, false);
     exit_code_ = other.exit_code_;
@@ -79,6 +95,7 @@ Process& Process::operator=(Process&& other) noexcept {
 Process::~Process() { Close(); }
 
 void Process::Close() {
+  CloseStdin();
   if (pid_ > 0 && !reaped_) {
     // SIGTERM first, so that the child can clean up (a relay removes its shared memory).
     kill(pid_, SIGTERM);
@@ -124,6 +141,42 @@ StatusOr<std::string> Process::ReadLine(int timeout_ms) {
     }
     buffer_.append(chunk, static_cast<size_t>(n));
   }
+}
+
+Status Process::WriteStdin(std::string_view data, int timeout_ms) {
+  if (stdin_fd_ < 0) {
+    return UnavailableError("process " + std::to_string(pid_) + " has no stdin pipe");
+  }
+  const int64_t deadline = SteadyNowMs() + timeout_ms;
+  while (!data.empty()) {
+    // MSG_NOSIGNAL: a child that died is an EPIPE error here, never a SIGPIPE for the parent.
+    const ssize_t n = send(stdin_fd_, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return UnavailableError("writing to process " + std::to_string(pid_) +
+                              " stdin: " + std::strerror(errno));
+    }
+    const int64_t left = deadline - SteadyNowMs();
+    if (left <= 0) {
+      return DeadlineExceededError("process " + std::to_string(pid_) +
+                                   " did not read its stdin within " + std::to_string(timeout_ms) +
+                                   " ms");
+    }
+    pollfd pfd{stdin_fd_, POLLOUT, 0};
+    if (poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) {
+      return UnavailableError(std::string("poll on process stdin: ") + std::strerror(errno));
+    }
+  }
+  return OkStatus();
+}
+
+void Process::CloseStdin() {
+  if (stdin_fd_ >= 0) close(stdin_fd_);
+  stdin_fd_ = -1;
 }
 
 void Process::Signal(int signal) {

@@ -1,4 +1,5 @@
-// The reward registry, the simple built-ins, weighted combination and spec parsing; see reward.h.
+// The reward registry, the simple built-ins, the plug-in factories, weighted combination and spec
+// parsing; see reward.h.
 #include "reward/reward.h"
 
 #include <yaml-cpp/yaml.h>
@@ -7,10 +8,13 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "reward/builtins.h"
+#include "reward/c_reward.h"
+#include "reward/python_reward.h"
 
 namespace laminar::reward {
 namespace {
@@ -59,7 +63,46 @@ StatusOr<RewardFn> MakeAutoReward(internal::ParamReader&) {
   });
 }
 
+StatusOr<RewardFn> MakePythonPlugin(internal::ParamReader& params) {
+  PythonRewardOptions o;
+  LAMINAR_ASSIGN_OR_RETURN(o.path, params.Text("path", /*required=*/true));
+  LAMINAR_ASSIGN_OR_RETURN(std::string function, params.Text("function", /*required=*/false));
+  if (!function.empty()) o.function = function;
+  LAMINAR_ASSIGN_OR_RETURN(double workers, params.Number("num_workers", o.num_workers));
+  if (workers != std::floor(workers) || workers < 1 || workers > 1024) {
+    return InvalidArgumentError(
+        "reward python: param num_workers: expected an integer in [1, 1024]");
+  }
+  o.num_workers = static_cast<int>(workers);
+  LAMINAR_ASSIGN_OR_RETURN(o.timeout_s, params.Number("timeout_s", o.timeout_s));
+  LAMINAR_ASSIGN_OR_RETURN(o.startup_timeout_s,
+                           params.Number("startup_timeout_s", o.startup_timeout_s));
+  LAMINAR_ASSIGN_OR_RETURN(std::string python, params.Text("python", /*required=*/false));
+  if (!python.empty()) o.python = python;
+  // Unknown params fail before a Python process starts.
+  LAMINAR_RETURN_IF_ERROR(params.Finish());
+  return MakePythonReward(o);
+}
+
+StatusOr<RewardFn> MakeCPlugin(internal::ParamReader& params) {
+  CRewardOptions o;
+  LAMINAR_ASSIGN_OR_RETURN(o.path, params.Text("path", /*required=*/true));
+  LAMINAR_ASSIGN_OR_RETURN(std::string symbol, params.Text("symbol", /*required=*/false));
+  if (!symbol.empty()) o.symbol = symbol;
+  LAMINAR_RETURN_IF_ERROR(params.Finish());
+  return MakeCReward(o);
+}
+
 using Factory = StatusOr<RewardFn> (*)(internal::ParamReader&);
+
+// The plug-ins: not built-ins, since each needs a user's file.
+const std::map<std::string, Factory>& Plugins() {
+  static const auto* plugins = new std::map<std::string, Factory>{
+      {"c", MakeCPlugin},
+      {"python", MakePythonPlugin},
+  };
+  return *plugins;
+}
 
 const std::map<std::string, Factory>& Registry() {
   static const auto* registry = new std::map<std::string, Factory>{
@@ -135,14 +178,25 @@ std::vector<std::string> BuiltinRewardNames() {
   return names;
 }
 
+std::vector<std::string> PluginRewardNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : Plugins()) names.push_back(name);
+  return names;
+}
+
 StatusOr<RewardFn> MakeReward(const RewardSpec& spec) {
-  auto it = Registry().find(spec.name);
-  if (it == Registry().end()) {
+  Factory factory = nullptr;
+  if (auto it = Registry().find(spec.name); it != Registry().end()) {
+    factory = it->second;
+  } else if (auto p = Plugins().find(spec.name); p != Plugins().end()) {
+    factory = p->second;
+  } else {
     return NotFoundError("no built-in reward named '" + spec.name +
-                         "' (built-ins: " + JoinNames(BuiltinRewardNames()) + ")");
+                         "' (built-ins: " + JoinNames(BuiltinRewardNames()) +
+                         "; plug-ins: " + JoinNames(PluginRewardNames()) + ")");
   }
   internal::ParamReader params(spec.name, spec.params);
-  LAMINAR_ASSIGN_OR_RETURN(RewardFn fn, it->second(params));
+  LAMINAR_ASSIGN_OR_RETURN(RewardFn fn, factory(params));
   LAMINAR_RETURN_IF_ERROR(params.Finish());
   return fn;
 }
@@ -185,19 +239,56 @@ StatusOr<RewardFn> CombineRewards(const std::vector<RewardSpec>& specs) {
 
 namespace {
 
-StatusOr<RewardSpec> ParseOneSpec(const YAML::Node& node, const std::string& where) {
+// A plug-in's params from `{python: {path: ..., ...}}`: the map under the kind's key.
+Status ParsePluginParams(const std::string& kind, const YAML::Node& value, const std::string& where,
+                         RewardSpec& spec) {
+  if (!value.IsMap()) return InvalidArgumentError(where + ": expected a map of params (path: ...)");
+  if (!spec.name.empty() && spec.name != kind) {
+    return InvalidArgumentError(where + ": a spec has one kind, but it also names '" + spec.name +
+                                "'");
+  }
+  spec.name = kind;
+  for (const auto& kv : value) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+    if (key.empty()) return InvalidArgumentError(where + ": keys must be non-empty names");
+    if (!kv.second.IsScalar()) {
+      return InvalidArgumentError(where + "." + key + ": expected a scalar value");
+    }
+    spec.params[key] = kv.second.Scalar();
+  }
+  return OkStatus();
+}
+
+StatusOr<RewardSpec> ParseOneSpec(const YAML::Node& node, const std::string& where,
+                                  std::string_view base_dir) {
   RewardSpec spec;
+  std::string check_where = where;  // where MakeReward's errors are reported
   if (node.IsScalar()) {
     spec.name = node.Scalar();
   } else if (node.IsMap()) {
+    std::string plugin;  // the key of a {python: {...}} form
     for (const auto& kv : node) {
       const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
       if (key.empty()) return InvalidArgumentError(where + ": keys must be non-empty names");
       const YAML::Node& value = kv.second;
+      if (Plugins().count(key) != 0 && value.IsMap()) {
+        if (!plugin.empty()) {
+          return InvalidArgumentError(where + ": one spec holds one plug-in, but it has both " +
+                                      plugin + " and " + key + " (use a list)");
+        }
+        plugin = key;
+        check_where = where + "." + key;
+        LAMINAR_RETURN_IF_ERROR(ParsePluginParams(key, value, check_where, spec));
+        continue;
+      }
       if (!value.IsScalar()) {
         return InvalidArgumentError(where + "." + key + ": expected a scalar value");
       }
       if (key == "name") {
+        if (!plugin.empty() && value.Scalar() != plugin) {
+          return InvalidArgumentError(where + ".name: '" + value.Scalar() +
+                                      "', but the spec is a " + plugin + " plug-in");
+        }
         spec.name = value.Scalar();
       } else if (key == "weight") {
         std::optional<double> w = ParseDouble(value.Scalar());
@@ -210,18 +301,32 @@ StatusOr<RewardSpec> ParseOneSpec(const YAML::Node& node, const std::string& whe
         spec.params[key] = value.Scalar();
       }
     }
-    if (spec.name.empty() && !node["name"]) return InvalidArgumentError(where + ".name: missing");
+    if (spec.name.empty() && !node["name"]) {
+      for (const auto& [kind, factory] : Plugins()) {
+        if (node[kind]) {
+          return InvalidArgumentError(where + "." + kind +
+                                      ": expected a map of params (path: ...)");
+        }
+      }
+      return InvalidArgumentError(where + ".name: missing");
+    }
   } else {
     return InvalidArgumentError(where + ": expected a reward name or a map with a name");
   }
   if (spec.name.empty()) return InvalidArgumentError(where + ".name: empty");
-  LAMINAR_RETURN_IF_ERROR(MakeReward(spec), where);
+  if (auto path = spec.params.find("path");
+      Plugins().count(spec.name) != 0 && path != spec.params.end() && !base_dir.empty() &&
+      !path->second.empty() && std::filesystem::path(path->second).is_relative()) {
+    path->second = (std::filesystem::path(base_dir) / path->second).lexically_normal().string();
+  }
+  LAMINAR_RETURN_IF_ERROR(MakeReward(spec), check_where);
   return spec;
 }
 
 }  // namespace
 
-StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where) {
+StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where,
+                                                   std::string_view base_dir) {
   const std::string w(where);
   try {
     std::vector<RewardSpec> specs;
@@ -229,8 +334,8 @@ StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::
     if (node.IsSequence()) {
       if (node.size() == 0) return InvalidArgumentError(w + ": the list of rewards is empty");
       for (size_t i = 0; i < node.size(); ++i) {
-        LAMINAR_ASSIGN_OR_RETURN(RewardSpec s,
-                                 ParseOneSpec(node[i], w + "[" + std::to_string(i) + "]"));
+        LAMINAR_ASSIGN_OR_RETURN(
+            RewardSpec s, ParseOneSpec(node[i], w + "[" + std::to_string(i) + "]", base_dir));
         specs.push_back(std::move(s));
       }
       return specs;
@@ -238,7 +343,7 @@ StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::
     if (!node.IsScalar() && !node.IsMap()) {
       return InvalidArgumentError(w + ": expected a name, a map or a list");
     }
-    LAMINAR_ASSIGN_OR_RETURN(RewardSpec s, ParseOneSpec(node, w));
+    LAMINAR_ASSIGN_OR_RETURN(RewardSpec s, ParseOneSpec(node, w, base_dir));
     specs.push_back(std::move(s));
     return specs;
   } catch (const YAML::Exception& e) {

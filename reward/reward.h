@@ -1,8 +1,9 @@
 // The reward layer's interface (DESIGN.md §1-2): a reward scores one finished response with
 // verl's signature compute_score(data_source, solution_str, ground_truth, extra_info). Rewards are
-// built from a registry keyed by name (RewardSpec: name, weight, params) and can be combined with
-// weights. Rollout workers call them on each finished trajectory; `laminar score` runs them on a
-// JSONL file of existing responses.
+// built from a registry keyed by name (RewardSpec: name, weight, params) of built-ins and plug-ins
+// (a user's Python function or C ABI shared library) and can be combined with weights. Rollout
+// workers call them on each finished trajectory; `laminar score` runs them on a JSONL file of
+// existing responses.
 #pragma once
 
 #include <functional>
@@ -75,15 +76,28 @@ struct RewardSpec {
 //                match nothing.
 //   auto         verl's default_compute_score: the reward DefaultRewardForDataSource names for
 //                each input's data_source. No params.
-// Errors: NotFound naming `spec.name` and listing the built-ins; InvalidArgument naming an unknown
-// or malformed param ("reward format: unknown param 'patern' (params: dotall, multiline, ...)"),
-// and a regex that does not compile with PCRE2's message and the offset in the pattern.
-// `spec.weight` is ignored here (see CombineRewards).
+// The plug-ins, by name (a user's code; see the headers for the calling conventions and errors):
+//   python       MakePythonReward (reward/python_reward.h): `function` (default compute_score) in
+//                the .py file `path`, run in a pool of Python processes with a per-call deadline.
+//                Params: path (required), function, num_workers (default 2), timeout_s (10),
+//                startup_timeout_s (60), python (default python3).
+//   c            MakeCReward (reward/c_reward.h): a shared library built against
+//                reward/laminar_reward_plugin.h. Params: path (required), symbol (default
+//                laminar_compute_score).
+//   A relative `path` is relative to the working directory (ParseRewardSpecs can resolve it
+//   against a recipe's folder instead).
+// Errors: NotFound naming `spec.name` and listing the built-ins and plug-ins; InvalidArgument
+// naming an unknown or malformed param ("reward format: unknown param 'patern' (params: dotall,
+// multiline, ...)"), a regex that does not compile with PCRE2's message and the offset in the
+// pattern, and a plug-in that cannot be loaded (a missing file, a Python file that does not import,
+// with Python's message). `spec.weight` is ignored here (see CombineRewards).
 StatusOr<RewardFn> MakeReward(const RewardSpec& spec);
 
 // MakeReward({name}): the built-in with default params.
 StatusOr<RewardFn> BuiltinReward(std::string_view name);
 std::vector<std::string> BuiltinRewardNames();
+// The plug-in names MakeReward knows besides the built-ins: {"c", "python"}.
+std::vector<std::string> PluginRewardNames();
 
 // A weighted sum of `specs`: score = sum_i weight_i * score_i. Each component's score is reported
 // in RewardResult::extra as "reward/<name>" (the k-th repeat of a name, k >= 2, as
@@ -95,11 +109,20 @@ StatusOr<RewardFn> CombineRewards(const std::vector<RewardSpec>& specs);
 // Reward specs from YAML (a recipe's `reward:` node or `laminar score --reward`):
 //   gsm8k                                          a name
 //   {name: format, weight: 0.2, pattern: "^#"}     a map: name, optional weight, params
-//   [gsm8k, {name: format, pattern: "####"}]       a list of names or maps
-// Every param value must be a scalar (kept as its text). Each spec is also checked with MakeReward.
+//   {python: {path: r.py, function: f, timeout_s: 5, num_workers: 2}, weight: 0.5}
+//   {c: {path: libr.so, symbol: s}}                a plug-in: its kind as the key of a map of
+//                                                  params (the same as {name: python, path: ...})
+//   [gsm8k, {name: format, pattern: "####"}]       a list of any of these
+// Every param value must be a scalar (kept as its text). A plug-in's relative `path` is resolved
+// against `base_dir` when it is not empty (a recipe's folder), else left relative to the working
+// directory. Each spec is also checked with MakeReward (so a Python plug-in's file is imported once
+// here, and a bad one fails before anything runs).
 // Errors: InvalidArgument naming the path under `where`, e.g. "reward[1].weight: expected a
-// number, got 'high'", "reward.name: missing", "reward: expected a name, a map or a list".
-StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where);
+// number, got 'high'", "reward.name: missing", "reward: expected a name, a map or a list",
+// "reward[1].python.timeout_s: expected a scalar value", "reward[1].python: python reward
+// /abs/r.py:f: importing the file failed: ... SyntaxError: ...".
+StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where,
+                                                   std::string_view base_dir = "");
 
 // The reward verl's default_compute_score would choose for a dataset name:
 //   openai/gsm8k, gsm8k                                                   -> gsm8k

@@ -1,4 +1,5 @@
-// Child processes: lines from stdout with deadlines, exit codes, signals, start failures.
+// Child processes: lines from stdout with deadlines, writes to stdin, exit codes, signals, start
+// failures.
 #include "core/process.h"
 
 #include <gtest/gtest.h>
@@ -38,6 +39,32 @@ TEST(ProcessTest, StartFailuresAreErrors) {
   } else {
     EXPECT_NE(missing.status().message().find("/nonexistent/laminar-binary"), std::string::npos);
   }
+}
+
+TEST(ProcessTest, WritesToStdinUntilItIsClosed) {
+  auto p = Process::Spawn({"head", "-n", "1"},
+                          Process::SpawnOptions{.stderr_path = "", .stdin_pipe = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->WriteStdin("hello\n", 5000).ok());
+  EXPECT_EQ(*p->ReadLine(5000), "hello");
+  // More than a socket buffer holds, so the write waits for wc to read; wc counts until the end of
+  // file that CloseStdin gives it.
+  auto wc =
+      Process::Spawn({"wc", "-c"}, Process::SpawnOptions{.stderr_path = "", .stdin_pipe = true});
+  ASSERT_TRUE(wc.ok()) << wc.status();
+  ASSERT_TRUE(wc->WriteStdin(std::string(1 << 20, 'x'), 5000).ok());
+  wc->CloseStdin();
+  auto count = wc->ReadLine(5000);
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_EQ(std::stoll(*count), 1 << 20);
+  EXPECT_EQ(*wc->Wait(5000), 0);
+  EXPECT_EQ(wc->WriteStdin("x", 1000).code(), StatusCode::kUnavailable);  // closed
+  // Writing to a child that has exited is an error, not SIGPIPE.
+  ASSERT_EQ(*p->Wait(5000), 0);
+  EXPECT_EQ(p->WriteStdin("late\n", 1000).code(), StatusCode::kUnavailable);
+  auto none = Process::Spawn({"true"});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->WriteStdin("x", 1000).code(), StatusCode::kUnavailable);
 }
 
 TEST(ProcessTest, DestructorKillsTheChild) {

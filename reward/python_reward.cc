@@ -1,0 +1,293 @@
+// Python reward plug-ins: a pool of Python worker processes running a small driver that imports the
+// user's file and answers one JSON request line with one JSON reply line; see python_reward.h.
+#include "reward/python_reward.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/host.h"
+#include "core/process.h"
+
+namespace laminar::reward {
+namespace {
+
+// The worker's driver, run with `python -B -c kDriver <path> <function>` (-B: no __pycache__ next
+// to the user's file). Protocol, one JSON object per line (json.dumps escapes newlines, and writes
+// ASCII): first {"ready": true} or {"error": "..."} (then it exits); then per request line
+// {"data_source", "solution_str", "ground_truth", "extra_info": JSON text or ""} one reply
+// {"score": x, "extra": {...}} or {"error": "..."}. It exits at the end of stdin.
+constexpr const char* kDriver = R"py(
+import importlib.util, inspect, json, math, numbers, os, signal, sys, traceback
+
+def describe(exc):
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    if frames and not isinstance(exc, SyntaxError):
+        f = frames[-1]
+        text += " (at %s:%d in %s)" % (f.filename, f.lineno, f.name)
+    return text
+
+def number(v):
+    if isinstance(v, (str, bytes)) or not (isinstance(v, numbers.Real) or hasattr(v, "__float__")):
+        return None
+    try:
+        return float(v)
+    except Exception:
+        return None
+
+def to_reply(result):
+    extra = {}
+    score = result
+    if isinstance(result, dict):
+        if "score" not in result:
+            return {"error": "returned a dict without a 'score' key (keys: %s)"
+                             % ", ".join(map(str, result))}
+        score = result["score"]
+        for key, value in result.items():
+            x = number(value)
+            if key != "score" and x is not None and math.isfinite(x):
+                extra[str(key)] = x
+    x = number(score)
+    if x is None:
+        return {"error": "returned %s %.80r, not a number or a dict with a 'score'"
+                         % (type(score).__name__, score)}
+    if not math.isfinite(x):
+        return {"error": "returned the score %r, which is not finite" % x}
+    return {"score": x, "extra": extra}
+
+def main():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    path, name = sys.argv[1], sys.argv[2]
+    reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    def send(obj):
+        reply.write(json.dumps(obj) + "\n")
+        reply.flush()
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        spec = importlib.util.spec_from_file_location("laminar_user_reward", path)
+        if spec is None or spec.loader is None:
+            raise ImportError("not a Python source file (expected a .py file)")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    except BaseException as e:
+        send({"error": "importing the file failed: " + describe(e)})
+        return
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        have = sorted(k for k, v in vars(module).items() if inspect.isroutine(v)
+                      and not k.startswith("_") and getattr(v, "__module__", None) == spec.name)
+        send({"error": "the file defines no function '%s' (its functions: %s)"
+                       % (name, ", ".join(have) or "none")})
+        return
+    send({"ready": True})
+    for line in sys.stdin.buffer:
+        try:
+            req = json.loads(line)
+            extra_info = json.loads(req["extra_info"]) if req["extra_info"] else None
+            result = fn(data_source=req["data_source"], solution_str=req["solution_str"],
+                        ground_truth=req["ground_truth"], extra_info=extra_info)
+            out = to_reply(result)
+        except BaseException as e:
+            out = {"error": describe(e)}
+        send(out)
+
+main()
+)py";
+
+int ToMs(double seconds) { return static_cast<int>(std::ceil(seconds * 1000)); }
+
+// The pool behind one Python reward. Thread-safe: `mu_` guards `idle_`; a worker's Process is used
+// only by the thread that took its index off `idle_`.
+class PythonWorkerPool {
+ public:
+  explicit PythonWorkerPool(PythonRewardOptions options)
+      : options_(std::move(options)),
+        tag_("python reward " + options_.path + ":" + options_.function),
+        workers_(static_cast<size_t>(options_.num_workers)) {
+    for (int i = options_.num_workers - 1; i >= 0; --i) idle_.push_back(i);
+  }
+  PythonWorkerPool(const PythonWorkerPool&) = delete;
+  PythonWorkerPool& operator=(const PythonWorkerPool&) = delete;
+
+  ~PythonWorkerPool() {
+    // End of stdin first for all, so that they exit together; then reap, killing stragglers.
+    for (Process& w : workers_) w.CloseStdin();
+    for (Process& w : workers_) Stop(w, /*grace_ms=*/2000);
+  }
+
+  // Starts worker 0 now, so that a bad file is reported at creation.
+  Status Validate() { return Start(workers_[0]); }
+
+  StatusOr<RewardResult> Call(const RewardInput& in) {
+    const int index = Acquire();
+    StatusOr<RewardResult> result = CallOn(workers_[static_cast<size_t>(index)], in);
+    Release(index);
+    return result;
+  }
+
+ private:
+  int Acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return !idle_.empty(); });
+    const int index = idle_.back();
+    idle_.pop_back();
+    return index;
+  }
+
+  void Release(int index) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.push_back(index);
+    }
+    idle_cv_.notify_one();
+  }
+
+  // Waits up to `grace_ms` for `w` to exit, then kills it; reaps it either way.
+  static void Stop(Process& w, int grace_ms) {
+    if (w.pid() <= 0) return;
+    if (!w.Wait(grace_ms).ok()) {
+      w.Signal(SIGKILL);
+      w.Wait(10000).status().IgnoreError();
+    }
+    w = Process();
+  }
+
+  static std::string ExitText(Process& w) {
+    StatusOr<int> code = w.Wait(1000);
+    if (!code.ok()) return "it closed its output";
+    if (*code > 128) return "it was killed by signal " + std::to_string(*code - 128);
+    return "it exited with code " + std::to_string(*code);
+  }
+
+  // Spawns a worker into `w` and waits for the driver's "ready".
+  Status Start(Process& w) {
+    LAMINAR_ASSIGN_OR_RETURN(
+        w,
+        Process::Spawn({options_.python, "-B", "-c", kDriver, options_.path, options_.function},
+                       Process::SpawnOptions{.stderr_path = "", .stdin_pipe = true}),
+        tag_);
+    StatusOr<std::string> line = w.ReadLine(ToMs(options_.startup_timeout_s));
+    if (!line.ok()) {
+      const bool late = line.status().code() == StatusCode::kDeadlineExceeded;
+      std::string what = late ? "" : ExitText(w);
+      Stop(w, 0);
+      if (late) {
+        return DeadlineExceededError(tag_ + ": the worker did not import the file within " +
+                                     std::to_string(options_.startup_timeout_s) +
+                                     " s (startup_timeout_s)");
+      }
+      return UnavailableError(tag_ + ": the worker stopped before it was ready (" + what +
+                              "; is '" + options_.python +
+                              "' a Python 3 interpreter? its stderr is above)");
+    }
+    nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (reply.is_object() && reply.contains("ready")) return OkStatus();
+    Stop(w, 2000);
+    if (reply.is_object() && reply.contains("error") && reply["error"].is_string()) {
+      return InvalidArgumentError(tag_ + ": " + reply["error"].get<std::string>());
+    }
+    return InternalError(tag_ + ": the worker's first line is not the driver's: " + *line);
+  }
+
+  StatusOr<RewardResult> CallOn(Process& w, const RewardInput& in) {
+    if (w.pid() <= 0 || !w.Running()) {
+      Stop(w, 0);
+      LAMINAR_RETURN_IF_ERROR(Start(w), "restarting a worker");
+    }
+    const nlohmann::json request = {
+        {"data_source", std::string(in.data_source)},
+        {"solution_str", std::string(in.solution_str)},
+        {"ground_truth", std::string(in.ground_truth)},
+        {"extra_info", std::string(in.extra_info_json)},
+    };
+    const int timeout_ms = ToMs(options_.timeout_s);
+    const int64_t deadline = SteadyNowMs() + timeout_ms;
+    // replace: invalid UTF-8 in a response becomes U+FFFD instead of an exception.
+    Status written = w.WriteStdin(
+        request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", timeout_ms);
+    StatusOr<std::string> line =
+        written.ok() ? w.ReadLine(static_cast<int>(std::max<int64_t>(0, deadline - SteadyNowMs())))
+                     : StatusOr<std::string>(written);
+    if (!line.ok()) {
+      if (line.status().code() == StatusCode::kDeadlineExceeded) {
+        Stop(w, 0);
+        return DeadlineExceededError(tag_ + ": no score within " +
+                                     std::to_string(options_.timeout_s) +
+                                     " s (timeout_s); the worker was killed");
+      }
+      std::string what = ExitText(w);
+      Stop(w, 0);
+      return UnavailableError(tag_ + ": the worker died during the call (" + what + ")");
+    }
+    nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (!reply.is_object()) {
+      Stop(w, 0);  // out of step with the driver: start afresh
+      return InternalError(
+          tag_ + ": the worker replied with something that is not JSON: " + line->substr(0, 200));
+    }
+    if (auto e = reply.find("error"); e != reply.end() && e->is_string()) {
+      return InvalidArgumentError(tag_ + ": " + e->get<std::string>());
+    }
+    auto score = reply.find("score");
+    if (score == reply.end() || !score->is_number() || !std::isfinite(score->get<double>())) {
+      return InternalError(tag_ +
+                           ": the worker's reply holds no finite score: " + line->substr(0, 200));
+    }
+    RewardResult result{.score = score->get<double>(), .extra = {}};
+    if (auto extra = reply.find("extra"); extra != reply.end() && extra->is_object()) {
+      for (const auto& [key, value] : extra->items()) {
+        if (value.is_number()) result.extra[key] = value.get<double>();
+      }
+    }
+    return result;
+  }
+
+  const PythonRewardOptions options_;
+  const std::string tag_;
+  std::vector<Process> workers_;  // workers_[i] belongs to whoever took i off idle_
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::vector<int> idle_;  // guarded by mu_
+};
+
+}  // namespace
+
+StatusOr<RewardFn> MakePythonReward(const PythonRewardOptions& options) {
+  PythonRewardOptions o = options;
+  const std::string tag = "python reward " + o.path + ":" + o.function;
+  if (o.path.empty()) return InvalidArgumentError("python reward: no path to a .py file");
+  if (o.function.empty()) return InvalidArgumentError(tag + ": empty function name");
+  if (o.num_workers < 1) {
+    return InvalidArgumentError(tag + ": num_workers " + std::to_string(o.num_workers) +
+                                " is not >= 1");
+  }
+  if (!(o.timeout_s > 0) || !(o.startup_timeout_s > 0) || !std::isfinite(o.timeout_s) ||
+      !std::isfinite(o.startup_timeout_s)) {
+    return InvalidArgumentError(tag + ": timeout_s and startup_timeout_s must be > 0");
+  }
+  std::error_code ec;
+  // Absolute, so that workers restarted after a chdir still find it.
+  const std::filesystem::path abs = std::filesystem::absolute(o.path, ec);
+  if (ec || !std::filesystem::is_regular_file(abs, ec)) {
+    return InvalidArgumentError("python reward " + o.path + ": no such file" +
+                                (abs.string() == o.path ? "" : " (" + abs.string() + ")"));
+  }
+  o.path = abs.string();
+  auto pool = std::make_shared<PythonWorkerPool>(std::move(o));
+  LAMINAR_RETURN_IF_ERROR(pool->Validate());
+  return RewardFn([pool](const RewardInput& in) { return pool->Call(in); });
+}
+
+}  // namespace laminar::reward
