@@ -77,6 +77,10 @@ ConfigSchema BuildSchema() {
   s.AddInt("rollout.partial_every_tokens", w.partial_every_tokens,
            "stream a sample's progress every K tokens (0: never)", 0);
   s.AddInt("rollout.heartbeat_interval_ms", w.heartbeat_interval_ms, "heartbeat period", 1);
+  s.AddFloat("rollout.manager_timeout_s", w.manager_timeout_s,
+             "a rollout stops when the manager has not answered for this long", 0.001);
+  s.AddFloat("rollout.relay_timeout_s", w.relay_timeout_s,
+             "a rollout stops when no relay has answered for this long", 0.001);
   s.AddFloat("rollout.heartbeat_timeout_s", 5.0,
              "a rollout silent this long is dead and its groups are re-issued", 0.01);
   s.AddInt("actor.groups_per_step", 4, "prompt groups per training step (B)", 1);
@@ -203,6 +207,8 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
   w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));
   w.reward_failure_score = r.GetFloat("reward.failure_score");
+  w.manager_timeout_s = r.GetFloat("rollout.manager_timeout_s");
+  w.relay_timeout_s = r.GetFloat("rollout.relay_timeout_s");
   return w;
 }
 

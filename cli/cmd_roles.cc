@@ -107,7 +107,7 @@ int RunManager(const RoleArgs& a) {
     return fail(std::string(reward.status().message()));
   }
   auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, d);
-  if (!dataset.ok()) return fail(dataset.status().message());
+  if (!dataset.ok()) return fail("recipe data.path: " + std::string(dataset.status().message()));
   // Every prompt with its response budget must fit the policy's context, or no rollout could
   // ever run it.
   const int64_t context = policy->checkpoint.config.max_position_embeddings;
@@ -182,7 +182,7 @@ int RunRollout(const RoleArgs& a) {
   if (!worker.ok()) return fail(worker.status().message());
   std::atomic<bool> stop{false};
   StopOnSignal(signals, &stop);
-  PrintReady("rollout", a.id, a.manager);
+  PrintReady("rollout", (*worker)->id(), a.manager);
   Status st = (*worker)->Run(stop);
   if (!st.ok()) return fail(st.message());
   return 0;
@@ -212,7 +212,7 @@ int RunActor(const RoleArgs& a) {
   if (!act.ok()) return fail(act.status().message());
   std::atomic<bool> stop{false};
   StopOnSignal(signals, &stop);
-  PrintReady("actor", a.id, a.manager);
+  PrintReady("actor", a.id.empty() ? "actor" : a.id, a.manager);
   Status st = (*act)->Run(stop, [](const actor::StepMetrics& m) {
     auto get = [&](const char* k) { return m.count(k) ? m.at(k) : 0.0; };
     std::fprintf(stderr,

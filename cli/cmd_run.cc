@@ -138,6 +138,7 @@ int RunJob(const RunArgs& a) {
   if (ec) return Fail("cannot create " + (run_dir / "logs").string() + ": " + ec.message());
   // The run's files go under run_dir unless the recipe or the overrides put them elsewhere.
   std::vector<std::string> overrides = a.overrides;
+  if (a.rollouts > 0) overrides.push_back("rollout.num_workers=" + std::to_string(a.rollouts));
   auto default_path = [&](const std::string& key, const fs::path& value) {
     if (!recipe->IsSet(key)) overrides.push_back(key + "=" + value.string());
   };
@@ -149,14 +150,20 @@ int RunJob(const RunArgs& a) {
   }
   auto effective = actor::LoadRecipe(a.recipe, overrides);
   if (!effective.ok()) return Fail(effective.status().message());
+  const fs::path metrics_path = effective->GetString("actor.metrics");
+  // A finished or interrupted run is continued with --resume, never silently mixed with a new one.
+  const fs::path checkpoints = effective->GetString("actor.checkpoint_dir");
+  if (!a.resume && !checkpoints.empty() && fs::exists(checkpoints / "latest")) {
+    return Fail(checkpoints.string() +
+                " holds an earlier run's checkpoints: pass --resume to continue it, or choose "
+                "another --run-dir");
+  }
+  const int num_rollouts = static_cast<int>(effective->GetInt("rollout.num_workers"));
   {
-    std::ofstream out(run_dir / "recipe.yaml");
+    std::ofstream out(run_dir / (a.resume ? "recipe.resumed.yaml" : "recipe.yaml"));
     out << "# the effective recipe of this run: " << a.recipe << " with its overrides\n"
         << effective->ToYaml();
   }
-  const fs::path metrics_path = effective->GetString("actor.metrics");
-  const int num_rollouts =
-      a.rollouts > 0 ? a.rollouts : static_cast<int>(effective->GetInt("rollout.num_workers"));
 
   std::error_code self_ec;
   const std::string self = fs::read_symlink("/proc/self/exe", self_ec).string();

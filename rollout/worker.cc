@@ -48,10 +48,14 @@ Status RolloutWorkerOptions::Validate() const {
     return InvalidArgumentError("rollout worker: partial_every_tokens must be >= 0");
   }
   if (heartbeat_interval_ms < 1 || idle_poll_ms < 0 || request_timeout_ms < 1 ||
-      request_attempts < 1 || max_manager_failures < 1) {
+      request_attempts < 1) {
     return InvalidArgumentError(
-        "rollout worker: heartbeat_interval_ms, request_timeout_ms, request_attempts and "
-        "max_manager_failures must be >= 1 and idle_poll_ms >= 0");
+        "rollout worker: heartbeat_interval_ms, request_timeout_ms and request_attempts must be "
+        ">= 1 and idle_poll_ms >= 0");
+  }
+  if (!(manager_timeout_s > 0) || !(relay_timeout_s > 0)) {
+    return InvalidArgumentError(
+        "rollout worker: rollout.manager_timeout_s and rollout.relay_timeout_s must be > 0");
   }
   return engine.Validate();
 }
@@ -95,10 +99,9 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
   auto bytes = manager_->Call(proto::Encode(request), options_.request_timeout_ms,
                               options_.request_attempts);
   if (!bytes.ok()) {
-    ++manager_failures_;
     return bytes.status();
   }
-  manager_failures_ = 0;
+  last_manager_ok_ = Clock::now();
   LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply,
                            proto::Decode<proto::ManagerReply>(*bytes, "manager"));
   if (!reply.error().empty()) {
@@ -118,11 +121,21 @@ Status RolloutWorker::MaybeUpdateWeights() {
   const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
   auto pulled = relay_->PullLatest(held);
+  if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
+    relay_unreachable_since_.reset();
+  } else if (!relay_unreachable_since_) {
+    relay_unreachable_since_ = start;
+  }
   if (pulled.status().code() == StatusCode::kNotFound) return OkStatus();  // nothing newer
   if (!pulled.ok()) {
+    if (Seconds(start - *relay_unreachable_since_) > options_.relay_timeout_s) {
+      return UnavailableError(
+          options_.id + ": no relay answered for " + std::to_string(options_.relay_timeout_s) +
+          " s (rollout.relay_timeout_s): " + std::string(pulled.status().message()));
+    }
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id
                                << ": no version from the relays: " << pulled.status();
-    return OkStatus();  // try again later; a dead relay never stops the rollout
+    return OkStatus();  // try again later
   }
   const relay::PulledVersion& v = **pulled;
   LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors, relay::WeightStoreOf(v),
@@ -428,6 +441,7 @@ void RolloutWorker::GiveBack(const std::string& prompt_id, const std::string& re
 }
 
 Status RolloutWorker::Run(const std::atomic<bool>& stop) {
+  last_manager_ok_ = Clock::now();
   // A rollout restarted under the same id: whatever its earlier incarnation held is gone.
   {
     proto::ManagerRequest req;
@@ -439,10 +453,10 @@ Status RolloutWorker::Run(const std::atomic<bool>& stop) {
     }
   }
   while (!stop.load()) {
-    if (manager_failures_ >= options_.max_manager_failures) {
+    if (Seconds(Clock::now() - last_manager_ok_) > options_.manager_timeout_s) {
       return UnavailableError(options_.id + ": the manager at " + options_.manager +
-                              " did not answer " + std::to_string(manager_failures_) +
-                              " calls in a row");
+                              " did not answer for " + std::to_string(options_.manager_timeout_s) +
+                              " s (rollout.manager_timeout_s)");
     }
     // Samples sent here are taken in before an idle engine would move to a newer version.
     if (engine_) LAMINAR_RETURN_IF_ERROR(HandleOrders());

@@ -41,8 +41,11 @@ struct RolloutWorkerOptions {
   int idle_poll_ms = 10;  // sleep when there is nothing to generate
   int request_timeout_ms = 2000;
   int request_attempts = 3;
-  // Stop after this many consecutive failed manager calls (the manager is gone).
-  int max_manager_failures = 50;
+  // Run ends (Unavailable) when no manager call has succeeded for this long (the manager is gone).
+  double manager_timeout_s = 30;
+  // ... or when the relays stayed unreachable this long (a relay that answers it has nothing new
+  // yet is fine: the actor may still be loading).
+  double relay_timeout_s = 60;
   // Status InvalidArgument naming the field for bad values.
   Status Validate() const;
 };
@@ -74,11 +77,12 @@ class RolloutWorker {
                                                          RolloutWorkerOptions options);
 
   // Works until `stop` is set (returns Ok) or the manager stays unreachable for
-  // max_manager_failures calls in a row (Unavailable). Other errors (a bad version from a relay,
-  // a model error) end it with that Status.
+  // manager_timeout_s, or the relays for relay_timeout_s (Unavailable). Other errors (a bad version
+  // from a relay, a model error) end it with that Status.
   Status Run(const std::atomic<bool>& stop);
 
   RolloutWorkerStats stats() const;
+  const std::string& id() const { return options_.id; }
 
  private:
   // What the worker knows of each engine request: its group and reward inputs.
@@ -125,7 +129,9 @@ class RolloutWorker {
   int64_t kv_blocks_previous_ = 0;
   int64_t actor_version_ = -1;
   uint64_t seq_ = 0;
-  int manager_failures_ = 0;
+  std::chrono::steady_clock::time_point last_manager_ok_{};
+  // Since when every pull failed to reach a relay (nullopt: the last one reached one).
+  std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::chrono::steady_clock::time_point next_work_{};
   mutable std::mutex stats_mu_;

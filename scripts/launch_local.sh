@@ -62,7 +62,8 @@ ready() {
   tail -n 5 "$RUN_DIR/$name.log" >&2
   exit 1
 }
-ARGS=(--recipe "$RECIPE" "${OVERRIDES[@]}")
+[[ "$ROLLOUTS" =~ ^[1-9][0-9]*$ ]] || { echo "launch_local: --rollouts needs a number >= 1, got '$ROLLOUTS'" >&2; exit 2; }
+ARGS=(--recipe "$RECIPE" "${OVERRIDES[@]}" "rollout.num_workers=$ROLLOUTS")
 start relay relay --id master --shm-prefix "laminar-$$"
 RELAY="$(ready relay control)"
 start manager manager "${ARGS[@]}"
@@ -71,6 +72,9 @@ setsid "$LAMINAR" actor "${ARGS[@]}" --manager "$MANAGER" --relay "$RELAY" $RESU
     > "$RUN_DIR/actor.ready" 2> >(tee "$RUN_DIR/actor.log" | grep --line-buffered '^\[actor\]' >&2) &
 ACTOR=$!
 pids+=("$ACTOR")
+pid_of[actor]=$ACTOR
+# The actor is ready once it has restored the manager (--resume): only then may rollouts join.
+ready actor role > /dev/null
 for i in $(seq 0 $((ROLLOUTS - 1))); do
   start "rollout$i" rollout "${ARGS[@]}" --id "rollout/$i" --manager "$MANAGER" --relay "$RELAY"
 done

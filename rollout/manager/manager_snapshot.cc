@@ -202,7 +202,11 @@ StatusOr<Restored::Key> ReadKey(const At& at, const PromptDataset& ds, const Dat
 Status ManagerState::Restore(const json& snapshot) {
   if (cursor_ != DataCursor{} || !in_flight_.empty() || !buffer_.empty() || !rollouts_.empty() ||
       counters_.num_taken != 0) {
-    return FailedPreconditionError("Restore needs a fresh ManagerState (nothing handed out yet)");
+    return FailedPreconditionError(
+        std::string("the manager has already ") +
+        (rollouts_.empty() ? "handed out work" : "heard from rollouts") +
+        ", so it cannot take a checkpoint's state: a resumed run needs a new manager, and the "
+        "actor (with --resume) must start before the rollouts");
   }
   const At root{&snapshot, "snapshot"};
   const PromptDataset& ds = *dataset_;

@@ -93,6 +93,26 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
                         " --prompt 'Once upon a time' --max-tokens 8");
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
   EXPECT_FALSE(gen.out.empty());
+  // The finished run is not mixed with a new one.
+  auto again =
+      RunLaminar("run " + recipe + " actor.max_steps=3 --run-dir " + (dir / "out").string());
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("pass --resume"), std::string::npos) << again.err;
+  EXPECT_EQ(Lines(dir / "out" / "metrics.jsonl").size(), 3u);
+}
+
+// A rollout whose manager and relay are gone stops with an error naming them instead of waiting.
+TEST(RunCliTest, ARolloutWithoutItsManagerStopsWithAnError) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const fs::path dir = TempDir("run_orphan");
+  const std::string recipe = WriteRunRecipe(dir, model, tok);
+  auto r = RunLaminar("rollout --recipe " + recipe +
+                      " rollout.manager_timeout_s=0.5 rollout.relay_timeout_s=0.5"
+                      " --manager tcp://127.0.0.1:9 --relay tcp://127.0.0.1:9");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tcp://127.0.0.1:9"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("_timeout_s"), std::string::npos) << r.err;
 }
 
 TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) {
