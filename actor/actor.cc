@@ -1,14 +1,18 @@
 // The actor's loop; see actor.h.
 #include "actor/actor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 
+#include "actor/console.h"
 #include "core/logging.h"
 #include "proto/codec.h"
 #include "relay/policy_weights.h"
@@ -119,13 +123,33 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
   std::vector<proto::Trajectory> kept;
   int32_t groups = 0;
   int64_t stale = 0;
+  // The progress bar: the groups last shown (-1: none on screen), cleared before returning.
+  const bool show_bar = options_.progress_bar && isatty(STDERR_FILENO) == 1;
+  int64_t shown = -1;
+  auto clear_bar = [&shown] {
+    if (shown >= 0) std::fprintf(stderr, "\r\033[K");
+    shown = -1;
+  };
   while (groups < options_.groups_per_step) {
-    if (stop.load()) return std::optional<std::vector<proto::Trajectory>>();
+    if (stop.load()) {
+      clear_bar();
+      return std::optional<std::vector<proto::Trajectory>>();
+    }
     proto::ManagerRequest req;
     req.mutable_take_batch()->set_num_groups(options_.groups_per_step - groups);
-    LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)), "actor");
+    auto called = Call(std::move(req));
+    if (!called.ok()) clear_bar();
+    LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, std::move(called), "actor");
     if (reply.batch().trajectories_size() == 0) {
-      if (reply.exhausted()) return std::optional<std::vector<proto::Trajectory>>();
+      if (reply.exhausted()) {
+        clear_bar();
+        return std::optional<std::vector<proto::Trajectory>>();
+      }
+      if (show_bar && groups + reply.buffered() != shown) {
+        shown = groups + reply.buffered();
+        std::fprintf(stderr, "\r%s", ProgressBar(shown, options_.groups_per_step).c_str());
+        std::fflush(stderr);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
       continue;
     }
@@ -145,6 +169,7 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
       i = j;
     }
   }
+  clear_bar();
   stale_groups_ += stale;
   (*metrics)["staleness/stale_groups"] = static_cast<double>(stale);
   return std::optional<std::vector<proto::Trajectory>>(std::move(kept));
@@ -184,6 +209,10 @@ Status Actor::Run(const std::atomic<bool>& stop,
     if (!trajectory_file) {
       return InvalidArgumentError("actor: cannot open " + options_.trajectory_log);
     }
+  }
+  if (!options_.tensorboard_dir.empty()) {
+    LAMINAR_ASSIGN_OR_RETURN(tensorboard_, TensorBoardWriter::Create(options_.tensorboard_dir),
+                             "actor");
   }
   LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
   auto last_update = Clock::now();
@@ -265,6 +294,9 @@ Status Actor::Run(const std::atomic<bool>& stop,
     if (metrics_file) {
       nlohmann::json line(m);
       metrics_file << line.dump() << "\n" << std::flush;
+    }
+    if (tensorboard_) {
+      LAMINAR_RETURN_IF_ERROR(tensorboard_->WriteScalars(trainer_->global_step(), m), "actor");
     }
     if (on_step) on_step(m);
     if (options_.save_every > 0 && trainer_->global_step() % options_.save_every == 0) {

@@ -110,6 +110,8 @@ ConfigSchema BuildSchema() {
   s.AddInt("actor.save_every", 0, "steps between checkpoints (0: only at the end)", 0);
   s.AddInt("actor.keep_last", 2, "checkpoints kept", 1);
   s.AddString("actor.metrics", "", "append one JSON line of metrics per step to this file");
+  s.AddString("actor.tensorboard_dir", "",
+              "write TensorBoard event files of the per-step metrics here (empty: none)");
   s.AddString("actor.trajectory_log", "",
               "append one JSON line per trained sample (ids, versions, reward) to this file");
   s.AddBool("repack.enabled", true, "move long-tail trajectories to free rollouts (DESIGN.md §5)");
@@ -170,6 +172,7 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   a.save_every = r.GetInt("actor.save_every");
   a.keep_last = static_cast<int>(r.GetInt("actor.keep_last"));
   a.metrics_path = r.GetString("actor.metrics");
+  a.tensorboard_dir = r.GetString("actor.tensorboard_dir");
   a.trajectory_log = r.GetString("actor.trajectory_log");
   return a;
 }
