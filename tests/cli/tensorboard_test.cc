@@ -29,8 +29,9 @@ std::string WriteThreeSteps(const fs::path& dir) {
   auto w = TensorBoardWriter::Create(dir.string(), 1700000000.5);
   EXPECT_TRUE(w.ok()) << w.status();
   for (int64_t step = 1; step <= 3; ++step) {
+    // Step 1 scores 0: a zero must still be written (TensorBoard drops a Value without one).
     Status st = (*w)->WriteScalars(step,
-                                   {{"critic/score/mean", 0.25 * static_cast<double>(step)},
+                                   {{"critic/score/mean", 0.25 * static_cast<double>(step - 1)},
                                     {"perf/throughput", 1000.0 + static_cast<double>(step)}},
                                    1700000000.0 + static_cast<double>(step));
     EXPECT_TRUE(st.ok()) << st;
@@ -81,7 +82,8 @@ TEST(TensorBoardTest, WriterRoundTrip) {
     EXPECT_DOUBLE_EQ(e.wall_time(), 1700000000.0 + static_cast<double>(step));
     ASSERT_EQ(e.summary().value_size(), 2);
     EXPECT_EQ(e.summary().value(0).tag(), "critic/score/mean");
-    EXPECT_FLOAT_EQ(e.summary().value(0).simple_value(), 0.25f * static_cast<float>(step));
+    EXPECT_EQ(e.summary().value(0).value_case(), proto::tensorboard::SummaryValue::kSimpleValue);
+    EXPECT_FLOAT_EQ(e.summary().value(0).simple_value(), 0.25f * static_cast<float>(step - 1));
     EXPECT_EQ(e.summary().value(1).tag(), "perf/throughput");
     EXPECT_FLOAT_EQ(e.summary().value(1).simple_value(), 1000.0f + static_cast<float>(step));
   }
