@@ -123,31 +123,25 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
   std::vector<proto::Trajectory> kept;
   int32_t groups = 0;
   int64_t stale = 0;
-  // The progress bar: the groups last shown (-1: none on screen), cleared before returning.
-  const bool show_bar = options_.progress_bar && isatty(STDERR_FILENO) == 1;
-  int64_t shown = -1;
-  auto clear_bar = [&shown] {
-    if (shown >= 0) std::fprintf(stderr, "\r\033[K");
-    shown = -1;
-  };
-  while (groups < options_.groups_per_step) {
-    if (stop.load()) {
-      clear_bar();
-      return std::optional<std::vector<proto::Trajectory>>();
+  // The progress bar: the groups last shown (-1: none on screen), erased on any return so the
+  // step line that follows starts on a clean line.
+  struct Bar {
+    int64_t shown = -1;
+    ~Bar() {
+      if (shown >= 0) std::fprintf(stderr, "\r\033[K");
     }
+  } bar;
+  const bool show_bar = options_.progress_bar && isatty(STDERR_FILENO) == 1;
+  while (groups < options_.groups_per_step) {
+    if (stop.load()) return std::optional<std::vector<proto::Trajectory>>();
     proto::ManagerRequest req;
     req.mutable_take_batch()->set_num_groups(options_.groups_per_step - groups);
-    auto called = Call(std::move(req));
-    if (!called.ok()) clear_bar();
-    LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, std::move(called), "actor");
+    LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)), "actor");
     if (reply.batch().trajectories_size() == 0) {
-      if (reply.exhausted()) {
-        clear_bar();
-        return std::optional<std::vector<proto::Trajectory>>();
-      }
-      if (show_bar && groups + reply.buffered() != shown) {
-        shown = groups + reply.buffered();
-        std::fprintf(stderr, "\r%s", ProgressBar(shown, options_.groups_per_step).c_str());
+      if (reply.exhausted()) return std::optional<std::vector<proto::Trajectory>>();
+      if (show_bar && groups + reply.buffered() != bar.shown) {
+        bar.shown = groups + reply.buffered();
+        std::fprintf(stderr, "\r%s", ProgressBar(bar.shown, options_.groups_per_step).c_str());
         std::fflush(stderr);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
@@ -169,7 +163,6 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
       i = j;
     }
   }
-  clear_bar();
   stale_groups_ += stale;
   (*metrics)["staleness/stale_groups"] = static_cast<double>(stale);
   return std::optional<std::vector<proto::Trajectory>>(std::move(kept));
