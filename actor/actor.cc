@@ -1,14 +1,18 @@
 // The actor's loop; see actor.h.
 #include "actor/actor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 
+#include "actor/console.h"
 #include "core/logging.h"
 #include "proto/codec.h"
 #include "relay/policy_weights.h"
@@ -119,6 +123,15 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
   std::vector<proto::Trajectory> kept;
   int32_t groups = 0;
   int64_t stale = 0;
+  // The progress bar: the groups last shown (-1: none on screen), erased on any return so the
+  // step line that follows starts on a clean line.
+  struct Bar {
+    int64_t shown = -1;
+    ~Bar() {
+      if (shown >= 0) std::fprintf(stderr, "\r\033[K");
+    }
+  } bar;
+  const bool show_bar = options_.progress_bar && isatty(STDERR_FILENO) == 1;
   while (groups < options_.groups_per_step) {
     if (stop.load()) return std::optional<std::vector<proto::Trajectory>>();
     proto::ManagerRequest req;
@@ -126,6 +139,11 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
     LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)), "actor");
     if (reply.batch().trajectories_size() == 0) {
       if (reply.exhausted()) return std::optional<std::vector<proto::Trajectory>>();
+      if (show_bar && groups + reply.buffered() != bar.shown) {
+        bar.shown = groups + reply.buffered();
+        std::fprintf(stderr, "\r%s", ProgressBar(bar.shown, options_.groups_per_step).c_str());
+        std::fflush(stderr);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
       continue;
     }
@@ -190,6 +208,10 @@ Status Actor::Run(const std::atomic<bool>& stop,
     if (!trajectory_file) {
       return InvalidArgumentError("actor: cannot open " + options_.trajectory_log);
     }
+  }
+  if (!options_.tensorboard_dir.empty()) {
+    LAMINAR_ASSIGN_OR_RETURN(tensorboard_, TensorBoardWriter::Create(options_.tensorboard_dir),
+                             "actor");
   }
   LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
   auto last_update = Clock::now();
@@ -271,6 +293,9 @@ Status Actor::Run(const std::atomic<bool>& stop,
     if (metrics_file) {
       nlohmann::json line(m);
       metrics_file << line.dump() << "\n" << std::flush;
+    }
+    if (tensorboard_) {
+      LAMINAR_RETURN_IF_ERROR(tensorboard_->WriteScalars(trainer_->global_step(), m), "actor");
     }
     if (on_step) on_step(m);
     if (options_.save_every > 0 && trainer_->global_step() % options_.save_every == 0) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/tensorboard.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
 #include "model/model_config.h"
@@ -45,6 +46,12 @@ struct ActorOptions {
   std::string export_dir;
   std::map<std::string, std::string> export_tokenizer_files;
   std::string metrics_path;  // JSONL, one line per step ("" = none)
+  // TensorBoard event files (actor/tensorboard.h) in this folder, one event per step with the
+  // metrics_path line's metrics ("" = none).
+  std::string tensorboard_dir;
+  // While waiting for a batch, a one-line bar of the groups buffered, redrawn with '\r' on
+  // stderr, only when stderr is a terminal.
+  bool progress_bar = true;
   // JSONL, one line per trained sample ("" = none): step, actor version, prompt_id,
   // sample_index, version, rollout_id, reward, response_length, finish_reason.
   std::string trajectory_log;
@@ -93,6 +100,7 @@ class Actor {
   std::unique_ptr<trainer::Trainer> trainer_;
   std::unique_ptr<relay::Publisher> publisher_;
   std::unique_ptr<ZmqRequestClient> manager_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // set by Run when tensorboard_dir is
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;

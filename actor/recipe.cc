@@ -120,6 +120,8 @@ ConfigSchema BuildSchema() {
               "with each checkpoint, write the policy here as a Hugging Face folder that "
               "`laminar generate` and transformers load (empty: none)");
   s.AddString("actor.metrics", "", "append one JSON line of metrics per step to this file");
+  s.AddString("actor.tensorboard_dir", "",
+              "write TensorBoard event files of the per-step metrics here (empty: none)");
   s.AddString("actor.trajectory_log", "",
               "append one JSON line per trained sample (ids, versions, reward) to this file");
   s.AddBool("repack.enabled", true, "move long-tail trajectories to free rollouts (DESIGN.md §5)");
@@ -181,6 +183,7 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   a.keep_last = static_cast<int>(r.GetInt("actor.keep_last"));
   a.export_dir = r.GetString("actor.export_dir");
   a.metrics_path = r.GetString("actor.metrics");
+  a.tensorboard_dir = r.GetString("actor.tensorboard_dir");
   a.trajectory_log = r.GetString("actor.trajectory_log");
   return a;
 }

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "actor/actor.h"
+#include "actor/console.h"
 #include "actor/recipe.h"
 #include "cli/command.h"
 #include "model/chat_format.h"
@@ -213,13 +215,11 @@ int RunActor(const RoleArgs& a) {
   std::atomic<bool> stop{false};
   StopOnSignal(signals, &stop);
   PrintReady("actor", a.id.empty() ? "actor" : a.id, a.manager);
-  Status st = (*act)->Run(stop, [](const actor::StepMetrics& m) {
-    auto get = [&](const char* k) { return m.count(k) ? m.at(k) : 0.0; };
-    std::fprintf(stderr,
-                 "[actor] step %.0f version %.0f  reward %.3f  len %.1f  staleness %.2f  "
-                 "%.0f tok/s\n",
-                 get("training/global_step"), get("training/version"), get("critic/score/mean"),
-                 get("response_length/mean"), get("staleness/mean"), get("perf/throughput"));
+  const auto start = std::chrono::steady_clock::now();
+  Status st = (*act)->Run(stop, [start](const actor::StepMetrics& m) {
+    const double elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "%s\n", actor::ConsoleLine(m, elapsed_s).c_str());
   });
   if (!st.ok()) return fail(st.message());
   return 0;

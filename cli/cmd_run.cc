@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/console.h"
 #include "actor/recipe.h"
 #include "cli/command.h"
 #include "core/process.h"
@@ -94,17 +95,15 @@ void PrintNewSteps(const fs::path& path, std::streamoff* offset, Clock::time_poi
   for (std::string line; std::getline(in, line);) {
     if (in.eof()) break;  // a line still being written: read it next time
     *offset = in.tellg();
-    nlohmann::json m = nlohmann::json::parse(line, nullptr, false);
-    if (!m.is_object()) continue;
-    auto get = [&](const char* k) { return m.contains(k) ? m[k].get<double>() : 0.0; };
-    const int64_t s =
-        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count();
-    std::fprintf(stderr,
-                 "[run] step %4.0f  reward %.3f  len %6.1f  staleness %.2f  %7.0f tok/s  "
-                 "%02lld:%02lld:%02lld\n",
-                 get("training/global_step"), get("critic/score/mean"), get("response_length/mean"),
-                 get("staleness/mean"), get("perf/throughput"), static_cast<long long>(s / 3600),
-                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    actor::StepMetrics m;
+    for (const auto& [k, v] : j.items()) {
+      if (v.is_number()) m[k] = v.get<double>();
+    }
+    std::fprintf(
+        stderr, "%s\n",
+        actor::ConsoleLine(m, std::chrono::duration<double>(Clock::now() - start).count()).c_str());
   }
 }
 

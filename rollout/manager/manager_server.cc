@@ -394,6 +394,8 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
     const ManagerStats st = state_->stats();
     reply->set_exhausted(state_->exhausted() && st.num_in_flight == 0 &&
                          st.num_buffered < take.num_groups());
+    // For the actor's progress bar while it waits (how many of num_groups are ready).
+    reply->set_buffered(static_cast<int32_t>(st.num_buffered));
     return;
   }
   for (CompletedGroup& g : *groups) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "actor/tensorboard.h"
 #include "core/process.h"
 #include "tests/cli/cli_util.h"
 #include "tests/test_util.h"
@@ -82,12 +83,30 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
   const std::string recipe = WriteRunRecipe(dir, model, tok);
   auto r = RunLaminar("run " + recipe + " actor.max_steps=3 --run-dir " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("[run] step    3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step 3 "), std::string::npos) << r.err;
   const auto metrics = Lines(dir / "out" / "metrics.jsonl");
   ASSERT_EQ(metrics.size(), 3u);
   EXPECT_EQ(metrics.back()["training/global_step"].get<double>(), 3);
   EXPECT_TRUE(fs::exists(dir / "out" / "checkpoints" / "step_3" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "out" / "recipe.yaml"));
+  // TensorBoard events with the same values as the JSONL lines.
+  std::vector<fs::path> events;
+  for (const auto& e : fs::directory_iterator(dir / "out" / "tensorboard")) events.push_back(e);
+  ASSERT_EQ(events.size(), 1u);
+  auto read = actor::ReadTensorBoardEvents(events[0].string());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 4u);  // the file version, then one event per step
+  for (size_t i = 1; i < read->size(); ++i) {
+    const auto& ev = (*read)[i];
+    EXPECT_EQ(ev.step(), static_cast<int64_t>(i));
+    bool found = false;
+    for (const auto& v : ev.summary().value()) {
+      if (v.tag() != "critic/score/mean") continue;
+      found = true;
+      EXPECT_FLOAT_EQ(v.simple_value(), metrics[i - 1]["critic/score/mean"].get<float>());
+    }
+    EXPECT_TRUE(found) << "step " << i;
+  }
   EXPECT_TRUE(fs::exists(dir / "out" / "logs" / "rollout_1.log"));
   auto gen = RunLaminar("generate --model " + (dir / "out" / "model").string() +
                         " --prompt 'Once upon a time' --max-tokens 8");
