@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+
+#include "tests/test_util.h"
 
 namespace laminar::testing {
 namespace {
@@ -90,6 +95,33 @@ TEST(RecipeRewardTest, BadSpecsNameTheKey) {
   ASSERT_FALSE(list_as_map.ok());
   EXPECT_NE(list_as_map.status().message().find("reward.components"), std::string::npos)
       << list_as_map.status();
+}
+
+}  // namespace
+}  // namespace laminar::testing
+
+namespace laminar::testing {
+namespace {
+
+// configs/reference.yaml documents every recipe key; it must say what the parser accepts.
+TEST(RecipeReferenceTest, ReferenceYamlMatchesTheSchema) {
+  const std::filesystem::path committed =
+      std::filesystem::path(LAMINAR_SOURCE_DIR) / "configs" / "reference.yaml";
+  const std::string header =
+      "# Every recipe key with its type, default and meaning (actor/recipe.cc RecipeSchema).\n"
+      "# Dotted paths here; in a recipe write nested sections (actor: {lr: 1e-6}), and on the\n"
+      "# command line dotted overrides (actor.lr=1e-6). tests/cli/recipe_test.cc keeps this file\n"
+      "# in sync with the parser.\n";
+  const std::string want = header + actor::RecipeSchema().ReferenceYaml();
+  std::ifstream in(committed);
+  std::stringstream got;
+  got << in.rdbuf();
+  if (got.str() != want) {
+    const auto fresh = TempDir("reference") / "reference.yaml";
+    std::ofstream(fresh) << want;
+    FAIL() << committed << " is out of date with RecipeSchema(); the current one is in " << fresh
+           << " (cp it over)";
+  }
 }
 
 }  // namespace
