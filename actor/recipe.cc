@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "model/chat_format.h"
+
 namespace laminar::actor {
 namespace {
 
@@ -213,6 +215,23 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.manager_timeout_s = r.GetFloat("rollout.manager_timeout_s");
   w.relay_timeout_s = r.GetFloat("rollout.relay_timeout_s");
   return w;
+}
+
+StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(const Config& r) {
+  manager::PromptDatasetOptions d;
+  d.prompt_key = r.GetString("data.prompt_key");
+  d.ground_truth_key = r.GetString("data.ground_truth_key");
+  d.data_source_key = r.GetString("data.data_source_key");
+  d.default_data_source = r.GetString("data.default_data_source");
+  d.id_key = r.GetString("data.id_key");
+  d.max_tokens_key = r.GetString("data.max_tokens_key");
+  if (!r.GetString("data.chat_format").empty()) {
+    LAMINAR_ASSIGN_OR_RETURN(d.chat, model::ChatFormatFromName(r.GetString("data.chat_format")),
+                             "recipe data.chat_format");
+  }
+  d.system_message = r.GetString("data.system_message");
+  d.max_prompt_tokens = r.GetInt("data.max_prompt_tokens");
+  return d;
 }
 
 StatusOr<reward::RewardFn> RewardOf(const Config& r) {

@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "reward/reward.h"
+#include "rollout/manager/prompt_dataset.h"
 #include "rollout/worker.h"
 #include "trainer/trainer.h"
 
@@ -31,6 +32,10 @@ StatusOr<trainer::TrainerConfig> TrainerConfigOf(const Config& recipe);
 // the caller.
 StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& recipe,
                                                                int64_t kv_bytes_per_token);
+
+// How to read the prompt dataset, from the data.* keys (field names, chat format, overlong
+// filter). Errors: InvalidArgument naming data.chat_format for an unknown format.
+StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(const Config& recipe);
 
 // The actor's options from actor.* keys (trainer included). Endpoints are left for the caller.
 StatusOr<ActorOptions> ActorOptionsOf(const Config& recipe);

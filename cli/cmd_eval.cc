@@ -116,34 +116,14 @@ StatusOr<std::vector<int64_t>> ParseKs(const std::string& text, int32_t n) {
   return std::vector<int64_t>(ks.begin(), ks.end());
 }
 
-// The reward of --reward: one spec of weight 1 as itself, else their weighted combination.
-StatusOr<reward::RewardFn> RewardFromFlag(const std::string& text) {
-  YAML::Node node;
-  try {
-    node = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError("--reward: not YAML: " + std::string(e.what()));
-  }
-  LAMINAR_ASSIGN_OR_RETURN(std::vector<reward::RewardSpec> specs,
-                           reward::ParseRewardSpecs(node, "--reward"));
-  if (specs.size() == 1 && specs[0].weight == 1.0) return reward::MakeReward(specs[0]);
-  return reward::CombineRewards(specs);
-}
-
 // Settings from the recipe's model.*, data.*, reward.* and rollout.* keys.
 Status ApplyRecipe(const Config& r, EvalSettings* s) {
   s->model = r.GetString("model.path");
   s->tokenizer = r.GetString("model.tokenizer");
   s->weights = r.GetString("model.weights");
   s->data = r.GetString("data.path");
-  manager::PromptDatasetOptions& d = s->data_options;
-  d.prompt_key = r.GetString("data.prompt_key");
-  d.ground_truth_key = r.GetString("data.ground_truth_key");
-  d.data_source_key = r.GetString("data.data_source_key");
-  d.default_data_source = r.GetString("data.default_data_source");
-  d.id_key = r.GetString("data.id_key");
-  d.max_tokens_key = r.GetString("data.max_tokens_key");
-  d.system_message = r.GetString("data.system_message");
+  LAMINAR_ASSIGN_OR_RETURN(s->data_options, actor::PromptDatasetOptionsOf(r));
+  s->data_options.max_prompt_tokens = 0;  // every held-out problem counts
   s->chat_format = r.GetString("data.chat_format");
   LAMINAR_ASSIGN_OR_RETURN(s->reward, actor::RewardOf(r), "--recipe " + r.source());
   s->reward_name = "recipe " + r.source();
@@ -184,7 +164,7 @@ StatusOr<EvalSettings> ResolveSettings(const EvalArgs& a, const CLI::App& app) {
   if (given("--chat-format")) s.chat_format = a.chat_format;
   if (given("--system-message")) d.system_message = a.system_message;
   if (given("--reward")) {
-    LAMINAR_ASSIGN_OR_RETURN(s.reward, RewardFromFlag(a.reward));
+    LAMINAR_ASSIGN_OR_RETURN(s.reward, reward::RewardFromYamlText(a.reward, "--reward"));
     s.reward_name = a.reward;
   } else if (!s.reward) {
     LAMINAR_ASSIGN_OR_RETURN(s.reward, reward::BuiltinReward("auto"));

@@ -90,25 +90,13 @@ int RunManager(const RoleArgs& a) {
   const Config& r = *recipe;
   auto policy = LoadPolicy(r);
   if (!policy.ok()) return fail(policy.status().message());
-  manager::PromptDatasetOptions d;
-  d.prompt_key = r.GetString("data.prompt_key");
-  d.ground_truth_key = r.GetString("data.ground_truth_key");
-  d.data_source_key = r.GetString("data.data_source_key");
-  d.default_data_source = r.GetString("data.default_data_source");
-  d.id_key = r.GetString("data.id_key");
-  d.max_tokens_key = r.GetString("data.max_tokens_key");
-  if (!r.GetString("data.chat_format").empty()) {
-    auto chat = model::ChatFormatFromName(r.GetString("data.chat_format"));
-    if (!chat.ok()) return fail("recipe data.chat_format: " + std::string(chat.status().message()));
-    d.chat = *chat;
-  }
-  d.system_message = r.GetString("data.system_message");
-  d.max_prompt_tokens = r.GetInt("data.max_prompt_tokens");
+  auto d = actor::PromptDatasetOptionsOf(r);
+  if (!d.ok()) return fail(d.status().message());
   // The rollouts score with the recipe's reward: refuse a bad one here, where the run starts.
   if (auto reward = actor::RewardOf(r); !reward.ok()) {
     return fail(std::string(reward.status().message()));
   }
-  auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, d);
+  auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, *d);
   if (!dataset.ok()) return fail("recipe data.path: " + std::string(dataset.status().message()));
   // Every prompt with its response budget must fit the policy's context, or no rollout could
   // ever run it.

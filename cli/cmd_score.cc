@@ -26,20 +26,6 @@ struct ScoreArgs {
 
 int Fail(const std::string& message, int code = 1) { return CommandFail("score", message, code); }
 
-// The reward given by --reward: one spec of weight 1 as itself, else their weighted combination.
-StatusOr<reward::RewardFn> RewardFromFlag(const std::string& text) {
-  YAML::Node node;
-  try {
-    node = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError("--reward: not YAML: " + std::string(e.what()));
-  }
-  LAMINAR_ASSIGN_OR_RETURN(std::vector<reward::RewardSpec> specs,
-                           reward::ParseRewardSpecs(node, "--reward"));
-  if (specs.size() == 1 && specs[0].weight == 1.0) return reward::MakeReward(specs[0]);
-  return reward::CombineRewards(specs);
-}
-
 // Text of a JSON value handed to a reward: strings as they are, anything else as JSON.
 std::string AsText(const nlohmann::ordered_json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
@@ -95,7 +81,7 @@ StatusOr<reward::RewardResult> ScoreLine(const nlohmann::ordered_json& row,
 int RunScore(const ScoreArgs& args) {
   std::unique_ptr<reward::RewardFn> fixed;
   if (!args.reward.empty()) {
-    auto fn = RewardFromFlag(args.reward);
+    auto fn = reward::RewardFromYamlText(args.reward, "--reward");
     if (!fn.ok()) return Fail(fn.status().message(), 2);
     fixed = std::make_unique<reward::RewardFn>(std::move(*fn));
   }

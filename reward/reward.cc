@@ -372,4 +372,16 @@ StatusOr<std::string> DefaultRewardForDataSource(std::string_view data_source) {
                        "' (known: " + known + ", and any name containing 'countdown')");
 }
 
+StatusOr<RewardFn> RewardFromYamlText(const std::string& text, std::string_view where) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string(where) + ": not YAML: " + e.what());
+  }
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<RewardSpec> specs, ParseRewardSpecs(node, where));
+  if (specs.size() == 1 && specs[0].weight == 1.0) return MakeReward(specs[0]);
+  return CombineRewards(specs);
+}
+
 }  // namespace laminar::reward

@@ -124,6 +124,11 @@ StatusOr<RewardFn> CombineRewards(const std::vector<RewardSpec>& specs);
 StatusOr<std::vector<RewardSpec>> ParseRewardSpecs(const YAML::Node& node, std::string_view where,
                                                    std::string_view base_dir = "");
 
+// The reward a command-line flag gives as YAML text (`where` names the flag, e.g. "--reward"):
+// ParseRewardSpecs of it; one spec of weight 1 is that reward, several their CombineRewards.
+// Errors: InvalidArgument "<where>: not YAML: ..." and ParseRewardSpecs's.
+StatusOr<RewardFn> RewardFromYamlText(const std::string& text, std::string_view where);
+
 // The reward verl's default_compute_score would choose for a dataset name:
 //   openai/gsm8k, gsm8k                                                   -> gsm8k
 //   lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500,
