@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -38,6 +40,14 @@ inline CliResult RunLaminar(const std::string& args, const std::string& input = 
   r.out = Slurp(dir / "out");
   r.err = Slurp(dir / "err");
   return r;
+}
+
+// One JSON value per line of `text` (a command's JSON Lines output).
+inline std::vector<nlohmann::json> JsonLines(const std::string& text) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
 }
 
 }  // namespace laminar::testing

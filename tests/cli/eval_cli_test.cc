@@ -26,14 +26,6 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::vector<nlohmann::json> Lines(const std::string& text) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
-
 // Four stories prompts: "e" is in nearly every story, "zqxj" in none, the others in some.
 const char* kEvalSet =
     R"({"prompt": "Once upon a time", "ground_truth": "e", "data_source": "stories"})"
@@ -86,7 +78,7 @@ TEST(CliEval, PassAtKMatchesTheSamplesAndRunsRepeat) {
   EXPECT_GT(s["generated_tokens"].get<int64_t>(), 0);
 
   // The summary agrees with the per-sample lines, ordered by row then sample.
-  auto lines = Lines(testing::Slurp(out1));
+  auto lines = testing::JsonLines(testing::Slurp(out1));
   ASSERT_EQ(lines.size(), 16u);
   std::map<std::string, int> correct;
   std::vector<std::string> order;
@@ -174,7 +166,7 @@ TEST(CliEval, RecipeSuppliesSettingsAndFlagsOverride) {
   EXPECT_EQ(s["max_tokens"], 24);
   EXPECT_EQ(s["stop"], nlohmann::json({"."}));
   EXPECT_EQ(s["num_problems"], 2);
-  auto lines = Lines(testing::Slurp(out));
+  auto lines = testing::JsonLines(testing::Slurp(out));
   ASSERT_EQ(lines.size(), 2u);
   for (const nlohmann::json& l : lines) {
     const std::string text = l["response"].get<std::string>();

@@ -14,15 +14,8 @@ namespace laminar {
 namespace {
 
 using testing::CliResult;
+using testing::JsonLines;
 using testing::RunLaminar;
-
-std::vector<nlohmann::json> Lines(const std::string& text) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
 
 std::string WriteFile(const std::string& name, const std::string& text) {
   auto path = (testing::TempDir("score_input") / name).string();
@@ -46,7 +39,7 @@ TEST(CliScore, ScoresEachLineWithTheRewardOfItsDataSource) {
   const std::string in = WriteFile("in.jsonl", kMixed);
   CliResult r = RunLaminar("score --input " + in);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto rows = Lines(r.out);
+  auto rows = JsonLines(r.out);
   ASSERT_EQ(rows.size(), 5u) << r.out;
   EXPECT_EQ(rows[0]["score"], 1.0);
   EXPECT_EQ(rows[0]["id"], 1);  // other fields pass through
@@ -67,7 +60,7 @@ TEST(CliScore, RewardFlagOverridesTheDataSource) {
                   "\n");
   CliResult r = RunLaminar("score --input " + in + " --reward gsm8k");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto rows = Lines(r.out);
+  auto rows = JsonLines(r.out);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["score"], 1.0);
   EXPECT_EQ(rows[1]["score"], 1.0);
@@ -78,7 +71,7 @@ TEST(CliScore, RewardFlagOverridesTheDataSource) {
                  "pattern: \"#### \\\\d+\"}]'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
-  rows = Lines(testing::Slurp(out));
+  rows = JsonLines(testing::Slurp(out));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_DOUBLE_EQ(rows[0]["score"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(rows[1]["score"].get<double>(), 0.75);
