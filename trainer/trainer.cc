@@ -201,7 +201,8 @@ StatusOr<std::vector<std::vector<float>>> Trainer::ResponseLogprobs(
 }
 
 StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSample> samples,
-                                                        std::span<const size_t> idx) {
+                                                        std::span<const size_t> idx,
+                                                        bool old_from_forward) {
   std::vector<Packed> micro = MicroBatches(samples, idx);
   // Global normalizers: masked tokens and sequences with one, over this mini-batch on all ranks.
   std::vector<double> counts(2, 0.0);
@@ -222,9 +223,18 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
   // A non-finite logprob or entropy (weights that overflowed) makes this rank's loss NaN: every
   // rank still joins the all-reduces below, and the optimizer skips the step everywhere.
   bool finite = true;
-  for (const Packed& p : micro) {
+  for (Packed& p : micro) {
     if (!finite) break;
     LAMINAR_RETURN_IF_ERROR(graph_->Forward(p.batch, params_.values(), &lp, &ent));
+    if (old_from_forward) {
+      // The only update of the step runs under the weights the step starts from: its own
+      // logprobs are pi_old (the PPO ratio is exactly 1 with the gradient of log pi).
+      p.old_logprobs = lp;
+      for (size_t k = 0; k < p.samples.size(); ++k) {
+        const int64_t from = p.batch.seq_offsets[k], n = p.batch.seq_offsets[k + 1] - from;
+        std::copy_n(lp.begin() + from, n, all_.old_logprobs.begin() + all_.start[p.samples[k]]);
+      }
+    }
     for (size_t j = 0; j < lp.size() && finite; ++j) {
       finite = p.mask[j] == 0 || (std::isfinite(lp[j]) && std::isfinite(ent[j]));
     }
@@ -301,60 +311,40 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   LAMINAR_ASSIGN_OR_RETURN(AdvantageOutput adv, ComputeAdvantages(adv_in, config_.advantage));
   all_.advantages = std::move(adv.advantages);
 
-  // pi_old (and pi_ref) under the weights this step starts from.
+  // pi_old (and pi_ref) under the weights this step starts from. With one update per step (one
+  // mini-batch, one epoch) that update's forward pass gives pi_old, so no separate pass runs for
+  // it (verl recomputes it; the result is the same, a third of the compute is saved).
+  const size_t mb =
+      config_.mini_batch_size > 0 ? static_cast<size_t>(config_.mini_batch_size) : samples.size();
+  const size_t num_minibatches = (samples.size() + mb - 1) / mb;
+  const bool old_from_forward = num_minibatches == 1 && config_.ppo_epochs == 1;
   std::vector<size_t> idx(samples.size());
   std::iota(idx.begin(), idx.end(), 0);
   const auto old_start = std::chrono::steady_clock::now();
   all_.old_logprobs.assign(all_.mask.size(), 0.f);
   if (!ref_values_.empty()) all_.ref_logprobs.assign(all_.mask.size(), 0.f);
   std::vector<float> lp;
-  for (const Packed& p : MicroBatches(samples, idx)) {
+  const bool logprob_pass = !old_from_forward || !ref_values_.empty();
+  for (const Packed& p : logprob_pass ? MicroBatches(samples, idx) : std::vector<Packed>()) {
     auto scatter = [&](std::vector<float>& dst) {
       for (size_t k = 0; k < p.samples.size(); ++k) {
         const int64_t from = p.batch.seq_offsets[k], n = p.batch.seq_offsets[k + 1] - from;
         std::copy_n(lp.begin() + from, n, dst.begin() + all_.start[p.samples[k]]);
       }
     };
-    LAMINAR_RETURN_IF_ERROR(Logprobs(p, params_.values(), &lp));
-    scatter(all_.old_logprobs);
+    if (!old_from_forward) {
+      LAMINAR_RETURN_IF_ERROR(Logprobs(p, params_.values(), &lp));
+      scatter(all_.old_logprobs);
+    }
     if (!ref_values_.empty()) {
       LAMINAR_RETURN_IF_ERROR(Logprobs(p, ref_values_, &lp));
       scatter(all_.ref_logprobs);
     }
   }
   const double old_s = Since(old_start);
-  // The rollout-vs-trainer mismatch of the behaviour logprobs (DESIGN.md §9): the mean over all
-  // ranks, the max over this rank's tokens.
-  // diff: {sum |pi_old - mu|, tokens, sum of per-sequence perplexity ratios, sequences}.
-  std::vector<double> diff{0.0, 0.0, 0.0, 0.0};
-  double diff_max = 0;
-  if (HasBehaviorLogprobs(samples)) {
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const auto& s = samples[i];
-      const int64_t first = all_.start[i] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
-      double log_ratio = 0;  // sum over the response of log mu - log pi_old
-      for (size_t j = 0; j < s.response_ids.size(); ++j) {
-        const double old = all_.old_logprobs[first + j];
-        const double d = std::abs(old - s.behavior_logprobs[j]);
-        diff[0] += d;
-        diff[1] += 1;
-        diff_max = std::max(diff_max, d);
-        log_ratio += s.behavior_logprobs[j] - old;
-      }
-      if (!s.response_ids.empty()) {
-        // The trainer's perplexity over the rollout's: exp(mean(-log pi_old)) / exp(mean(-log mu)).
-        diff[2] += std::exp(log_ratio / static_cast<double>(s.response_ids.size()));
-        diff[3] += 1;
-      }
-    }
-  }
-  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(diff)));
 
   // Mini-batch updates.
   const auto update_start = std::chrono::steady_clock::now();
-  const size_t mb =
-      config_.mini_batch_size > 0 ? static_cast<size_t>(config_.mini_batch_size) : samples.size();
-  const size_t num_minibatches = (samples.size() + mb - 1) / mb;
   // Every rank must run the same collectives: as many mini-batches, and the same metric keys
   // (which depend on whether the samples carry behaviour logprobs).
   const double with_mu = HasBehaviorLogprobs(samples) ? 1.0 : 0.0;
@@ -379,7 +369,7 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     if (config_.shuffle) std::shuffle(idx.begin(), idx.end(), rng_);
     for (size_t m = 0; m < num_minibatches; ++m) {
       std::span<const size_t> part(idx.data() + m * mb, std::min(mb, idx.size() - m * mb));
-      LAMINAR_ASSIGN_OR_RETURN(auto mini, Update(samples, part));
+      LAMINAR_ASSIGN_OR_RETURN(auto mini, Update(samples, part, old_from_forward));
       for (const auto& [k, v] : mini) {
         metrics[k] += v;
         ++reported[k];
@@ -388,6 +378,33 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   }
   for (auto& [k, v] : metrics) v /= reported[k];
   const double update_s = Since(update_start);
+
+  // The rollout-vs-trainer mismatch of the behaviour logprobs under pi_old (DESIGN.md §9): the mean
+  // over all ranks, the max over this rank's tokens. diff: {sum |pi_old - mu|, tokens, sum of
+  // per-sequence perplexity ratios, sequences}.
+  std::vector<double> diff{0.0, 0.0, 0.0, 0.0};
+  double diff_max = 0;
+  if (HasBehaviorLogprobs(samples)) {
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const auto& s = samples[i];
+      const int64_t first = all_.start[i] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
+      double log_ratio = 0;  // sum over the response of log mu - log pi_old
+      for (size_t j = 0; j < s.response_ids.size(); ++j) {
+        const double old = all_.old_logprobs[first + j];
+        const double d = std::abs(old - s.behavior_logprobs[j]);
+        diff[0] += d;
+        diff[1] += 1;
+        diff_max = std::max(diff_max, d);
+        log_ratio += s.behavior_logprobs[j] - old;
+      }
+      if (!s.response_ids.empty()) {
+        // The trainer's perplexity over the rollout's: exp(mean(-log pi_old)) / exp(mean(-log mu)).
+        diff[2] += std::exp(log_ratio / static_cast<double>(s.response_ids.size()));
+        diff[3] += 1;
+      }
+    }
+  }
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(diff)));
   ++global_step_;
   ++policy_version_;
 

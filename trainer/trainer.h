@@ -120,8 +120,11 @@ class Trainer {
                                    std::span<const size_t> idx) const;
   // Logprobs at every position of a packed batch under `values`.
   Status Logprobs(const Packed& p, std::span<const float> values, std::vector<float>* logprobs);
+  // One optimizer update on samples[idx...]. `old_from_forward`: the step's only update, whose
+  // forward pass also fills pi_old (all_.old_logprobs) before the loss reads it.
   StatusOr<std::map<std::string, double>> Update(std::span<const TrainSample> samples,
-                                                 std::span<const size_t> idx);
+                                                 std::span<const size_t> idx,
+                                                 bool old_from_forward);
 
   model::ModelConfig model_;
   TrainerConfig config_;
