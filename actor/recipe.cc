@@ -35,7 +35,8 @@ ConfigSchema BuildSchema() {
   s.AddString("data.max_tokens_key", "",
               "field holding a row's own max_tokens (empty: rollout.max_tokens for every row)");
   s.AddString("data.chat_format", "",
-              "render prompts with this chat format (chatml, llama3, llama2; empty: plain text)");
+              "render prompts with this chat format: auto (the checkpoint's own template), "
+              "chatml, qwen2, smollm2, llama3, llama3.1, llama2; empty: plain text");
   s.AddString("data.system_message", "", "system turn added to chat prompts without one");
   s.AddInt("data.max_prompt_tokens", 0, "prompts longer than this are skipped (0: no limit)", 0);
   s.AddBool("data.shuffle", true, "shuffle the prompts each epoch");
@@ -217,7 +218,8 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   return w;
 }
 
-StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(const Config& r) {
+StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(
+    const Config& r, std::optional<std::string_view> checkpoint_chat_template) {
   manager::PromptDatasetOptions d;
   d.prompt_key = r.GetString("data.prompt_key");
   d.ground_truth_key = r.GetString("data.ground_truth_key");
@@ -225,9 +227,11 @@ StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(const Config& r) 
   d.default_data_source = r.GetString("data.default_data_source");
   d.id_key = r.GetString("data.id_key");
   d.max_tokens_key = r.GetString("data.max_tokens_key");
-  if (!r.GetString("data.chat_format").empty()) {
-    LAMINAR_ASSIGN_OR_RETURN(d.chat, model::ChatFormatFromName(r.GetString("data.chat_format")),
-                             "recipe data.chat_format");
+  if (checkpoint_chat_template) {
+    LAMINAR_ASSIGN_OR_RETURN(
+        d.chat,
+        model::ResolveChatFormat(r.GetString("data.chat_format"), *checkpoint_chat_template),
+        "recipe data.chat_format");
   }
   d.system_message = r.GetString("data.system_message");
   d.max_prompt_tokens = r.GetInt("data.max_prompt_tokens");

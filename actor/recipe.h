@@ -4,7 +4,9 @@
 // (issue 8 item 5) from one code base.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "actor/actor.h"
 #include "core/config.h"
@@ -34,8 +36,12 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& rec
                                                                int64_t kv_bytes_per_token);
 
 // How to read the prompt dataset, from the data.* keys (field names, chat format, overlong
-// filter). Errors: InvalidArgument naming data.chat_format for an unknown format.
-StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(const Config& recipe);
+// filter). data.chat_format "auto" takes the policy's own template, `checkpoint_chat_template`
+// (model::ResolveChatFormat); std::nullopt leaves `chat` unset, for a caller that resolves it
+// once the checkpoint is loaded. Errors: InvalidArgument naming data.chat_format for an unknown
+// format, or for "auto" with a checkpoint without a (known) template.
+StatusOr<manager::PromptDatasetOptions> PromptDatasetOptionsOf(
+    const Config& recipe, std::optional<std::string_view> checkpoint_chat_template);
 
 // The actor's options from actor.* keys (trainer included). Endpoints are left for the caller.
 StatusOr<ActorOptions> ActorOptionsOf(const Config& recipe);

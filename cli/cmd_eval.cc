@@ -122,7 +122,8 @@ Status ApplyRecipe(const Config& r, EvalSettings* s) {
   s->tokenizer = r.GetString("model.tokenizer");
   s->weights = r.GetString("model.weights");
   s->data = r.GetString("data.path");
-  LAMINAR_ASSIGN_OR_RETURN(s->data_options, actor::PromptDatasetOptionsOf(r));
+  // The chat format ("auto" needs the checkpoint) is resolved in LoadEvalSet.
+  LAMINAR_ASSIGN_OR_RETURN(s->data_options, actor::PromptDatasetOptionsOf(r, std::nullopt));
   s->data_options.max_prompt_tokens = 0;  // every held-out problem counts
   s->chat_format = r.GetString("data.chat_format");
   LAMINAR_ASSIGN_OR_RETURN(s->reward, actor::RewardOf(r), "--recipe " + r.source());
@@ -190,16 +191,9 @@ StatusOr<EvalSettings> ResolveSettings(const EvalArgs& a, const CLI::App& app) {
 // checkpoint's template), cut to the first `limit` rows.
 StatusOr<manager::PromptDataset> LoadEvalSet(EvalSettings& s, const model::Checkpoint& ckpt,
                                              const model::Tokenizer& tok) {
-  if (s.chat_format == "auto") {
-    if (ckpt.chat_template.empty()) {
-      return InvalidArgumentError("--chat-format auto: " + ckpt.path + " has no chat template");
-    }
-    LAMINAR_ASSIGN_OR_RETURN(s.data_options.chat, model::DetectChatFormat(ckpt.chat_template),
-                             "--chat-format auto: " + ckpt.path);
-  } else if (!s.chat_format.empty()) {
-    LAMINAR_ASSIGN_OR_RETURN(s.data_options.chat, model::ChatFormatFromName(s.chat_format),
-                             "--chat-format");
-  }
+  LAMINAR_ASSIGN_OR_RETURN(s.data_options.chat,
+                           model::ResolveChatFormat(s.chat_format, ckpt.chat_template),
+                           "--chat-format (" + ckpt.path + ")");
   LAMINAR_ASSIGN_OR_RETURN(manager::PromptDataset set,
                            manager::LoadPromptDataset(s.data, tok, s.data_options),
                            "--data " + s.data);

@@ -90,7 +90,7 @@ int RunManager(const RoleArgs& a) {
   const Config& r = *recipe;
   auto policy = LoadPolicy(r);
   if (!policy.ok()) return fail(policy.status().message());
-  auto d = actor::PromptDatasetOptionsOf(r);
+  auto d = actor::PromptDatasetOptionsOf(r, policy->checkpoint.chat_template);
   if (!d.ok()) return fail(d.status().message());
   // The rollouts score with the recipe's reward: refuse a bad one here, where the run starts.
   if (auto reward = actor::RewardOf(r); !reward.ok()) {

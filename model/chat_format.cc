@@ -123,6 +123,22 @@ std::string ChatFormat::Name() const {
   return "?";
 }
 
+StatusOr<std::optional<ChatFormat>> ResolveChatFormat(std::string_view name,
+                                                      std::string_view checkpoint_template) {
+  if (name.empty()) return std::optional<ChatFormat>();
+  if (name != "auto") {
+    LAMINAR_ASSIGN_OR_RETURN(ChatFormat f, ChatFormatFromName(name));
+    return std::optional<ChatFormat>(std::move(f));
+  }
+  if (checkpoint_template.empty()) {
+    return InvalidArgumentError(
+        "chat format 'auto': the checkpoint has no chat template; name a format instead");
+  }
+  LAMINAR_ASSIGN_OR_RETURN(ChatFormat f, DetectChatFormat(checkpoint_template),
+                           "chat format 'auto'");
+  return std::optional<ChatFormat>(std::move(f));
+}
+
 StatusOr<ChatFormat> ChatFormatFromName(std::string_view name) {
   ChatFormat f;
   if (name == "chatml") {

@@ -5,6 +5,7 @@
 // (parse_special), exactly as Hugging Face's apply_chat_template followed by encode does.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +39,13 @@ struct ChatFormat {
 // (ChatML + SmolLM's default system message), "llama3", "llama3.1", "llama2". Unknown name:
 // InvalidArgument listing the valid names.
 StatusOr<ChatFormat> ChatFormatFromName(std::string_view name);
+
+// The chat format a recipe key or a flag names: a name as ChatFormatFromName takes, "auto" (the
+// checkpoint's own template, `checkpoint_template`, as DetectChatFormat reads it), or empty
+// (std::nullopt: prompts are plain text). Errors: InvalidArgument for an unknown name;
+// InvalidArgument ("auto" with an empty template) or NotFound (an unknown template) for "auto".
+StatusOr<std::optional<ChatFormat>> ResolveChatFormat(std::string_view name,
+                                                      std::string_view checkpoint_template);
 
 // Detects the format of a Jinja chat template (tokenizer.chat_template from GGUF or
 // tokenizer_config.json) by its markers, and extracts a default system message when the template

@@ -63,6 +63,19 @@ TEST(ChatFormatTest, SmolLM2DefaultSystemFromTemplate) {
             "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
             "<|im_start|>assistant\n");
   EXPECT_EQ(*RenderChat(*ChatFormatFromName("smollm2"), conv, true), *RenderChat(*f, conv, true));
+
+  // A recipe's data.chat_format: "auto" reads the checkpoint's template, a name is a name, empty
+  // is plain text, and "auto" without a template says so.
+  auto resolved = ResolveChatFormat("auto", tmpl);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  ASSERT_TRUE(resolved->has_value());
+  EXPECT_EQ(*RenderChat(**resolved, conv, true), *RenderChat(*f, conv, true));
+  EXPECT_EQ((*ResolveChatFormat("llama3", tmpl))->kind, ChatFormatKind::kLlama3);
+  EXPECT_FALSE(ResolveChatFormat("", tmpl)->has_value());
+  auto no_template = ResolveChatFormat("auto", "");
+  ASSERT_FALSE(no_template.ok());
+  EXPECT_NE(no_template.status().message().find("no chat template"), std::string::npos);
+  EXPECT_FALSE(ResolveChatFormat("vicuna", tmpl).ok());
 }
 
 TEST(ChatFormatTest, Llama3) {
