@@ -23,6 +23,13 @@ std::string ModelCacheDir() {
 StatusOr<std::string> ResolveModelPath(const std::string& name_or_path) {
   std::error_code ec;
   if (std::filesystem::exists(name_or_path, ec)) return name_or_path;
+  // "~/models/x" as a shell would expand it (recipes are not read by a shell).
+  if (name_or_path.starts_with("~/")) {
+    const char* home = std::getenv("HOME");
+    const std::string expanded = std::string(home ? home : "") + name_or_path.substr(1);
+    if (home && std::filesystem::exists(expanded, ec)) return expanded;
+    return NotFoundError("no file or folder '" + name_or_path + "' (" + expanded + ")");
+  }
   for (const auto& m : KnownModels()) {
     if (m.name != name_or_path) continue;
     std::string path = ModelCacheDir() + "/" + m.file;

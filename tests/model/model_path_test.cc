@@ -27,6 +27,16 @@ TEST(ModelPathTest, ResolvesPathsAndNames) {
   auto unknown = ResolveModelPath("no-such-model");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("smollm2-135m-instruct"), std::string::npos);
+
+  // "~/" is the home folder, as in a shell.
+  const char* old_home = std::getenv("HOME");
+  const std::string saved_home = old_home ? old_home : "";
+  setenv("HOME", dir.c_str(), 1);
+  EXPECT_EQ(*ResolveModelPath("~/SmolLM2-135M-Instruct.Q4_1.gguf"), file);
+  auto no_file = ResolveModelPath("~/nothing.gguf");
+  ASSERT_FALSE(no_file.ok());
+  EXPECT_NE(no_file.status().message().find((dir / "nothing.gguf").string()), std::string::npos);
+  setenv("HOME", saved_home.c_str(), 1);
 }
 
 }  // namespace
