@@ -126,3 +126,33 @@ TEST(RecipeReferenceTest, ReferenceYamlMatchesTheSchema) {
 
 }  // namespace
 }  // namespace laminar::testing
+
+namespace laminar::testing {
+namespace {
+
+// Every recipe in configs/ parses against the schema, with a reward, dataset options and rollout
+// options the roles accept (the data and model files are the user's to provide).
+TEST(RecipeReferenceTest, EveryShippedRecipeIsValid) {
+  const std::filesystem::path configs = std::filesystem::path(LAMINAR_SOURCE_DIR) / "configs";
+  int recipes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(configs)) {
+    if (entry.path().extension() != ".yaml" || entry.path().filename() == "reference.yaml") {
+      continue;
+    }
+    SCOPED_TRACE(entry.path().string());
+    auto r = actor::LoadRecipe(entry.path().string(), {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(actor::RewardOf(*r).ok()) << actor::RewardOf(*r).status();
+    auto data = actor::PromptDatasetOptionsOf(*r, std::nullopt);
+    EXPECT_TRUE(data.ok()) << data.status();
+    auto worker = actor::RolloutWorkerOptionsOf(*r, /*kv_bytes_per_token=*/4096);
+    EXPECT_TRUE(worker.ok()) << worker.status();
+    auto actor_options = actor::ActorOptionsOf(*r);
+    EXPECT_TRUE(actor_options.ok()) << actor_options.status();
+    ++recipes;
+  }
+  EXPECT_GE(recipes, 5);  // quickstart, grpo_gsm8k, grpo_gsm8k_qwen2.5_0.5b, countdown, stories
+}
+
+}  // namespace
+}  // namespace laminar::testing
