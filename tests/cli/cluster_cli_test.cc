@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -131,7 +132,8 @@ TEST(ClusterCliTest, RolesFindEachOtherThroughTheCoordinatorAlone) {
       << Slurp(dir / "rollout1.log");
   EXPECT_NE(Slurp(dir / "actor0.log").find("master relay " + relay0_control), std::string::npos)
       << Slurp(dir / "actor0.log");
-  // (The Process destructors stop the rollouts, the relays and the manager.)
+  // Stop the rest together (the destructors would one by one).
+  for (Process* p : {&rollout0, &rollout1, &relay1, &relay0, &manager}) p->Signal(SIGTERM);
 }
 
 // A role whose coordinator never comes up stops after cluster.connect_timeout_s with an error that
@@ -293,6 +295,39 @@ TEST(ClusterCliTest, LaunchSlurmDryRunStartsEachRoleOnItsNode) {
   EXPECT_NE(outside.err.find("run inside sbatch or salloc"), std::string::npos) << outside.err;
   auto syntax = RunBash("bash -n " + script);
   EXPECT_EQ(syntax.exit_code, 0) << syntax.err;
+}
+
+// The launcher for real, on two "nodes" that are both this machine, with a stand-in srun that
+// drops srun's options and runs the command: the job trains and the launcher returns.
+TEST(ClusterCliTest, LaunchSlurmRunsAJobWithAStandInSrun) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const fs::path dir = TempDir("cluster_slurm_run");
+  const std::string recipe = WriteClusterRecipe(dir, model, tok);
+  fs::create_directories(dir / "bin");
+  std::ofstream(dir / "bin" / "srun") << "#!/usr/bin/env bash\n"
+                                      << "while [ $# -gt 0 ]; do\n"
+                                      << "  case \"$1\" in\n"
+                                      << "    -w|--job-name) shift 2 ;;\n"
+                                      << "    -*) shift ;;\n"
+                                      << "    *) break ;;\n"
+                                      << "  esac\n"
+                                      << "done\n"
+                                      << "exec \"$@\"\n";
+  fs::permissions(dir / "bin" / "srun", fs::perms::owner_all);
+  const std::string script = std::string(LAMINAR_SOURCE_DIR) + "/scripts/launch_slurm.sh";
+  auto r = RunBash(
+      "PATH=" + (dir / "bin").string() + ":$PATH SLURM_JOB_NODELIST=localhost,localhost" +
+      " LAMINAR_BIN=" + LAMINAR_BINARY + " " + script + " --run-dir " + (dir / "run").string() +
+      " " + recipe + " cluster.coordinator_port=" + std::to_string(FreePort()));
+  ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(dir / "run" / "logs" / "actor_0.log");
+  EXPECT_NE(r.err.find("coordinator tcp://localhost:"), std::string::npos) << r.err;
+  EXPECT_EQ(CountLines(dir / "metrics.jsonl"), 2u);
+  // Rollout 1 runs on node 1, behind its relay 1 and then relay 0.
+  const std::string rollout1 = Slurp(dir / "run" / "logs" / "rollout_1.log");
+  EXPECT_NE(rollout1.find("rollout/1 via the coordinator"), std::string::npos) << rollout1;
+  EXPECT_NE(Slurp(dir / "run" / "logs" / "relay_1.log").find("(relay 1, node 1) registered"),
+            std::string::npos);
 }
 
 // The Kubernetes example parses, and its containers' ranks are the plan of its own recipe.
