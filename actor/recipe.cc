@@ -133,6 +133,24 @@ ConfigSchema BuildSchema() {
            "getting faster",
            1);
   s.AddFloat("repack.interval_s", 5.0, "seconds between repack checks", 0.0);
+  s.AddInt("cluster.nodes", 1,
+           "machines of a multi-machine launch (`laminar cluster-plan`, scripts/launch_slurm.sh); "
+           "node 0, the head, runs the manager (which serves the coordinator), the actor and the "
+           "master relay",
+           1, 4096);
+  s.AddInt("cluster.rollout_nodes", 0,
+           "nodes that run rollouts: the last rollout_nodes nodes, each besides the head with a "
+           "relay of its own; rollout.num_workers are spread evenly over them in rank order (0: "
+           "every node, the head included)",
+           0, 4096);
+  s.AddInt("cluster.coordinator_port", 29555,
+           "port of the coordinator on the head: roles started with --coordinator "
+           "tcp://HEAD:PORT find each other there",
+           1, 65535);
+  s.AddFloat("cluster.connect_timeout_s", 600.0,
+             "a role started with --coordinator fails, naming the coordinator, when it or a peer "
+             "the role needs has not answered for this long",
+             0.001);
   return s;
 }
 

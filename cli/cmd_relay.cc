@@ -1,7 +1,10 @@
 // `laminar relay`: one relay process (DESIGN.md §2). Without --master it is the master relay,
 // the chain's head that the actor publishes to; with --master it joins that master's chain.
-// Prints one JSON line on stdout once it serves ({"id","control","bulk","host","pid"}), then runs
-// until SIGTERM or SIGINT, when it stops cleanly and removes its shared-memory segments.
+// With --recipe R --rank K --coordinator tcp://HEAD:PORT (a multi-machine launch, cli/cluster.h)
+// relay 0 is the master and relay K > 0 finds the master there and joins its chain; each
+// registers its control endpoint for the actor and the rollouts to look up. Prints one JSON line
+// on stdout once it serves ({"id","control","bulk","host","pid"}), then runs until SIGTERM or
+// SIGINT, when it stops cleanly and removes its shared-memory segments.
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,8 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "actor/recipe.h"
+#include "cli/cluster.h"
 #include "cli/command.h"
 #include "core/bulk_transport.h"
+#include "core/logging.h"
 #include "relay/relay.h"
 
 namespace laminar::cli {
@@ -30,11 +36,45 @@ struct RelayArgs {
   int join_timeout_ms = 5000;
   double fault_corrupt = 0;
   double fault_drop = 0;
+  // A multi-machine launch (cli/cluster.h).
+  std::string recipe;
+  std::vector<std::string> overrides;
+  int rank = 0;
+  std::string coordinator;
+  bool id_set = false, listen_set = false, host_set = false;
 };
 
 int Fail(const std::string& message) { return CommandFail("relay", message); }
 
-int Run(const RelayArgs& a) {
+// With --coordinator: fills in the master, the id and the addresses of relay `a->rank` from the
+// recipe's cluster plan, and returns the client to register with once the relay serves.
+StatusOr<std::unique_ptr<CoordinatorClient>> JoinAsRelay(RelayArgs* a, sigset_t stop_signals,
+                                                         int* node) {
+  if (a->recipe.empty()) {
+    return InvalidArgumentError("--coordinator needs --recipe (its cluster: section)");
+  }
+  LAMINAR_ASSIGN_OR_RETURN(Config recipe, actor::LoadRecipe(a->recipe, a->overrides));
+  LAMINAR_ASSIGN_OR_RETURN(ClusterPlan plan, ClusterPlanOf(recipe));
+  LAMINAR_ASSIGN_OR_RETURN(auto client, JoinCluster(plan, "relay", a->rank, a->coordinator,
+                                                    StopSignalPending(stop_signals)));
+  *node = plan.relay_node[static_cast<size_t>(a->rank)];
+  if (a->rank == 0) {
+    LAMINAR_RETURN_IF_ERROR(client->WaitReady());
+  } else {
+    LAMINAR_ASSIGN_OR_RETURN(nlohmann::json master, client->Lookup("relay", 0));
+    a->master = master["control"].get<std::string>();
+  }
+  if (!a->host_set) {
+    // The coordinator answered, so its name resolves: our address on the route to it is one
+    // the other machines reach.
+    LAMINAR_ASSIGN_OR_RETURN(a->host, RouteAddress(client->coordinator()));
+  }
+  if (!a->listen_set) a->listen = "tcp://" + a->host + ":*";
+  if (!a->id_set) a->id = "relay-" + std::to_string(a->rank);
+  return client;
+}
+
+int Run(RelayArgs a) {
   // Block the stop signals before any thread starts, so that only sigwait below takes them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -42,6 +82,13 @@ int Run(const RelayArgs& a) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  std::unique_ptr<CoordinatorClient> coordinator;
+  int node = 0;
+  if (!a.coordinator.empty()) {
+    auto client = JoinAsRelay(&a, stop_signals, &node);
+    if (!client.ok()) return Fail(std::string(client.status().message()));
+    coordinator = std::move(*client);
+  }
   relay::RelayOptions o;
   o.id = a.id;
   o.control_endpoint = a.listen;
@@ -67,6 +114,15 @@ int Run(const RelayArgs& a) {
   auto r = relay::Relay::Start(std::move(o));
   if (!r.ok()) return Fail(r.status().message());
   const auto& info = (*r)->info();
+  if (coordinator) {
+    const std::string control = AdvertisedEndpoint(info.control_endpoint(), a.host);
+    Status st = coordinator->Register(
+        "relay", a.rank, {{"control", control}, {"host", info.host()}, {"node", node}});
+    if (!st.ok()) return Fail(std::string(st.message()));
+    LAMINAR_LOG(INFO, RELAY) << a.id << " (relay " << a.rank << ", node " << node << ") registered "
+                             << control << " at the coordinator " << a.coordinator
+                             << (a.master.empty() ? "" : "; master " + a.master);
+  }
   nlohmann::json ready = {{"id", info.id()},
                           {"control", info.control_endpoint()},
                           {"bulk", info.bulk_address()},
@@ -83,14 +139,25 @@ int Run(const RelayArgs& a) {
 
 std::function<int()> SetupRelay(CLI::App* app) {
   auto a = std::make_shared<RelayArgs>();
+  CLI::Option* coordinator = app->add_option(
+      "--coordinator", a->coordinator,
+      "tcp://HEAD:PORT of a multi-machine launch: relay --rank 0 is the master, the others find "
+      "it there (needs --recipe)");
+  app->add_option("--recipe", a->recipe, "with --coordinator: the run's recipe (its cluster:)");
+  app->add_option("overrides", a->overrides, "with --recipe: dotted overrides");
+  app->add_option("--rank", a->rank, "with --coordinator: this relay's place (0: the master)")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--id", a->id, "this relay's name in logs and in the master's chain");
   app->add_option("--listen", a->listen,
                   "control endpoint to bind (ZeroMQ; tcp://HOST:* picks a free port)");
   app->add_option("--master", a->master,
-                  "the master relay's control endpoint; without it this relay is the master");
+                  "the master relay's control endpoint; without it this relay is the master")
+      ->excludes(coordinator);
   app->add_option("--transport", a->transport, "bulk transport for weight chunks")
       ->check(CLI::IsMember({"ucx", "zmq"}));
-  app->add_option("--host", a->host, "address other machines reach this relay's bulk plane at");
+  app->add_option("--host", a->host,
+                  "address other machines reach this relay's bulk plane at (with --coordinator "
+                  "by default this machine's address on the route to the coordinator)");
   app->add_option("--topology", a->topology,
                   "master only: chain (pipelined, Laminar) or star (master sends to each relay)")
       ->check(CLI::IsMember({"chain", "star"}));
@@ -111,7 +178,12 @@ std::function<int()> SetupRelay(CLI::App* app) {
       ->check(CLI::Range(0.0, 1.0));
   app->add_option("--fault-drop", a->fault_drop, "testing: probability that a sent message is lost")
       ->check(CLI::Range(0.0, 1.0));
-  return [a] { return Run(*a); };
+  return [a, app] {
+    a->id_set = app->count("--id") > 0;
+    a->listen_set = app->count("--listen") > 0;
+    a->host_set = app->count("--host") > 0;
+    return Run(*a);
+  };
 }
 
 LAMINAR_REGISTER_COMMAND("relay", "run a relay (the master without --master) of the weight tier",

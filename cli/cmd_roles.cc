@@ -1,6 +1,8 @@
 // The roles of an RL run as processes (DESIGN.md §2; issue 8): `laminar manager`, `laminar
 // rollout` and `laminar actor`, each reading the same recipe (YAML plus dotted overrides) and
-// finding the others by endpoint. Each prints one JSON line on stdout once it serves or runs
+// finding the others by endpoint: given explicitly (--listen, --manager, --relay), or for a
+// multi-machine launch through the coordinator (--rank i --coordinator tcp://HOST:PORT; the
+// manager serves it, cli/cluster.h). Each prints one JSON line on stdout once it serves or runs
 // ({"role","id","endpoint","pid"}), logs to stderr, and stops cleanly on SIGTERM or SIGINT.
 #include <signal.h>
 #include <unistd.h>
@@ -18,7 +20,10 @@
 #include "actor/actor.h"
 #include "actor/console.h"
 #include "actor/recipe.h"
+#include "cli/cluster.h"
 #include "cli/command.h"
+#include "core/host.h"
+#include "core/logging.h"
 #include "model/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
@@ -34,10 +39,14 @@ struct RoleArgs {
   std::string recipe;
   std::vector<std::string> overrides;
   std::string id;
-  std::string listen = "tcp://127.0.0.1:*";  // manager
-  std::string manager;                       // rollout, actor
-  std::vector<std::string> relays;           // rollout: local first; actor: the master
-  bool resume = false;                       // actor
+  std::string listen;               // manager; empty: tcp://127.0.0.1:*, or see --coordinator
+  std::string manager;              // rollout, actor
+  std::vector<std::string> relays;  // rollout: local first; actor: the master
+  bool resume = false;              // actor
+  // A multi-machine launch: the role instance and the coordinator that finds its peers.
+  int rank = 0;
+  std::string coordinator;
+  std::string host;  // manager: the address the others reach it at
 };
 
 void PrintReady(const std::string& role, const std::string& id, const std::string& endpoint) {
@@ -88,6 +97,30 @@ int RunManager(const RoleArgs& a) {
   auto recipe = actor::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
   const Config& r = *recipe;
+  // With --coordinator the rendezvous comes up first, so that roles started beside the manager
+  // find it while the manager still loads the model and the dataset.
+  std::unique_ptr<CoordinatorServer> coordinator;
+  std::string listen = a.listen.empty() ? "tcp://127.0.0.1:*" : a.listen;
+  std::string advertise_host;
+  if (!a.coordinator.empty()) {
+    auto plan = ClusterPlanOf(r);
+    if (!plan.ok()) return fail(plan.status().message());
+    if (a.rank != 0) return fail("--rank " + std::to_string(a.rank) + ": there is one manager (0)");
+    auto address = ParseTcpAddress(a.coordinator);
+    if (!address.ok()) return fail("--coordinator: " + std::string(address.status().message()));
+    auto server = CoordinatorServer::Start(*address, plan->Fingerprint());
+    if (!server.ok()) return fail(server.status().message());
+    coordinator = std::move(*server);
+    // Reachable wherever the coordinator is: the same host, another port.
+    advertise_host = a.host.empty() ? address->host : a.host;
+    if (a.listen.empty()) {
+      listen = "tcp://" +
+               (!a.host.empty()                 ? a.host
+                : IsLoopbackHost(address->host) ? std::string("127.0.0.1")
+                                                : std::string("0.0.0.0")) +
+               ":*";
+    }
+  }
   auto policy = LoadPolicy(r);
   if (!policy.ok()) return fail(policy.status().message());
   auto d = actor::PromptDatasetOptionsOf(r, policy->checkpoint.chat_template);
@@ -131,7 +164,7 @@ int RunManager(const RoleArgs& a) {
   mc.max_outstanding_groups =
       r.GetInt("rollout.num_workers") * r.GetInt("rollout.max_groups") + 2 * b;
   manager::ManagerServerOptions so;
-  so.endpoint = a.listen;
+  so.endpoint = listen;
   auto mode = manager::ParseRunMode(r.GetString("mode"));
   if (!mode.ok()) return fail(mode.status().message());
   so.mode = *mode;
@@ -143,7 +176,12 @@ int RunManager(const RoleArgs& a) {
   auto server = manager::ManagerServer::Start(
       std::make_shared<const manager::PromptDataset>(std::move(*dataset)), mc, so);
   if (!server.ok()) return fail(server.status().message());
-  PrintReady("manager", a.id.empty() ? "manager" : a.id, (*server)->endpoint());
+  std::string endpoint = (*server)->endpoint();
+  if (coordinator) {
+    endpoint = AdvertisedEndpoint(endpoint, advertise_host);
+    coordinator->Register("manager", 0, {{"endpoint", endpoint}, {"host", Hostname()}});
+  }
+  PrintReady("manager", a.id.empty() ? "manager" : a.id, endpoint);
   int sig = 0;
   sigwait(&signals, &sig);
   (*server)->Stop();
@@ -164,15 +202,43 @@ int RunRollout(const RoleArgs& a) {
   if (!options.ok()) return fail(options.status().message());
   auto reward = actor::RewardOf(*recipe);
   if (!reward.ok()) return fail(std::string(reward.status().message()));
-  options->id = a.id.empty() ? "rollout/" + std::to_string(getpid()) : a.id;
+  options->id = !a.id.empty()            ? a.id
+                : !a.coordinator.empty() ? "rollout/" + std::to_string(a.rank)
+                                         : "rollout/" + std::to_string(getpid());
   options->manager = a.manager;
   options->relays = a.relays;
+  if (!a.coordinator.empty()) {
+    auto plan = ClusterPlanOf(*recipe);
+    if (!plan.ok()) return fail(plan.status().message());
+    auto client = JoinCluster(*plan, "rollout", a.rank, a.coordinator, StopSignalPending(signals));
+    if (!client.ok()) return fail(client.status().message());
+    // The actor registers once it has started (with --resume: restored the manager's snapshot,
+    // which the manager refuses after handing out work), so rollouts ask for work only after.
+    const int local_relay =
+        plan->relay_of_node[static_cast<size_t>(plan->rollout_node[static_cast<size_t>(a.rank)])];
+    std::vector<int> relay_ranks = {local_relay};
+    if (local_relay != 0) relay_ranks.push_back(0);
+    auto actor_info = (*client)->Lookup("actor", 0);
+    auto manager = actor_info.ok() ? (*client)->Lookup("manager", 0) : actor_info;
+    if (!manager.ok()) return fail(manager.status().message());
+    options->manager = (*manager)["endpoint"].get<std::string>();
+    for (int rank : relay_ranks) {
+      auto relay = (*client)->Lookup("relay", rank);
+      if (!relay.ok()) return fail(relay.status().message());
+      options->relays.push_back((*relay)["control"].get<std::string>());
+    }
+    std::string relays;
+    for (const std::string& e : options->relays) relays += " " + e;
+    LAMINAR_LOG(INFO, CLI) << options->id << " via the coordinator at " << a.coordinator
+                           << ": manager " << options->manager << ", relays" << relays;
+  }
+  const std::string manager_endpoint = options->manager;
   auto worker = rollout::RolloutWorker::Create(mc, policy->tokenizer.get(), std::move(*reward),
                                                std::move(*options));
   if (!worker.ok()) return fail(worker.status().message());
   std::atomic<bool> stop{false};
   StopOnSignal(signals, &stop);
-  PrintReady("rollout", (*worker)->id(), a.manager);
+  PrintReady("rollout", (*worker)->id(), manager_endpoint);
   Status st = (*worker)->Run(stop);
   if (!st.ok()) return fail(st.message());
   return 0;
@@ -187,10 +253,34 @@ int RunActor(const RoleArgs& a) {
   if (!policy.ok()) return fail(policy.status().message());
   auto options = actor::ActorOptionsOf(*recipe);
   if (!options.ok()) return fail(options.status().message());
-  if (a.relays.size() != 1) return fail("--relay: give the master relay's endpoint once");
   options->id = a.id.empty() ? "actor" : a.id;
-  options->manager = a.manager;
-  options->master_relay = a.relays.front();
+  std::unique_ptr<CoordinatorClient> coordinator;
+  if (!a.coordinator.empty()) {
+    auto plan = ClusterPlanOf(*recipe);
+    if (!plan.ok()) return fail(plan.status().message());
+    if (a.rank != 0) {
+      return fail("--rank " + std::to_string(a.rank) +
+                  ": there is one actor (0); data-parallel actor ranks in separate processes are "
+                  "not supported yet");
+    }
+    auto client = JoinCluster(*plan, "actor", a.rank, a.coordinator, StopSignalPending(signals));
+    if (!client.ok()) return fail(client.status().message());
+    coordinator = std::move(*client);
+    auto manager = coordinator->Lookup("manager", 0);
+    if (!manager.ok()) return fail(manager.status().message());
+    auto relay = coordinator->Lookup("relay", 0);
+    if (!relay.ok()) return fail(relay.status().message());
+    options->manager = (*manager)["endpoint"].get<std::string>();
+    options->master_relay = (*relay)["control"].get<std::string>();
+    LAMINAR_LOG(INFO, CLI) << options->id << " via the coordinator at " << a.coordinator
+                           << ": manager " << options->manager << ", master relay "
+                           << options->master_relay;
+  } else {
+    if (a.relays.size() != 1) return fail("--relay: give the master relay's endpoint once");
+    options->manager = a.manager;
+    options->master_relay = a.relays.front();
+  }
+  const std::string manager_endpoint = options->manager;
   if (!options->export_dir.empty()) {
     // The tokenizer travels with the exported policy when it can be written as HF files.
     auto files =
@@ -200,9 +290,15 @@ int RunActor(const RoleArgs& a) {
   auto act = actor::Actor::Create(policy->checkpoint.config, policy->checkpoint.weights,
                                   std::move(*options), a.resume);
   if (!act.ok()) return fail(act.status().message());
+  // Rollouts wait for this: only now may they ask the manager for work (see RunRollout).
+  if (coordinator) {
+    Status st = coordinator->Register(
+        "actor", 0, {{"id", a.id.empty() ? "actor" : a.id}, {"host", Hostname()}});
+    if (!st.ok()) return fail(st.message());
+  }
   std::atomic<bool> stop{false};
   StopOnSignal(signals, &stop);
-  PrintReady("actor", a.id.empty() ? "actor" : a.id, a.manager);
+  PrintReady("actor", a.id.empty() ? "actor" : a.id, manager_endpoint);
   const auto start = std::chrono::steady_clock::now();
   Status st = (*act)->Run(stop, [start](const actor::StepMetrics& m) {
     const double elapsed_s =
@@ -217,39 +313,71 @@ void AddCommon(CLI::App* app, RoleArgs* a) {
   app->add_option("--recipe", a->recipe, "the run's recipe (YAML)")->required();
   app->add_option("overrides", a->overrides, "dotted overrides, e.g. actor.lr=2e-6");
   app->add_option("--id", a->id, "this process's name in logs and messages");
+  app->add_option("--rank", a->rank,
+                  "with --coordinator: which instance of the role this is (`laminar "
+                  "cluster-plan` lists them)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+// --coordinator, which replaces the explicit endpoints (--manager, --relay).
+CLI::Option* AddCoordinator(CLI::App* app, RoleArgs* a) {
+  return app->add_option("--coordinator", a->coordinator,
+                         "tcp://HEAD:PORT of a multi-machine launch: find the other roles there "
+                         "(cluster.coordinator_port; the manager serves it)");
+}
+
+// A rollout or actor needs --coordinator, or its peers' endpoints.
+std::function<int()> NeedsPeers(const std::string& role, std::shared_ptr<RoleArgs> a,
+                                int (*run)(const RoleArgs&)) {
+  return [role, a, run] {
+    if (a->coordinator.empty() && (a->manager.empty() || a->relays.empty())) {
+      return CommandFail(role, "give --coordinator, or --manager and --relay", 2);
+    }
+    return run(*a);
+  };
 }
 
 std::function<int()> SetupManager(CLI::App* app) {
   auto a = std::make_shared<RoleArgs>();
   AddCommon(app, a.get());
-  app->add_option("--listen", a->listen, "control endpoint to bind (port * picks a free one)");
+  app->add_option("--listen", a->listen,
+                  "control endpoint to bind (port * picks a free one; default tcp://127.0.0.1:*, "
+                  "with --coordinator every interface)");
+  app->add_option("--coordinator", a->coordinator,
+                  "tcp://HEAD:PORT of a multi-machine launch: serve the coordinator there (on "
+                  "every interface, or on 127.0.0.1 for a loopback HEAD) for the other roles");
+  app->add_option("--host", a->host,
+                  "with --coordinator: the address the other roles reach the manager at "
+                  "(default: the coordinator's HEAD)");
   return [a] { return RunManager(*a); };
 }
 
 std::function<int()> SetupRollout(CLI::App* app) {
   auto a = std::make_shared<RoleArgs>();
   AddCommon(app, a.get());
-  app->add_option("--manager", a->manager, "the manager's control endpoint")->required();
+  CLI::Option* coordinator = AddCoordinator(app, a.get());
+  app->add_option("--manager", a->manager, "the manager's control endpoint")->excludes(coordinator);
   app->add_option("--relay", a->relays, "a relay's control endpoint (repeat; the local one first)")
-      ->required()
       ->expected(1)
       ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  return [a] { return RunRollout(*a); };
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->excludes(coordinator);
+  return NeedsPeers("rollout", a, RunRollout);
 }
 
 std::function<int()> SetupActor(CLI::App* app) {
   auto a = std::make_shared<RoleArgs>();
   AddCommon(app, a.get());
-  app->add_option("--manager", a->manager, "the manager's control endpoint")->required();
+  CLI::Option* coordinator = AddCoordinator(app, a.get());
+  app->add_option("--manager", a->manager, "the manager's control endpoint")->excludes(coordinator);
   app->add_option("--relay", a->relays, "the master relay's control endpoint")
-      ->required()
       ->expected(1)
       ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->excludes(coordinator);
   app->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in actor.checkpoint_dir");
-  return [a] { return RunActor(*a); };
+  return NeedsPeers("actor", a, RunActor);
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+// `laminar cluster-plan --recipe R [key=value ...]`: where each role instance of a multi-machine
+// launch goes (the recipe's cluster: section, cli/cluster.h), for launchers such as
+// scripts/launch_slurm.sh, so that no script parses YAML. --format json prints one object;
+// --format lines prints "nodes N", "coordinator_port P", "connect_timeout_s T", then one
+// "role ROLE RANK NODE" line per instance, in launch order, for `while read` in a shell.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "actor/recipe.h"
+#include "cli/cluster.h"
+#include "cli/command.h"
+
+namespace laminar::cli {
+namespace {
+
+struct PlanArgs {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  std::string format = "json";
+};
+
+int Run(const PlanArgs& a) {
+  auto fail = [](std::string_view m) { return CommandFail("cluster-plan", m); };
+  auto recipe = actor::LoadRecipe(a.recipe, a.overrides);
+  if (!recipe.ok()) return fail(recipe.status().message());
+  auto plan = ClusterPlanOf(*recipe);
+  if (!plan.ok()) return fail(plan.status().message());
+  if (a.format == "json") {
+    std::printf("%s\n", plan->ToJson().dump(2).c_str());
+    return 0;
+  }
+  std::printf("nodes %d\ncoordinator_port %d\nconnect_timeout_s %g\n", plan->num_nodes,
+              plan->coordinator_port, plan->connect_timeout_s);
+  for (const ClusterRole& r : plan->roles) {
+    std::printf("role %s %d %d\n", r.role.c_str(), r.rank, r.node);
+  }
+  return 0;
+}
+
+std::function<int()> SetupPlan(CLI::App* app) {
+  auto a = std::make_shared<PlanArgs>();
+  app->add_option("--recipe", a->recipe, "the run's recipe (YAML)")->required();
+  app->add_option("overrides", a->overrides, "dotted overrides, e.g. cluster.nodes=4");
+  app->add_option("--format", a->format, "json, or lines for shell scripts")
+      ->check(CLI::IsMember({"json", "lines"}));
+  return [a] { return Run(*a); };
+}
+
+}  // namespace
+
+LAMINAR_REGISTER_COMMAND("cluster-plan",
+                         "print which role instance runs on which node of a multi-machine launch "
+                         "(the recipe's cluster: section)",
+                         SetupPlan);
+
+}  // namespace laminar::cli
