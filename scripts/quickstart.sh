@@ -1,38 +1,59 @@
 #!/usr/bin/env bash
-# The main job on the default model, on this machine. Until the RL loop lands (see the open issues)
-# this runs its pieces end to end on SmolLM2-135M-Instruct: inspect the model, sample a GRPO group
-# of answers to an arithmetic question (with the rollout's per-token logprobs), score them with a
-# rule, and take one policy-gradient step on them with the trainer (GRPO advantages, PPO clip,
-# truncated importance weights, AdamW), printing verl-named metrics.
+# The main job on the default model, on this machine: asynchronous GRPO on SmolLM2-135M-Instruct
+# (configs/quickstart.yaml: grade-school arithmetic, gsm8k reward, 1 rollout worker, 40 steps of
+# 4 prompts x 8 samples), measured before and after on held-out problems with `laminar eval`
+# (configs/data/arithmetic_test.jsonl: no question of it is trained on; fixed seeds).
+#   scripts/quickstart.sh                      # about 25 minutes on 2 cores after the build
+#   scripts/quickstart.sh actor.max_steps=10   # recipe overrides go to `laminar run`
+#   scripts/quickstart.sh --resume             # continue an interrupted run
+# Writes runs/quickstart/ (metrics.jsonl, tensorboard/, checkpoints/, model/, plots/, logs/) and
+# runs/quickstart/eval/{before,after}.json. RUN_DIR, EVAL_PROBLEMS and EVAL_N change the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
+RUN_DIR="${RUN_DIR:-runs/quickstart}"
+EVAL_PROBLEMS="${EVAL_PROBLEMS:-100}"
+EVAL_N="${EVAL_N:-4}"
+RECIPE=configs/quickstart.yaml
+HELD_OUT=configs/data/arithmetic_test.jsonl
+
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
+echo "[quickstart] building $BUILD_DIR/cli/laminar (minutes the first time)"
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target laminar >/dev/null
 LAMINAR="$BUILD_DIR/cli/laminar"
-MODEL="${1:-smollm2-135m-instruct}"
-"$LAMINAR" inspect "$MODEL"
 
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-question="What is 7 + 5? Answer with the number."
-echo
-echo "--- a GRPO group: 4 sampled answers to '$question' (score 1 when the answer says 12)"
-for seed in 1 2 3 4; do
-  "$LAMINAR" generate --model "$MODEL" --chat --prompt "$question" --max-tokens 24 \
-      --temperature 1 --seed "$seed" --json > "$work/sample.json"
-  python3 - "$work/sample.json" >> "$work/group.jsonl" <<'PY'
-import json, re, sys
-s = json.load(open(sys.argv[1]))
-s["group"] = 0
-s["score"] = 1.0 if re.search(r"\b12\b", s["text"]) else 0.0
-print(json.dumps(s))
-print(f"  score {s['score']:.0f}: {s['text'].strip()[:70]!r}", file=sys.stderr)
+# pass@1 and pass@N on the held-out problems, with the recipe's sampling (temperature, max_tokens,
+# chat format, reward) and fixed seeds; prints one line and keeps the JSON.
+evaluate() {  # evaluate NAME MODEL
+  mkdir -p "$RUN_DIR/eval"
+  "$LAMINAR" eval --recipe "$RECIPE" --data "$HELD_OUT" --model "$2" --limit "$EVAL_PROBLEMS" \
+      --n "$EVAL_N" --seed 0 --json --output "$RUN_DIR/eval/$1.samples.jsonl" > "$RUN_DIR/eval/$1.json"
+  python3 - "$RUN_DIR/eval/$1.json" "$1" "$EVAL_N" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))
+n = sys.argv[3]
+print(f"[quickstart] {sys.argv[2]:6s} held-out pass@1 {e['pass@1']:.3f}  pass@{n} {e['pass@' + n]:.3f}"
+      f"  ({e['num_problems']} problems x {e['n']} samples, mean response "
+      f"{e['mean_response_tokens']:.1f} tokens)")
 PY
-done
-echo
-echo "--- one trainer step on the group (metrics as JSON)"
-"$LAMINAR" train --model "$MODEL" --data "$work/group.jsonl" --groups-per-step 1 --steps 1 \
-    --lr 1e-5
+}
+
+if [ ! -f "$RUN_DIR/eval/before.json" ]; then
+  echo "[quickstart] evaluating the base model on $EVAL_PROBLEMS held-out problems"
+  evaluate before smollm2-135m-instruct
+fi
+echo "[quickstart] training: $LAMINAR run $RECIPE --run-dir $RUN_DIR $*"
+"$LAMINAR" run "$RECIPE" --run-dir "$RUN_DIR" "$@"
+echo "[quickstart] evaluating the trained policy ($RUN_DIR/model)"
+evaluate after "$RUN_DIR/model"
+"$LAMINAR" plot "$RUN_DIR" >/dev/null
+python3 - "$RUN_DIR" "$EVAL_N" <<'PY'
+import json, sys
+run, n = sys.argv[1], sys.argv[2]
+b, a = (json.load(open(f"{run}/eval/{x}.json")) for x in ("before", "after"))
+print(f"[quickstart] held-out pass@1 {b['pass@1']:.3f} -> {a['pass@1']:.3f}, "
+      f"pass@{n} {b['pass@' + n]:.3f} -> {a['pass@' + n]:.3f}; plots in {run}/plots, "
+      f"metrics in {run}/metrics.jsonl")
+PY
