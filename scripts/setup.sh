@@ -4,7 +4,7 @@
 #
 #   scripts/setup.sh            # user setup: build deps + default model
 #   scripts/setup.sh --dev      # + clang/libFuzzer, clang-format, clang-tidy (fuzzing, linting)
-#   scripts/setup.sh --bench    # + peers for benchmarks (PyTorch, transformers, llama.cpp; large)
+#   scripts/setup.sh --bench    # + peers for benchmarks (PyTorch, transformers, TRL, llama.cpp; large)
 #   scripts/setup.sh --no-model # skip the model download
 set -euo pipefail
 
@@ -77,8 +77,8 @@ if [ "$want_bench" = 1 ]; then
     say "creating the benchmark virtualenv $VENV"
     python3 -m venv "$VENV"
   fi
-  say "installing benchmark peers into $VENV (torch, transformers, accelerate, safetensors, gguf, numpy)"
-  "$VENV/bin/pip" install --quiet torch transformers accelerate safetensors gguf numpy
+  say "installing benchmark peers into $VENV (torch, transformers, accelerate, safetensors, gguf, numpy, trl)"
+  "$VENV/bin/pip" install --quiet torch transformers accelerate safetensors gguf numpy trl
   bash "$(dirname "$0")/../bench/setup_llamacpp.sh"
 fi
 
