@@ -2,7 +2,7 @@
 # End-to-end RL throughput of a laminar recipe (default: the quickstart) against TRL's GRPOTrainer
 # (PyPI, CPU, transformers generation, no vLLM) on the same model, data, reward and
 # hyper-parameters, run one after the other in the same command (issue 9, Performance).
-#   bench/rl_vs_trl.sh [STEPS] [RECIPE] [key=value ...]   (default 5 steps, configs/quickstart.yaml)
+#   bench/rl_vs_trl.sh [STEPS] [RECIPE] [key=value ...]   (default 4 steps, configs/quickstart.yaml)
 # The overrides go to `laminar run`; TRL reads the effective recipe that run writes (all keys), so
 # both sides see the same values (bench/trl_grpo.py maps them). A step is one batch of
 # actor.groups_per_step prompts x rollout.n samples and one optimizer update (laminar's step).
@@ -17,7 +17,7 @@
 # to the recipe's batch: the whole batch at once takes ~12 GB on the quickstart).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS="${1:-5}"
+STEPS="${1:-4}"
 RECIPE="${2:-configs/quickstart.yaml}"
 shift $(($# < 2 ? $# : 2))
 VENV="${LAMINAR_BENCH_VENV:-$HOME/.cache/laminar/bench-venv}"
