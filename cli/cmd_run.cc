@@ -150,6 +150,12 @@ int RunJob(const RunArgs& a) {
   auto effective = actor::LoadRecipe(a.recipe, overrides);
   if (!effective.ok()) return Fail(effective.status().message());
   const fs::path metrics_path = effective->GetString("actor.metrics");
+  // The console shows the steps this run adds, from the first: the offset is taken before any
+  // role starts (a fast actor may finish steps before the last rollout is ready).
+  std::streamoff metrics_offset = 0;
+  if (fs::exists(metrics_path)) {
+    metrics_offset = static_cast<std::streamoff>(fs::file_size(metrics_path));
+  }
   // A finished or interrupted run is continued with --resume, never silently mixed with a new one.
   const fs::path checkpoints = effective->GetString("actor.checkpoint_dir");
   if (!a.resume && !checkpoints.empty() && fs::exists(checkpoints / "latest")) {
@@ -213,9 +219,6 @@ int RunJob(const RunArgs& a) {
                (run_dir / "logs").string().c_str());
 
   const auto start = Clock::now();
-  std::streamoff metrics_offset = 0;
-  if (fs::exists(metrics_path))
-    metrics_offset = static_cast<std::streamoff>(fs::file_size(metrics_path));
   int exit_code = 0;
   bool interrupted = false;
   while (true) {

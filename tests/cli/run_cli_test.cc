@@ -22,7 +22,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const std::string& tok) {
+// A run recipe in `dir` on stories260K; with `python_reward` the reward is a Python plug-in (verl's
+// compute_score signature) instead of the built-in `contains`.
+std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const std::string& tok,
+                           bool python_reward = false) {
+  if (python_reward) {
+    std::ofstream(dir / "reward.py")
+        << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        << "    return {'score': float(ground_truth in solution_str), 'length': "
+           "len(solution_str)}\n";
+  }
   {
     std::ofstream data(dir / "prompts.jsonl");
     for (int i = 0; i < 16; ++i) {
@@ -36,7 +45,8 @@ std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const 
   std::ofstream r(dir / "recipe.yaml");
   r << "model: {path: " << model << ", tokenizer: " << tok << "}\n"
     << "data: {path: " << (dir / "prompts.jsonl").string() << "}\n"
-    << "reward: {name: contains}\n"
+    << (python_reward ? "reward: {python: {path: " + (dir / "reward.py").string() + "}}\n"
+                      : std::string("reward: {name: contains}\n"))
     << "rollout: {num_workers: 2, n: 2, max_tokens: 16, kv_cache_mb: 2, max_groups: 2,"
     << " heartbeat_interval_ms: 50, heartbeat_timeout_s: 2}\n"
     << "actor: {groups_per_step: 2, lr: 0.001, save_every: 1}\n";
@@ -80,13 +90,15 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
   LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
   LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
   const fs::path dir = TempDir("run");
-  const std::string recipe = WriteRunRecipe(dir, model, tok);
+  const std::string recipe = WriteRunRecipe(dir, model, tok, /*python_reward=*/true);
   auto r = RunLaminar("run " + recipe + " actor.max_steps=3 --run-dir " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("step 3 "), std::string::npos) << r.err;
   const auto metrics = Lines(dir / "out" / "metrics.jsonl");
   ASSERT_EQ(metrics.size(), 3u);
   EXPECT_EQ(metrics.back()["training/global_step"].get<double>(), 3);
+  // The Python reward scored every sample without an error.
+  for (const auto& m : metrics) EXPECT_EQ(m.value("reward/error_count", -1.0), 0) << m.dump();
   EXPECT_TRUE(fs::exists(dir / "out" / "checkpoints" / "step_3" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "out" / "recipe.yaml"));
   // TensorBoard events with the same values as the JSONL lines.
