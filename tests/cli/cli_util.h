@@ -42,6 +42,44 @@ inline CliResult RunLaminar(const std::string& args, const std::string& input = 
   return r;
 }
 
+// A small RL run on the stories260K policy for the role and launcher tests: writes
+// dir/prompts.jsonl (`num_prompts` rows cycling through 8 story openings, ground truth "cat",
+// data source "stories") and dir/recipe.yaml: the `contains` reward unless `reward` (a YAML map)
+// is given, GRPO groups of 2 samples of at most 16 tokens, a 2 MiB KV cache, 50 ms heartbeats.
+// `data`, `rollout` and `actor` add keys to those sections ("max_steps: 3, lr: 0.001"); `extra`
+// adds whole sections. Returns the recipe's path.
+struct StoriesRun {
+  int num_prompts = 16;
+  std::string reward = "{name: contains}";
+  std::string data, rollout, actor, extra;
+  double heartbeat_timeout_s = 2;
+};
+inline std::string WriteStoriesRecipe(const std::filesystem::path& dir, const std::string& model,
+                                      const std::string& tokenizer, const StoriesRun& run) {
+  {
+    std::ofstream rows(dir / "prompts.jsonl");
+    const char* openings[] = {"Once upon a time", "The dog", "Lily was",      "Tom had a",
+                              "One day",          "The sun", "A little girl", "The cat"};
+    for (int i = 0; i < run.num_prompts; ++i) {
+      rows << nlohmann::json{{"prompt", openings[i % 8]},
+                             {"ground_truth", "cat"},
+                             {"data_source", "stories"}}
+                  .dump()
+           << "\n";
+    }
+  }
+  auto more = [](const std::string& keys) { return keys.empty() ? "" : ", " + keys; };
+  std::ofstream r(dir / "recipe.yaml");
+  r << "model: {path: " << model << ", tokenizer: " << tokenizer << "}\n"
+    << "data: {path: " << (dir / "prompts.jsonl").string() << more(run.data) << "}\n"
+    << "reward: " << run.reward << "\n"
+    << "rollout: {n: 2, max_tokens: 16, kv_cache_mb: 2, max_groups: 2, heartbeat_interval_ms: 50,"
+    << " heartbeat_timeout_s: " << run.heartbeat_timeout_s << more(run.rollout) << "}\n"
+    << "actor: {groups_per_step: 2, lr: 0.001" << more(run.actor) << "}\n"
+    << run.extra;
+  return (dir / "recipe.yaml").string();
+}
+
 // One JSON value per line of `text` (a command's JSON Lines output).
 inline std::vector<nlohmann::json> JsonLines(const std::string& text) {
   std::vector<nlohmann::json> rows;

@@ -44,27 +44,11 @@ int FreePort() {
 // 0 and rollout 0; node 1 runs relay 1 (chained behind relay 0) and rollout 1.
 std::string WriteClusterRecipe(const fs::path& dir, const std::string& model,
                                const std::string& tok) {
-  {
-    std::ofstream data(dir / "prompts.jsonl");
-    const char* prompts[] = {"Once upon a time", "The dog", "Lily was", "Tom had a"};
-    for (int i = 0; i < 16; ++i) {
-      data << nlohmann::json{{"prompt", prompts[i % 4]},
-                             {"ground_truth", "cat"},
-                             {"data_source", "stories"}}
-                  .dump()
-           << "\n";
-    }
-  }
-  std::ofstream r(dir / "recipe.yaml");
-  r << "model: {path: " << model << ", tokenizer: " << tok << "}\n"
-    << "data: {path: " << (dir / "prompts.jsonl").string() << "}\n"
-    << "reward: {name: contains}\n"
-    << "rollout: {num_workers: 2, n: 2, max_tokens: 16, kv_cache_mb: 2, max_groups: 2,"
-    << " heartbeat_interval_ms: 50, heartbeat_timeout_s: 2}\n"
-    << "actor: {groups_per_step: 2, max_steps: 2, lr: 0.001, metrics: "
-    << (dir / "metrics.jsonl").string() << "}\n"
-    << "cluster: {nodes: 2, connect_timeout_s: 60}\n";
-  return (dir / "recipe.yaml").string();
+  StoriesRun run;
+  run.rollout = "num_workers: 2";
+  run.actor = "max_steps: 2, metrics: " + (dir / "metrics.jsonl").string();
+  run.extra = "cluster: {nodes: 2, connect_timeout_s: 60}\n";
+  return WriteStoriesRecipe(dir, model, tok, run);
 }
 
 // `laminar <role> --recipe R --rank i --coordinator C`, stderr in dir/<role><rank>.log.

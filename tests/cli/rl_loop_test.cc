@@ -108,28 +108,14 @@ struct RlRun {
 
 std::string WriteRecipe(const fs::path& dir, const std::string& model, const std::string& tok,
                         const std::string& extra) {
-  std::ofstream data(dir / "prompts.jsonl");
-  const char* prompts[] = {"Once upon a time", "The dog", "Lily was",      "Tom had a",
-                           "One day",          "The sun", "A little girl", "The cat"};
-  for (int i = 0; i < 24; ++i) {
-    data << nlohmann::json{{"prompt", prompts[i % 8]},
-                           {"ground_truth", "cat"},
-                           {"data_source", "stories"}}
-                .dump()
-         << "\n";
-  }
-  std::ofstream r(dir / "recipe.yaml");
-  r << "model: {path: " << model << ", tokenizer: " << tok << "}\n"
-    << "data: {path: " << (dir / "prompts.jsonl").string() << ", seed: 3}\n"
-    << "reward: {name: contains}\n"
-    << "rollout: {n: 2, max_tokens: 16, kv_cache_mb: 2, max_groups: 2,"
-    << " heartbeat_interval_ms: 50, heartbeat_timeout_s: 1.5}\n"
-    << "actor: {groups_per_step: 2, max_steps: 3, lr: 0.001, metrics: "
-    << (dir / "metrics.jsonl").string()
-    << ", trajectory_log: " << (dir / "trajectories.jsonl").string() << "}\n"
-    << "repack: {interval_s: 0.2}\n"
-    << extra;
-  return (dir / "recipe.yaml").string();
+  StoriesRun run;
+  run.num_prompts = 24;
+  run.data = "seed: 3";
+  run.actor = "max_steps: 3, metrics: " + (dir / "metrics.jsonl").string() +
+              ", trajectory_log: " + (dir / "trajectories.jsonl").string();
+  run.extra = "repack: {interval_s: 0.2}\n" + extra;
+  run.heartbeat_timeout_s = 1.5;
+  return WriteStoriesRecipe(dir, model, tok, run);
 }
 
 class RlLoopTest : public ::testing::TestWithParam<std::string> {};

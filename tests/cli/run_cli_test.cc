@@ -26,31 +26,17 @@ namespace fs = std::filesystem;
 // compute_score signature) instead of the built-in `contains`.
 std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const std::string& tok,
                            bool python_reward = false) {
+  StoriesRun run;
+  run.rollout = "num_workers: 2";
+  run.actor = "save_every: 1";
   if (python_reward) {
     std::ofstream(dir / "reward.py")
         << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
         << "    return {'score': float(ground_truth in solution_str), 'length': "
            "len(solution_str)}\n";
+    run.reward = "{python: {path: " + (dir / "reward.py").string() + "}}";
   }
-  {
-    std::ofstream data(dir / "prompts.jsonl");
-    for (int i = 0; i < 16; ++i) {
-      data << nlohmann::json{{"prompt", i % 2 ? "The dog" : "Once upon a time"},
-                             {"ground_truth", "cat"},
-                             {"data_source", "stories"}}
-                  .dump()
-           << "\n";
-    }
-  }
-  std::ofstream r(dir / "recipe.yaml");
-  r << "model: {path: " << model << ", tokenizer: " << tok << "}\n"
-    << "data: {path: " << (dir / "prompts.jsonl").string() << "}\n"
-    << (python_reward ? "reward: {python: {path: " + (dir / "reward.py").string() + "}}\n"
-                      : std::string("reward: {name: contains}\n"))
-    << "rollout: {num_workers: 2, n: 2, max_tokens: 16, kv_cache_mb: 2, max_groups: 2,"
-    << " heartbeat_interval_ms: 50, heartbeat_timeout_s: 2}\n"
-    << "actor: {groups_per_step: 2, lr: 0.001, save_every: 1}\n";
-  return (dir / "recipe.yaml").string();
+  return WriteStoriesRecipe(dir, model, tok, run);
 }
 
 std::vector<nlohmann::json> Lines(const fs::path& path) {
