@@ -167,6 +167,9 @@ StatusOr<Config> LoadRecipe(const std::string& path, const std::vector<std::stri
 
 StatusOr<trainer::TrainerConfig> TrainerConfigOf(const Config& r) {
   trainer::TrainerConfig t;
+  // pi_old and pi_theta are of the distribution the rollouts sample from (greedy: the plain one).
+  const double temperature = r.GetFloat("rollout.temperature");
+  t.graph.temperature = temperature > 0 ? temperature : 1.0;
   t.optimizer.name = r.GetString("actor.optimizer");
   t.optimizer.lr = r.GetFloat("actor.lr");
   t.optimizer.weight_decay = r.GetFloat("actor.weight_decay");

@@ -20,6 +20,7 @@ Standard library only. A row without the fields it needs stops the script with i
 """
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -106,6 +107,7 @@ def main():
                 fail(where, f"bad field: {e}")
             if a.limit and len(rows) == a.limit:
                 break
+    os.makedirs(os.path.dirname(a.output) or ".", exist_ok=True)
     with open(a.output, "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

@@ -48,6 +48,7 @@ LlamaGraph<T>::LlamaGraph(const model::ModelConfig& config, const std::vector<Pa
   LAMINAR_CHECK(!options.bf16_compute || sizeof(T) == sizeof(float))
       << "bf16 compute is an f32 graph option";
   LAMINAR_CHECK(options.logits_chunk_rows > 0);
+  LAMINAR_CHECK(options.temperature > 0);
   for (const auto& p : params) num_params_ = std::max(num_params_, p.offset + p.numel);
   embed_ = Offset(params, "model.embed_tokens.weight");
   final_norm_ = Offset(params, "model.norm.weight");
@@ -251,8 +252,9 @@ const T* LlamaGraph<T>::HeadLogits(int64_t r0, int64_t n, std::vector<T>& hc,
   }
   const T* hr = Rounded(hc.data(), hc.size(), scratch_b_);
   z.resize(n * vocab);
-  ops::Gemm(n, vocab, dm, 1.0, hr, dm, false, Weight(lm_head_), dm, true, 0.0, z.data(), vocab,
-            pool_);
+  // z = h W^T / temperature.
+  ops::Gemm(n, vocab, dm, 1.0 / options_.temperature, hr, dm, false, Weight(lm_head_), dm, true,
+            0.0, z.data(), vocab, pool_);
   return hr;
 }
 
@@ -302,10 +304,12 @@ void LlamaGraph<T>::HeadBackward(std::span<const T> g_lp, std::span<const T> g_e
     });
     const T* dzr = Rounded(z.data(), z.size(), scratch_a_);
     dh.resize(n * dm);
-    ops::Gemm(n, dm, vocab, 1.0, dzr, vocab, false, Weight(lm_head_), dm, false, 0.0, dh.data(), dm,
-              pool_);
-    ops::Gemm(vocab, dm, n, 1.0, dzr, vocab, true, hr, dm, false, 1.0, grads.data() + lm_head_, dm,
-              pool_);
+    // Through z = h W^T / temperature: dh = dz W / temperature, dW += dz^T h / temperature.
+    const double inv_t = 1.0 / options_.temperature;
+    ops::Gemm(n, dm, vocab, inv_t, dzr, vocab, false, Weight(lm_head_), dm, false, 0.0, dh.data(),
+              dm, pool_);
+    ops::Gemm(vocab, dm, n, inv_t, dzr, vocab, true, hr, dm, false, 1.0, grads.data() + lm_head_,
+              dm, pool_);
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(&dh[i * dm], dm, &dhf[head_rows_[r0 + i] * dm]);
     }

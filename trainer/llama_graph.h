@@ -38,6 +38,9 @@ struct GraphOptions {
   // SmolLM2's 49152-token vocabulary are 50 MB, and fewer rows re-read the head's weights and
   // gradient more often.
   int64_t logits_chunk_rows = 256;
+  // Logprobs and entropies are of softmax(logits / temperature): the distribution a rollout
+  // sampling at this temperature drew from (verl divides the actor's logits likewise). > 0.
+  double temperature = 1.0;
 };
 
 // Owns its activations; uses the caller's parameter buffers, which must not change between

@@ -30,6 +30,7 @@ TrainBatch SmallBatch() {
 struct GraphCase {
   const char* name;
   bool tied, bias, interleaved;
+  double temperature = 1.0;  // logprobs of softmax(logits / temperature)
 };
 
 class GraphGradTest : public ::testing::TestWithParam<GraphCase> {};
@@ -44,7 +45,9 @@ TEST_P(GraphGradTest, WholeModelGradientMatchesFiniteDifferences) {
   auto set = ParameterSet::FromWeights(config, laminar::testing::RandomWeights(config, 3, 0.3f));
   ASSERT_TRUE(set.ok()) << set.status();
   std::vector<double> values(set->values().begin(), set->values().end());
-  LlamaGraph<double> graph(config, set->params(), {}, nullptr);
+  GraphOptions options;
+  options.temperature = GetParam().temperature;
+  LlamaGraph<double> graph(config, set->params(), options, nullptr);
   TrainBatch batch = SmallBatch();
   auto g_lp = RandomVector(batch.tokens.size(), 4), g_ent = RandomVector(batch.tokens.size(), 5);
   std::vector<double> lp, ent;
@@ -61,7 +64,8 @@ TEST_P(GraphGradTest, WholeModelGradientMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Configs, GraphGradTest,
                          ::testing::Values(GraphCase{"untied", false, false, false},
                                            GraphCase{"tied_bias", true, true, false},
-                                           GraphCase{"interleaved", false, false, true}),
+                                           GraphCase{"interleaved", false, false, true},
+                                           GraphCase{"tied_temperature", true, false, false, 0.6}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 struct F32Run {

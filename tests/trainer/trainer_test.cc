@@ -198,8 +198,18 @@ TEST(TrainerTest, ResumeFromACheckpointContinuesBitIdentically) {
 }
 
 // With lr = 0 the trainer's logprobs of sampled tokens equal those the engine recorded while
-// sampling them (temperature 1, no truncation: the sampled distribution is the policy).
+// sampling them (no truncation: the sampled distribution is softmax(logits / temperature), and
+// the trainer computes it at the rollout's temperature).
+void ExpectTrainerLogprobsEqualEngines(double temperature);
+
 TEST(TrainerTest, LogprobsEqualTheEnginesSampledLogprobs) {
+  for (double temperature : {1.0, 0.6}) {
+    SCOPED_TRACE("temperature " + std::to_string(temperature));
+    ExpectTrainerLogprobsEqualEngines(temperature);
+  }
+}
+
+void ExpectTrainerLogprobsEqualEngines(double temperature) {
   auto cfg = Config();
   auto weights = laminar::testing::RandomWeights(cfg, 21, 0.3f);
   auto lm = engine::LlamaModel::Create(cfg, weights);
@@ -208,6 +218,7 @@ TEST(TrainerTest, LogprobsEqualTheEnginesSampledLogprobs) {
   s.prompt_ids = {3, 17, 9};
   engine::SamplingParams sp;
   sp.seed = 5;
+  sp.temperature = static_cast<float>(temperature);
   engine::Sampler sampler(sp);
   auto cache = (*lm)->NewCache(1, 64);
   std::vector<int32_t> next = s.prompt_ids;
@@ -227,6 +238,7 @@ TEST(TrainerTest, LogprobsEqualTheEnginesSampledLogprobs) {
   }
   auto config = BaseConfig();
   config.optimizer.lr = 0;
+  config.graph.temperature = temperature;
   auto t = Trainer::Create(cfg, weights, config, nullptr);
   ASSERT_TRUE(t.ok());
   auto m = (*t)->Step({&s, 1});  // lr 0: the weights stay
