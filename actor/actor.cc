@@ -14,6 +14,7 @@
 
 #include "actor/console.h"
 #include "core/logging.h"
+#include "core/mapped_file.h"
 #include "proto/codec.h"
 #include "relay/policy_weights.h"
 #include "trainer/checkpoint.h"
@@ -123,15 +124,16 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
   std::vector<proto::Trajectory> kept;
   int32_t groups = 0;
   int64_t stale = 0;
-  // The progress bar: the groups last shown (-1: none on screen), erased on any return so the
-  // step line that follows starts on a clean line.
-  struct Bar {
-    int64_t shown = -1;
-    ~Bar() {
-      if (shown >= 0) std::fprintf(stderr, "\r\033[K");
-    }
-  } bar;
-  const bool show_bar = options_.progress_bar && isatty(STDERR_FILENO) == 1;
+  StepProgress progress{.step = trainer_->global_step() + 1,
+                        .phase = "generating",
+                        .samples_needed = 0,
+                        .since_unix_s = UnixNow()};
+  ShowProgress(progress);
+  struct BarEraser {  // the step line that follows starts on a clean line
+    Actor* actor;
+    ~BarEraser() { actor->ClearProgressBar(); }
+  } eraser{this};
+  int64_t samples_taken = 0;
   while (groups < options_.groups_per_step) {
     if (stop.load()) return std::optional<std::vector<proto::Trajectory>>();
     proto::ManagerRequest req;
@@ -139,11 +141,9 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
     LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply, Call(std::move(req)), "actor");
     if (reply.batch().trajectories_size() == 0) {
       if (reply.exhausted()) return std::optional<std::vector<proto::Trajectory>>();
-      if (show_bar && groups + reply.buffered() != bar.shown) {
-        bar.shown = groups + reply.buffered();
-        std::fprintf(stderr, "\r%s", ProgressBar(bar.shown, options_.groups_per_step).c_str());
-        std::fflush(stderr);
-      }
+      progress.samples = samples_taken + reply.samples_ready();
+      progress.samples_needed = int64_t{options_.groups_per_step} * reply.group_size();
+      ShowProgress(progress);
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
       continue;
     }
@@ -159,6 +159,7 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
       if (!too_old || !options_.drop_stale) {
         for (int k = i; k < j; ++k) kept.push_back(ts[k]);
         ++groups;
+        samples_taken += j - i;
       }
       i = j;
     }
@@ -166,6 +167,34 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
   stale_groups_ += stale;
   (*metrics)["staleness/stale_groups"] = static_cast<double>(stale);
   return std::optional<std::vector<proto::Trajectory>>(std::move(kept));
+}
+
+void Actor::ShowProgress(const StepProgress& progress) {
+  if (!options_.progress_path.empty()) {
+    std::string json = ProgressJson(progress);
+    // The time a phase began does not make it new: rewrite only when something else changed.
+    StepProgress same_time = progress;
+    same_time.since_unix_s = 0;
+    std::string key = ProgressJson(same_time);
+    if (key != progress_written_) {
+      if (Status st = WriteFileAtomic(options_.progress_path, json, /*durable=*/false); !st.ok()) {
+        LAMINAR_LOG(WARN, ACTOR) << "progress: " << st.message();
+      }
+      progress_written_ = std::move(key);
+    }
+  }
+  if (progress.phase == "generating" && options_.progress_bar && isatty(STDERR_FILENO) == 1) {
+    std::fprintf(stderr, "\r\033[K[actor] %s", ProgressLine(progress, UnixNow()).c_str());
+    std::fflush(stderr);
+    bar_on_screen_ = true;
+  }
+}
+
+void Actor::ClearProgressBar() {
+  if (!bar_on_screen_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  bar_on_screen_ = false;
 }
 
 Status Actor::SaveCheckpoint() {
@@ -222,6 +251,8 @@ Status Actor::Run(const std::atomic<bool>& stop,
     LAMINAR_ASSIGN_OR_RETURN(auto batch, TakeBatch(stop, &m));
     if (!batch) break;
     const auto train_start = Clock::now();
+    ShowProgress(StepProgress{
+        .step = trainer_->global_step() + 1, .phase = "training", .since_unix_s = UnixNow()});
     const int64_t version = trainer_->policy_version();
     std::vector<trainer::TrainSample> samples;
     std::vector<double> staleness;

@@ -49,9 +49,12 @@ struct ActorOptions {
   // TensorBoard event files (actor/tensorboard.h) in this folder, one event per step with the
   // metrics_path line's metrics ("" = none).
   std::string tensorboard_dir;
-  // While waiting for a batch, a one-line bar of the groups buffered, redrawn with '\r' on
-  // stderr, only when stderr is a terminal.
+  // While waiting for a batch, a one-line bar of the samples finished toward it, redrawn with '\r'
+  // on stderr, only when stderr is a terminal.
   bool progress_bar = true;
+  // Where the actor is within its step (console.h StepProgress as JSON), replaced whenever it
+  // changes ("" = none): what `laminar run` draws its progress bar from.
+  std::string progress_path;
   // JSONL, one line per trained sample ("" = none): step, actor version, prompt_id,
   // sample_index, version, rollout_id, reward, response_length, finish_reason.
   std::string trajectory_log;
@@ -61,6 +64,8 @@ struct ActorOptions {
   // Status InvalidArgument naming the field.
   Status Validate() const;
 };
+
+struct StepProgress;  // actor/console.h
 
 // One training step's result: the metrics written to metrics_path (verl names plus
 // staleness/*, timing_s/*, perf/throughput, trainer/idle_ratio, relay/publish_stall_s).
@@ -95,6 +100,11 @@ class Actor {
   StatusOr<std::optional<std::vector<proto::Trajectory>>> TakeBatch(const std::atomic<bool>& stop,
                                                                     StepMetrics* metrics);
   Status SaveCheckpoint();
+  // Records `progress` in progress_path when it changed, and draws the generating phase's bar on
+  // a terminal.
+  void ShowProgress(const StepProgress& progress);
+  // Erases the bar from the terminal, if it is there.
+  void ClearProgressBar();
 
   ActorOptions options_;
   std::unique_ptr<trainer::Trainer> trainer_;
@@ -104,6 +114,8 @@ class Actor {
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;
+  std::string progress_written_;  // the progress_path contents last written
+  bool bar_on_screen_ = false;
 };
 
 }  // namespace laminar::actor

@@ -1,10 +1,12 @@
 // What the actor shows a person on the terminal: one line per training step, and a one-line
-// progress bar while it waits for the manager to buffer a batch. Plain functions over the step's
-// metrics, so the format is tested without a run.
+// progress bar while the rollouts generate its batch and while it trains. Plain functions over the
+// step's metrics, so the format is tested without a run.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "actor/actor.h"
 
@@ -17,8 +19,29 @@ namespace laminar::actor {
 // wall time so far, in seconds.
 std::string ConsoleLine(const StepMetrics& metrics, double elapsed_s);
 
-// "[actor] waiting for batch [#########-----------]  3/8 groups": `have` of `need` complete prompt
-// groups, `width` cells of bar (have is clamped to [0, need]; need < 1 shows an empty bar).
-std::string ProgressBar(int64_t have, int64_t need, int width = 24);
+// Where the actor is within a step, for the progress bars: the actor's own on its terminal, and
+// `laminar run`'s, which reads it from the file ActorOptions::progress_path.
+struct StepProgress {
+  int64_t step = 0;            // the step being assembled or trained: global_step + 1
+  std::string phase;           // "generating" (waiting for its batch) or "training"
+  int64_t samples = 0;         // generating: finished samples toward the batch
+  int64_t samples_needed = 0;  // generating: groups_per_step * n (0 while unknown)
+  double since_unix_s = 0;     // when the phase began, seconds since the Unix epoch
+};
+
+// One line, without a newline or prefix, e.g.
+//   "step 13  generating [#########-----------] 19/32 samples  4.2 s"
+//   "step 13  training  3.1 s"
+// `now_unix_s` gives the phase's elapsed time; `width` cells of bar (samples clamped to
+// [0, samples_needed]; samples_needed < 1 shows an empty bar).
+std::string ProgressLine(const StepProgress& progress, double now_unix_s, int width = 24);
+
+// The progress file's contents (one JSON object) and back. ParseProgress: nullopt for text that is
+// not such an object (a reader may race a writer that replaces the file; it then tries again).
+std::string ProgressJson(const StepProgress& progress);
+std::optional<StepProgress> ParseProgress(std::string_view json);
+
+// Seconds since the Unix epoch, now.
+double UnixNow();
 
 }  // namespace laminar::actor

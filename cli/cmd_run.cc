@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include "actor/console.h"
 #include "actor/recipe.h"
 #include "cli/command.h"
+#include "core/mapped_file.h"
 #include "core/process.h"
 #include "model/model_path.h"
 
@@ -87,23 +89,78 @@ StatusOr<nlohmann::json> Start(Role* role, int timeout_ms) {
   return ready;
 }
 
-// Prints the metrics lines added to `path` since `*offset`, one console line each.
-void PrintNewSteps(const fs::path& path, std::streamoff* offset, Clock::time_point start) {
-  std::ifstream in(path);
+// The run's console on stderr: one line per step, and below them, on a terminal, a progress bar
+// redrawn in place from the actor's progress file (the step being generated or trained).
+class Console {
+ public:
+  Console(fs::path metrics, std::streamoff metrics_offset, fs::path progress)
+      : metrics_(std::move(metrics)),
+        offset_(metrics_offset),
+        progress_(std::move(progress)),
+        tty_(isatty(STDERR_FILENO) == 1),
+        start_(Clock::now()) {}
+
+  // Prints the steps added to the metrics file since the last call, then redraws the bar.
+  void Update() {
+    PrintNewSteps();
+    if (!tty_ || progress_.empty()) return;
+    auto text = ReadFileToString(progress_.string());
+    if (!text.ok()) return;  // not written yet
+    auto progress = actor::ParseProgress(*text);
+    if (!progress) return;  // being replaced: the next call reads it
+    std::fprintf(stderr, "\r\033[K[run] %s",
+                 actor::ProgressLine(*progress, actor::UnixNow()).c_str());
+    std::fflush(stderr);
+    bar_on_screen_ = true;
+  }
+  // Prints the last steps and leaves the bar off the screen.
+  void Finish() {
+    PrintNewSteps();
+    ClearBar();
+  }
+  // printf to stderr on a line of its own (the bar, if shown, is erased first).
+  __attribute__((format(printf, 2, 3))) void Say(const char* format, ...) {
+    ClearBar();
+    va_list args;
+    va_start(args, format);
+    std::vfprintf(stderr, format, args);
+    va_end(args);
+  }
+
+ private:
+  void ClearBar() {
+    if (!bar_on_screen_) return;
+    std::fprintf(stderr, "\r\033[K");
+    bar_on_screen_ = false;
+  }
+  // Prints the metrics lines added to the file since `offset_`, one console line each.
+  void PrintNewSteps();
+
+  fs::path metrics_;
+  std::streamoff offset_;
+  fs::path progress_;
+  bool tty_;
+  Clock::time_point start_;
+  bool bar_on_screen_ = false;
+};
+
+void Console::PrintNewSteps() {
+  std::ifstream in(metrics_);
   if (!in) return;
-  in.seekg(*offset);
+  in.seekg(offset_);
   for (std::string line; std::getline(in, line);) {
     if (in.eof()) break;  // a line still being written: read it next time
-    *offset = in.tellg();
+    offset_ = in.tellg();
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;
     actor::StepMetrics m;
     for (const auto& [k, v] : j.items()) {
       if (v.is_number()) m[k] = v.get<double>();
     }
-    std::fprintf(
-        stderr, "%s\n",
-        actor::ConsoleLine(m, std::chrono::duration<double>(Clock::now() - start).count()).c_str());
+    ClearBar();
+    std::fprintf(stderr, "%s\n",
+                 actor::ConsoleLine(m, std::chrono::duration<double>(Clock::now() - start_).count())
+                     .c_str());
   }
 }
 
@@ -142,6 +199,7 @@ int RunJob(const RunArgs& a) {
     if (!recipe->IsSet(key)) overrides.push_back(key + "=" + value.string());
   };
   default_path("actor.metrics", run_dir / "metrics.jsonl");
+  default_path("actor.progress_file", run_dir / "progress.json");
   default_path("actor.checkpoint_dir", run_dir / "checkpoints");
   default_path("actor.export_dir", run_dir / "model");
   if (actor::RecipeSchema().Find("actor.tensorboard_dir") != nullptr) {
@@ -163,6 +221,8 @@ int RunJob(const RunArgs& a) {
                 " holds an earlier run's checkpoints: pass --resume to continue it, or choose "
                 "another --run-dir");
   }
+  const fs::path progress_path = effective->GetString("actor.progress_file");
+  if (!progress_path.empty()) fs::remove(progress_path, ec);  // an earlier run's
   const int num_rollouts = static_cast<int>(effective->GetInt("rollout.num_workers"));
   {
     std::ofstream out(run_dir / (a.resume ? "recipe.resumed.yaml" : "recipe.yaml"));
@@ -218,7 +278,7 @@ int RunJob(const RunArgs& a) {
                manager_endpoint.c_str(), relay_endpoint.c_str(),
                (run_dir / "logs").string().c_str());
 
-  const auto start = Clock::now();
+  Console console(metrics_path, metrics_offset, progress_path);
   int exit_code = 0;
   bool interrupted = false;
   while (true) {
@@ -227,13 +287,14 @@ int RunJob(const RunArgs& a) {
       interrupted = true;
       break;
     }
-    PrintNewSteps(metrics_path, &metrics_offset, start);
+    console.Update();
     if (!actor.process.Running()) {
+      console.Finish();
       auto code = actor.process.Wait(1000);
       exit_code = code.ok() ? *code : 1;
       if (exit_code != 0) {
-        std::fprintf(stderr, "[run] the actor failed (exit %d); %s:%s\n", exit_code,
-                     actor.log.string().c_str(), Tail(actor.log, 5).c_str());
+        console.Say("[run] the actor failed (exit %d); %s:%s\n", exit_code,
+                    actor.log.string().c_str(), Tail(actor.log, 5).c_str());
         exit_code = 1;
       }
       break;
@@ -241,8 +302,8 @@ int RunJob(const RunArgs& a) {
     bool infrastructure_down = false;
     for (Role* r : {&relay, &manager}) {
       if (!r->process.Running()) {
-        std::fprintf(stderr, "[run] the %s exited; %s:%s\n", r->name.c_str(),
-                     r->log.string().c_str(), Tail(r->log, 5).c_str());
+        console.Say("[run] the %s exited; %s:%s\n", r->name.c_str(), r->log.string().c_str(),
+                    Tail(r->log, 5).c_str());
         infrastructure_down = true;
       }
     }
@@ -259,30 +320,30 @@ int RunJob(const RunArgs& a) {
       }
       auto code = r.process.Wait(1000);
       if (r.restarts >= a.max_restarts) {
-        std::fprintf(stderr, "[run] %s exited (%d) after %d restarts; giving up on it. %s:%s\n",
-                     r.name.c_str(), code.ok() ? *code : -1, r.restarts, r.log.string().c_str(),
-                     Tail(r.log, 3).c_str());
+        console.Say("[run] %s exited (%d) after %d restarts; giving up on it. %s:%s\n",
+                    r.name.c_str(), code.ok() ? *code : -1, r.restarts, r.log.string().c_str(),
+                    Tail(r.log, 3).c_str());
         r.gone = true;
         continue;
       }
       ++r.restarts;
-      std::fprintf(stderr, "[run] %s exited (%d); restarting it (%d of %d)\n", r.name.c_str(),
-                   code.ok() ? *code : -1, r.restarts, a.max_restarts);
+      console.Say("[run] %s exited (%d); restarting it (%d of %d)\n", r.name.c_str(),
+                  code.ok() ? *code : -1, r.restarts, a.max_restarts);
       if (auto st = Start(&r, kStartTimeoutMs); !st.ok()) {
-        std::fprintf(stderr, "[run] %s\n", std::string(st.status().message()).c_str());
+        console.Say("[run] %s\n", std::string(st.status().message()).c_str());
         continue;  // its Process is not running: the next round counts another restart
       }
       ++alive;
     }
     if (alive == 0) {
-      std::fprintf(stderr, "[run] every rollout is gone; nothing can generate\n");
+      console.Say("[run] every rollout is gone; nothing can generate\n");
       exit_code = 1;
       break;
     }
   }
   // The actor stops first: it saves a checkpoint, which needs the manager's snapshot.
   if (actor.process.Running()) {
-    std::fprintf(stderr, "[run] stopping: the actor saves a checkpoint first\n");
+    console.Say("[run] stopping: the actor saves a checkpoint first\n");
     actor.process.Signal(SIGTERM);
     auto code = actor.process.Wait(600000);
     if (!code.ok()) {
@@ -290,7 +351,7 @@ int RunJob(const RunArgs& a) {
       (void)actor.process.Wait(5000);
     }
   }
-  PrintNewSteps(metrics_path, &metrics_offset, start);
+  console.Finish();
   for (Role& r : rollouts) r.process.Signal(SIGTERM);
   manager.process.Signal(SIGTERM);
   relay.process.Signal(SIGTERM);
@@ -299,14 +360,13 @@ int RunJob(const RunArgs& a) {
     std::string again = "laminar run " + a.recipe;
     for (const std::string& o : a.overrides) again += " " + o;
     again += " --run-dir " + run_dir.string() + " --resume";
-    std::fprintf(stderr, "[run] stopped; continue with: %s\n", again.c_str());
+    console.Say("[run] stopped; continue with: %s\n", again.c_str());
     return 130;
   }
   if (exit_code == 0) {
-    std::fprintf(stderr, "[run] finished; metrics %s, checkpoints %s, policy %s\n",
-                 metrics_path.string().c_str(),
-                 effective->GetString("actor.checkpoint_dir").c_str(),
-                 effective->GetString("actor.export_dir").c_str());
+    console.Say("[run] finished; metrics %s, checkpoints %s, policy %s\n",
+                metrics_path.string().c_str(), effective->GetString("actor.checkpoint_dir").c_str(),
+                effective->GetString("actor.export_dir").c_str());
   }
   return exit_code;
 }

@@ -40,7 +40,8 @@ class MappedFile {
 // Reads a whole (small) file into a string: configs, JSON, templates. Errors name the path.
 StatusOr<std::string> ReadFileToString(const std::string& path);
 // Writes `contents` to `path` atomically: a temporary file in the same folder, fsync, rename.
-// A crash mid-write leaves the old file intact.
-Status WriteFileAtomic(const std::string& path, std::string_view contents);
+// A crash mid-write leaves the old file intact. `durable` false skips the fsync: readers still
+// see the old or the new contents whole, but a power loss may lose both (status files).
+Status WriteFileAtomic(const std::string& path, std::string_view contents, bool durable = true);
 
 }  // namespace laminar

@@ -396,6 +396,8 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
                          st.num_buffered < take.num_groups());
     // For the actor's progress bar while it waits (how many of num_groups are ready).
     reply->set_buffered(static_cast<int32_t>(st.num_buffered));
+    reply->set_samples_ready(static_cast<int32_t>(state_->SamplesTowardBatch(take.num_groups())));
+    reply->set_group_size(state_->config().num_samples);
     return;
   }
   for (CompletedGroup& g : *groups) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "proto/codec.h"
@@ -462,6 +463,26 @@ ManagerStats ManagerState::stats() const {
   s.num_in_flight = static_cast<int64_t>(in_flight_.size()) - s.num_reissue_queued;
   s.num_buffered = static_cast<int64_t>(buffer_.size());
   return s;
+}
+
+int64_t ManagerState::SamplesTowardBatch(int64_t batch_groups) const {
+  if (batch_groups <= 0) return 0;
+  const int64_t n = config_.num_samples;
+  const int64_t buffered = std::min<int64_t>(static_cast<int64_t>(buffer_.size()), batch_groups);
+  std::vector<int32_t> finished;
+  finished.reserve(in_flight_.size());
+  for (const auto& [id, g] : in_flight_) {
+    if (g.num_finished > 0) finished.push_back(g.num_finished);
+  }
+  const size_t rest = static_cast<size_t>(batch_groups - buffered);
+  if (finished.size() > rest) {
+    std::nth_element(finished.begin(), finished.begin() + static_cast<std::ptrdiff_t>(rest),
+                     finished.end(), std::greater<>());
+    finished.resize(rest);
+  }
+  int64_t samples = buffered * n;
+  for (int32_t f : finished) samples += f;
+  return samples;
 }
 
 std::map<std::string, double> ManagerState::Metrics() const {

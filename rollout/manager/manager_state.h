@@ -211,6 +211,11 @@ class ManagerState {
   // ---- views ----
 
   ManagerStats stats() const;
+  // How many finished samples count toward the next `batch_groups` groups: num_samples for each
+  // buffered group (at most batch_groups of them), then the finished samples of the in-flight
+  // groups nearest completion for the rest; at most batch_groups * num_samples. O(groups in
+  // flight).
+  int64_t SamplesTowardBatch(int64_t batch_groups) const;
   // Gauges and counters for the metrics sink: manager/{prompts_left, reissue_queued, in_flight,
   // buffered, issued, reissued, moved, completed, taken, trajectories_accepted,
   // partials_accepted, rollouts_alive, rollouts_dead, epoch}, manager/dropped/<reason>.

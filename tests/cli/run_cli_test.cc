@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "actor/console.h"
 #include "actor/tensorboard.h"
+#include "core/mapped_file.h"
 #include "core/process.h"
 #include "tests/cli/cli_util.h"
 #include "tests/test_util.h"
@@ -87,6 +89,13 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
   for (const auto& m : metrics) EXPECT_EQ(m.value("reward/error_count", -1.0), 0) << m.dump();
   EXPECT_TRUE(fs::exists(dir / "out" / "checkpoints" / "step_3" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "out" / "recipe.yaml"));
+  // The progress file the run's bar is drawn from: its last state is step 3's training.
+  auto progress_text = ReadFileToString((dir / "out" / "progress.json").string());
+  ASSERT_TRUE(progress_text.ok()) << progress_text.status();
+  auto progress = actor::ParseProgress(*progress_text);
+  ASSERT_TRUE(progress) << *progress_text;
+  EXPECT_EQ(progress->step, 3);
+  EXPECT_EQ(progress->phase, "training");
   // TensorBoard events with the same values as the JSONL lines.
   std::vector<fs::path> events;
   for (const auto& e : fs::directory_iterator(dir / "out" / "tensorboard")) events.push_back(e);

@@ -163,11 +163,36 @@ TEST(ConsoleTest, StepLine) {
             "[actor] step 1 v-  reward -  len -  staleness -  - tok/s  elapsed 1:02:05");
 }
 
-TEST(ConsoleTest, ProgressBar) {
-  EXPECT_EQ(ProgressBar(3, 8, 8), "[actor] waiting for batch [###-----] 3/8 groups");
-  EXPECT_EQ(ProgressBar(0, 4, 4), "[actor] waiting for batch [----] 0/4 groups");
-  EXPECT_EQ(ProgressBar(9, 4, 4), "[actor] waiting for batch [####] 4/4 groups");
-  EXPECT_EQ(ProgressBar(2, 0, 4), "[actor] waiting for batch [----] 0/0 groups");
+TEST(ConsoleTest, ProgressLine) {
+  StepProgress p{
+      .step = 13, .phase = "generating", .samples = 12, .samples_needed = 32, .since_unix_s = 100};
+  EXPECT_EQ(ProgressLine(p, 104.25, 8), "step 13  generating [###-----] 12/32 samples  4.2 s");
+  p.samples = 40;
+  EXPECT_EQ(ProgressLine(p, 100, 4), "step 13  generating [####] 32/32 samples  0.0 s");
+  p.samples_needed = 0;
+  EXPECT_EQ(ProgressLine(p, 99, 4), "step 13  generating [----] 0/0 samples  0.0 s");
+  EXPECT_EQ(ProgressLine({.step = 2, .phase = "training", .since_unix_s = 10}, 13.5),
+            "step 2  training  3.5 s");
+}
+
+TEST(ConsoleTest, ProgressFileRoundTrips) {
+  const StepProgress p{.step = 7,
+                       .phase = "generating",
+                       .samples = 5,
+                       .samples_needed = 16,
+                       .since_unix_s = 1764547200.5};
+  auto back = ParseProgress(ProgressJson(p));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->step, 7);
+  EXPECT_EQ(back->phase, "generating");
+  EXPECT_EQ(back->samples, 5);
+  EXPECT_EQ(back->samples_needed, 16);
+  EXPECT_DOUBLE_EQ(back->since_unix_s, p.since_unix_s);
+  // A reader racing the writer, or any other text, gets nothing rather than an exception.
+  EXPECT_FALSE(ParseProgress(""));
+  EXPECT_FALSE(ParseProgress("{\"step\": 7"));
+  EXPECT_FALSE(ParseProgress("{\"step\": \"x\", \"phase\": \"training\"}"));
+  EXPECT_FALSE(ParseProgress("[1, 2]"));
 }
 
 }  // namespace

@@ -197,6 +197,24 @@ TEST(ManagerStateTest, GroupsEnterTheBufferWhenCompleteAndLeaveInCompletionOrder
   EXPECT_EQ(s->stats().num_completed, 3);
 }
 
+// The actor's progress bar: finished samples toward the next batch, never more than it holds.
+TEST(ManagerStateTest, SamplesTowardBatchCountsTheGroupsNearestCompletion) {
+  auto s = State(6, Config(4));
+  auto g = Assign(*s, "r1", 5, 1);
+  EXPECT_EQ(s->SamplesTowardBatch(2), 0);
+  Finish(*s, g[0], "r1", 1, 1);                                  // buffered: 4
+  ASSERT_TRUE(s->OnTrajectory(Traj(g[1], 0, "r1", 1), 2).ok());  // 1 of 4
+  for (int i : {0, 1, 3}) ASSERT_TRUE(s->OnTrajectory(Traj(g[2], i, "r1", 1), 3).ok());  // 3
+  ASSERT_TRUE(s->OnTrajectory(Traj(g[3], 2, "r1", 1), 4).ok());                          // 1 of 4
+  EXPECT_EQ(s->SamplesTowardBatch(1), 4);      // the buffered group alone
+  EXPECT_EQ(s->SamplesTowardBatch(2), 4 + 3);  // then the fullest in-flight group
+  EXPECT_EQ(s->SamplesTowardBatch(3), 4 + 3 + 1);
+  EXPECT_EQ(s->SamplesTowardBatch(10), 4 + 3 + 1 + 1);
+  EXPECT_EQ(s->SamplesTowardBatch(0), 0);
+  ASSERT_TRUE(s->TakeBatch(1));
+  EXPECT_EQ(s->SamplesTowardBatch(1), 3);
+}
+
 TEST(ManagerStateTest, EverySampleEntersTheBufferAtMostOnce) {
   auto s = State(5, Config(2));
   auto g = Assign(*s, "r1", 1, 0);
