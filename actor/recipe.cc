@@ -114,6 +114,8 @@ ConfigSchema BuildSchema() {
   s.AddInt("actor.mini_batch_size", t.mini_batch_size, "samples per update (0: all)", 0);
   s.AddInt("actor.micro_batch_tokens", t.micro_batch_tokens, "tokens per forward/backward", 1);
   s.AddInt("actor.ppo_epochs", t.ppo_epochs, "passes over each step's samples", 1);
+  s.AddBool("actor.share_prompts", t.share_prompts,
+            "compute a group's shared prompt once per micro-batch instead of once per sample");
   s.AddString("actor.compute", "f32", "f32, or bf16 GEMM operands with f32 master weights",
               {"f32", "bf16"});
   s.AddString("actor.checkpoint_dir", "", "save checkpoints here (empty: none)");
@@ -123,6 +125,9 @@ ConfigSchema BuildSchema() {
               "with each checkpoint, write the policy here as a Hugging Face folder that "
               "`laminar generate` and transformers load (empty: none)");
   s.AddString("actor.metrics", "", "append one JSON line of metrics per step to this file");
+  s.AddString("actor.progress_file", "",
+              "keep where the actor is within its step here as one JSON object (laminar run: "
+              "RUN_DIR/progress.json, its progress bar)");
   s.AddString("actor.tensorboard_dir", "",
               "write TensorBoard event files of the per-step metrics here (empty: none)");
   s.AddString("actor.trajectory_log", "",
@@ -189,6 +194,7 @@ StatusOr<trainer::TrainerConfig> TrainerConfigOf(const Config& r) {
   t.mini_batch_size = r.GetInt("actor.mini_batch_size");
   t.micro_batch_tokens = r.GetInt("actor.micro_batch_tokens");
   t.ppo_epochs = static_cast<int>(r.GetInt("actor.ppo_epochs"));
+  t.share_prompts = r.GetBool("actor.share_prompts");
   t.graph.bf16_compute = r.GetString("actor.compute") == "bf16";
   t.seed = static_cast<uint64_t>(r.GetInt("data.seed"));
   LAMINAR_RETURN_IF_ERROR(trainer::ValidatePolicyLossConfig(t.loss), "recipe actor.*");
@@ -208,6 +214,7 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   a.export_dir = r.GetString("actor.export_dir");
   a.metrics_path = r.GetString("actor.metrics");
   a.tensorboard_dir = r.GetString("actor.tensorboard_dir");
+  a.progress_path = r.GetString("actor.progress_file");
   a.trajectory_log = r.GetString("actor.trajectory_log");
   return a;
 }

@@ -166,8 +166,8 @@ void LlamaGraph<T>::LayerForward(const LayerParams& lp, LayerActs& a, std::vecto
   ops::Rope(a.q.data(), rope_, t, h, d, layout, false);
   ops::Rope(a.k.data(), rope_, t, hkv, d, layout, false);
   a.att.resize(t * h * d);
-  ops::AttentionForward(a.q.data(), a.k.data(), a.v.data(), batch_.seq_offsets, h, hkv, d,
-                        a.att.data(), pool_);
+  ops::AttentionForward(a.q.data(), a.k.data(), a.v.data(), batch_.seq_offsets, batch_.seq_prefix,
+                        h, hkv, d, a.att.data(), pool_);
   Linear(a.att.data(), lp.wo, t, dm, h * d, x.data());
   for (int64_t i = 0; i < t * dm; ++i) x[i] += a.x_in[i];
   a.x_mid.assign(x.begin(), x.end());
@@ -217,8 +217,8 @@ void LlamaGraph<T>::LayerBackward(const LayerParams& lp, LayerActs& a, std::vect
   dk_.resize(t * hkv * d);
   dv_.resize(t * hkv * d);
   LinearBackward(dx.data(), a.att.data(), lp.wo, t, dm, h * d, 0.0, d_att_.data(), grads);
-  ops::AttentionBackward(a.q.data(), a.k.data(), a.v.data(), d_att_.data(), batch_.seq_offsets, h,
-                         hkv, d, dq_.data(), dk_.data(), dv_.data(), pool_);
+  ops::AttentionBackward(a.q.data(), a.k.data(), a.v.data(), d_att_.data(), batch_.seq_offsets,
+                         batch_.seq_prefix, h, hkv, d, dq_.data(), dk_.data(), dv_.data(), pool_);
   ops::Rope(dq_.data(), rope_, t, h, d, layout, true);
   ops::Rope(dk_.data(), rope_, t, hkv, d, layout, true);
   auto bias_grad = [&](const std::vector<T>& dy, int64_t b, int64_t n) {
@@ -334,18 +334,36 @@ Status LlamaGraph<T>::Forward(const TrainBatch& batch, std::span<const T> values
     return InvalidArgumentError("sequence offsets must start at 0 and end at the batch's " +
                                 std::to_string(t) + " tokens");
   }
+  const int64_t num_seqs = static_cast<int64_t>(off.size()) - 1;
+  const auto& prefix = batch.seq_prefix;
+  if (!prefix.empty() && static_cast<int64_t>(prefix.size()) != num_seqs) {
+    return InvalidArgumentError("seq_prefix has " + std::to_string(prefix.size()) +
+                                " entries for " + std::to_string(num_seqs) + " sequences");
+  }
   std::vector<int32_t> positions(static_cast<size_t>(t));
-  for (size_t b = 0; b + 1 < off.size(); ++b) {
+  for (int64_t b = 0; b < num_seqs; ++b) {
     const int64_t len = off[b + 1] - off[b];
     if (len < 0) {
       return InvalidArgumentError("sequence offsets decrease at sequence " + std::to_string(b));
     }
-    if (c.max_position_embeddings > 0 && len > c.max_position_embeddings) {
-      return InvalidArgumentError("sequence " + std::to_string(b) + " has " + std::to_string(len) +
-                                  " tokens, beyond the model's context of " +
+    // A sequence with a prefix continues it: its positions start after the prefix's tokens.
+    int64_t start = 0;
+    if (!prefix.empty() && prefix[b] != -1) {
+      const int64_t r = prefix[b];
+      if (r < 0 || r >= b || prefix[r] != -1) {
+        return InvalidArgumentError("sequence " + std::to_string(b) + " has prefix " +
+                                    std::to_string(r) +
+                                    ": a prefix must be an earlier sequence without one");
+      }
+      start = off[r + 1] - off[r];
+    }
+    if (c.max_position_embeddings > 0 && start + len > c.max_position_embeddings) {
+      return InvalidArgumentError("sequence " + std::to_string(b) + " has " +
+                                  std::to_string(start + len) +
+                                  " tokens with its prefix, beyond the model's context of " +
                                   std::to_string(c.max_position_embeddings));
     }
-    for (int64_t i = 0; i < len; ++i) positions[off[b] + i] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < len; ++i) positions[off[b] + i] = static_cast<int32_t>(start + i);
   }
   for (int64_t i = 0; i < t; ++i) {
     if (batch.tokens[i] < 0 || batch.tokens[i] >= c.vocab_size) {

@@ -20,10 +20,16 @@ namespace laminar::trainer {
 // positions restart at 0 in each sequence. targets[t] is the token position t predicts (the
 // next token of its sequence) or -1 where no logprob is wanted (prompt tokens, the last token):
 // those rows skip the output head entirely.
+//
+// Shared prefixes (seq_prefix): sequence b may continue an earlier sequence r = seq_prefix[b]
+// that has no prefix itself: b's positions start at r's length and its tokens attend to all of
+// r's, then causally to its own. The n samples of a GRPO group share their prompt this way, so
+// the prompt is computed once per group instead of n times (its gradient sums every sample's).
 struct TrainBatch {
   std::vector<int32_t> tokens;       // [T] in [0, V)
   std::vector<int32_t> targets;      // [T] in [0, V) or -1
   std::vector<int64_t> seq_offsets;  // [B+1], 0 first, T last, non-decreasing
+  std::vector<int64_t> seq_prefix;   // empty, or [B]: -1 or an earlier sequence's index
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 
@@ -53,7 +59,8 @@ class LlamaGraph {
 
   // Per-token logprobs of batch.targets and entropies of the next-token distribution, [T] each
   // (0 where the target is -1). `values` is the ParameterSet layout. Errors: InvalidArgument for
-  // ids out of range, offsets that do not cover the batch, a sequence longer than the model's
+  // ids out of range, offsets that do not cover the batch, a seq_prefix entry that is not an
+  // earlier sequence without a prefix, a sequence (with its prefix) longer than the model's
   // context, or a parameter buffer of the wrong size.
   Status Forward(const TrainBatch& batch, std::span<const T> values, std::vector<T>* logprobs,
                  std::vector<T>* entropy);

@@ -134,28 +134,63 @@ namespace {
 // about half of the n × n scores are never computed.
 constexpr int64_t kQueryBlock = 64;
 
-// Probabilities of rows [i0, i0 + rows) of one head of one sequence over keys [0, cols) with
-// cols = i0 + rows: p [rows, cols] = causal softmax of scale · Q Kᵀ (entries past the diagonal 0).
+// Where one sequence's queries look: its prefix's `np` keys and values (all visible; np = 0 for
+// a sequence without one), then its own keys causally. Pointers are at the sequence's first
+// token of one kv head; rows are ldk apart.
 template <typename T>
-void CausalProbs(const T* q, int64_t ldq, const T* k, int64_t ldk, int64_t i0, int64_t rows,
-                 int64_t d, double scale, T* p) {
-  const int64_t cols = i0 + rows;
-  Gemm(rows, cols, d, scale, q + i0 * ldq, ldq, false, k, ldk, true, 0.0, p, cols, nullptr);
+struct Keys {
+  const T* kp = nullptr;
+  const T* vp = nullptr;
+  int64_t np = 0;
+  const T* k = nullptr;
+  const T* v = nullptr;
+};
+
+// Probabilities of query rows [i0, i0 + rows) of one head over cols = np + i0 + rows keys:
+// p [rows, cols] = softmax of scale · Q Kᵀ over the prefix and the causal part of the sequence
+// (entries past the diagonal 0).
+template <typename T>
+void BlockProbs(const T* q, int64_t ldq, const Keys<T>& kv, int64_t ldk, int64_t i0, int64_t rows,
+                int64_t d, double scale, T* p) {
+  const int64_t own = i0 + rows, cols = kv.np + own;
+  const T* qb = q + i0 * ldq;
+  if (kv.np > 0)
+    Gemm(rows, kv.np, d, scale, qb, ldq, false, kv.kp, ldk, true, 0.0, p, cols, nullptr);
+  Gemm(rows, own, d, scale, qb, ldq, false, kv.k, ldk, true, 0.0, p + kv.np, cols, nullptr);
   for (int64_t r = 0; r < rows; ++r) {
     T* row = p + r * cols;
-    const int64_t valid = i0 + r + 1;
+    const int64_t valid = kv.np + i0 + r + 1;
     SoftmaxRow(row, valid, row);
     std::fill(row + valid, row + cols, T(0));
   }
 }
 
-// Runs fn(sequence, kv_head) for every pair, split over the pool.
+// The packed batch as units of work that share no key: each root sequence (no prefix) with the
+// sequences whose prefix it is, root first.
+std::vector<std::vector<int64_t>> PrefixTrees(std::span<const int64_t> offsets,
+                                              std::span<const int64_t> prefix_of) {
+  const int64_t b = static_cast<int64_t>(offsets.size()) - 1;
+  std::vector<std::vector<int64_t>> trees;
+  std::vector<int64_t> tree_of(static_cast<size_t>(std::max<int64_t>(b, 0)), -1);
+  for (int64_t s = 0; s < b; ++s) {
+    const int64_t root = prefix_of.empty() ? -1 : prefix_of[s];
+    if (root < 0) {
+      tree_of[s] = static_cast<int64_t>(trees.size());
+      trees.push_back({s});
+    } else {
+      trees[tree_of[root]].push_back(s);
+    }
+  }
+  return trees;
+}
+
+// Runs fn(tree, kv_head) for every pair, split over the pool.
 template <typename Fn>
-void ForEachSequenceAndKvHead(std::span<const int64_t> offsets, int64_t hkv, ThreadPool* pool,
-                              const Fn& fn) {
-  const int64_t pairs = (static_cast<int64_t>(offsets.size()) - 1) * hkv;
+void ForEachTreeAndKvHead(const std::vector<std::vector<int64_t>>& trees, int64_t hkv,
+                          ThreadPool* pool, const Fn& fn) {
+  const int64_t pairs = static_cast<int64_t>(trees.size()) * hkv;
   auto body = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) fn(i / hkv, i % hkv);
+    for (int64_t i = b; i < e; ++i) fn(trees[i / hkv], i % hkv);
   };
   if (pool == nullptr || pairs <= 1) {
     body(0, pairs);
@@ -168,74 +203,121 @@ void ForEachSequenceAndKvHead(std::span<const int64_t> offsets, int64_t hkv, Thr
 
 template <typename T>
 void AttentionForward(const T* q, const T* k, const T* v, std::span<const int64_t> offsets,
-                      int64_t h, int64_t hkv, int64_t d, T* out, ThreadPool* pool) {
+                      std::span<const int64_t> prefix_of, int64_t h, int64_t hkv, int64_t d, T* out,
+                      ThreadPool* pool) {
   const int64_t group = h / hkv, ldq = h * d, ldk = hkv * d;
   const double scale = 1.0 / std::sqrt(double(d));
-  ForEachSequenceAndKvHead(offsets, hkv, pool, [&](int64_t b, int64_t g) {
-    const int64_t off = offsets[b], n = offsets[b + 1] - off;
-    thread_local std::vector<T> p;
-    const T* kg = k + off * ldk + g * d;
-    const T* vg = v + off * ldk + g * d;
-    for (int64_t hh = g * group; hh < (g + 1) * group; ++hh) {
-      const T* qh = q + off * ldq + hh * d;
-      T* oh = out + off * ldq + hh * d;
-      for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, n - i0), cols = i0 + rows;
-        p.resize(static_cast<size_t>(rows * cols));
-        CausalProbs(qh, ldq, kg, ldk, i0, rows, d, scale, p.data());
-        Gemm(rows, d, cols, 1.0, p.data(), cols, false, vg, ldk, false, 0.0, oh + i0 * ldq, ldq,
-             nullptr);
-      }
-    }
-  });
+  ForEachTreeAndKvHead(PrefixTrees(offsets, prefix_of), hkv, pool,
+                       [&](const std::vector<int64_t>& tree, int64_t g) {
+                         thread_local std::vector<T> p;
+                         const int64_t root = tree[0];
+                         for (int64_t s : tree) {
+                           const int64_t off = offsets[s], n = offsets[s + 1] - off;
+                           Keys<T> kv{.k = k + off * ldk + g * d, .v = v + off * ldk + g * d};
+                           if (s != root) {
+                             kv.kp = k + offsets[root] * ldk + g * d;
+                             kv.vp = v + offsets[root] * ldk + g * d;
+                             kv.np = offsets[root + 1] - offsets[root];
+                           }
+                           for (int64_t hh = g * group; hh < (g + 1) * group; ++hh) {
+                             const T* qh = q + off * ldq + hh * d;
+                             T* oh = out + off * ldq + hh * d;
+                             for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
+                               const int64_t rows = std::min(kQueryBlock, n - i0), own = i0 + rows,
+                                             cols = kv.np + own;
+                               p.resize(static_cast<size_t>(rows * cols));
+                               BlockProbs(qh, ldq, kv, ldk, i0, rows, d, scale, p.data());
+                               if (kv.np > 0) {
+                                 Gemm(rows, d, kv.np, 1.0, p.data(), cols, false, kv.vp, ldk, false,
+                                      0.0, oh + i0 * ldq, ldq, nullptr);
+                               }
+                               Gemm(rows, d, own, 1.0, p.data() + kv.np, cols, false, kv.v, ldk,
+                                    false, kv.np > 0 ? 1.0 : 0.0, oh + i0 * ldq, ldq, nullptr);
+                             }
+                           }
+                         }
+                       });
 }
 
 template <typename T>
 void AttentionBackward(const T* q, const T* k, const T* v, const T* dout,
-                       std::span<const int64_t> offsets, int64_t h, int64_t hkv, int64_t d, T* dq,
-                       T* dk, T* dv, ThreadPool* pool) {
+                       std::span<const int64_t> offsets, std::span<const int64_t> prefix_of,
+                       int64_t h, int64_t hkv, int64_t d, T* dq, T* dk, T* dv, ThreadPool* pool) {
   const int64_t group = h / hkv, ldq = h * d, ldk = hkv * d;
   const double scale = 1.0 / std::sqrt(double(d));
-  ForEachSequenceAndKvHead(offsets, hkv, pool, [&](int64_t b, int64_t g) {
-    const int64_t off = offsets[b], n = offsets[b + 1] - off;
-    thread_local std::vector<T> p, dp;
-    const T* kg = k + off * ldk + g * d;
-    const T* vg = v + off * ldk + g * d;
-    T* dkg = dk + off * ldk + g * d;
-    T* dvg = dv + off * ldk + g * d;
-    for (int64_t i = 0; i < n; ++i) {
-      std::fill_n(dkg + i * ldk, d, T(0));
-      std::fill_n(dvg + i * ldk, d, T(0));
-    }
-    for (int64_t hh = g * group; hh < (g + 1) * group; ++hh) {
-      const T* qh = q + off * ldq + hh * d;
-      const T* doh = dout + off * ldq + hh * d;
-      T* dqh = dq + off * ldq + hh * d;
-      for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, n - i0), cols = i0 + rows;
-        p.resize(static_cast<size_t>(rows * cols));
-        dp.resize(p.size());
-        CausalProbs(qh, ldq, kg, ldk, i0, rows, d, scale, p.data());
-        Gemm(cols, d, rows, 1.0, p.data(), cols, true, doh + i0 * ldq, ldq, false, 1.0, dvg, ldk,
-             nullptr);
-        Gemm(rows, cols, d, 1.0, doh + i0 * ldq, ldq, false, vg, ldk, true, 0.0, dp.data(), cols,
-             nullptr);
-        for (int64_t r = 0; r < rows; ++r) {
-          T* pr = p.data() + r * cols;
-          T* dpr = dp.data() + r * cols;
-          const int64_t valid = i0 + r + 1;
-          double rowsum = 0;
-          for (int64_t j = 0; j < valid; ++j) rowsum += double(pr[j]) * double(dpr[j]);
-          for (int64_t j = 0; j < valid; ++j) dpr[j] = static_cast<T>(pr[j] * (dpr[j] - rowsum));
-          std::fill(dpr + valid, dpr + cols, T(0));
+  ForEachTreeAndKvHead(
+      PrefixTrees(offsets, prefix_of), hkv, pool, [&](const std::vector<int64_t>& tree, int64_t g) {
+        thread_local std::vector<T> p, dp;
+        // The tree's keys gather gradient from every sequence of it: zeroed first, then summed.
+        for (int64_t s : tree) {
+          for (int64_t i = offsets[s]; i < offsets[s + 1]; ++i) {
+            std::fill_n(dk + i * ldk + g * d, d, T(0));
+            std::fill_n(dv + i * ldk + g * d, d, T(0));
+          }
         }
-        Gemm(rows, d, cols, scale, dp.data(), cols, false, kg, ldk, false, 0.0, dqh + i0 * ldq, ldq,
-             nullptr);
-        Gemm(cols, d, rows, scale, dp.data(), cols, true, qh + i0 * ldq, ldq, false, 1.0, dkg, ldk,
-             nullptr);
-      }
-    }
-  });
+        const int64_t root = tree[0];
+        for (int64_t s : tree) {
+          const int64_t off = offsets[s], n = offsets[s + 1] - off;
+          Keys<T> kv{.k = k + off * ldk + g * d, .v = v + off * ldk + g * d};
+          T* dkg = dk + off * ldk + g * d;
+          T* dvg = dv + off * ldk + g * d;
+          T* dkp = nullptr;
+          T* dvp = nullptr;
+          if (s != root) {
+            kv.kp = k + offsets[root] * ldk + g * d;
+            kv.vp = v + offsets[root] * ldk + g * d;
+            kv.np = offsets[root + 1] - offsets[root];
+            dkp = dk + offsets[root] * ldk + g * d;
+            dvp = dv + offsets[root] * ldk + g * d;
+          }
+          const int64_t np = kv.np;
+          for (int64_t hh = g * group; hh < (g + 1) * group; ++hh) {
+            const T* qh = q + off * ldq + hh * d;
+            const T* doh = dout + off * ldq + hh * d;
+            T* dqh = dq + off * ldq + hh * d;
+            for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
+              const int64_t rows = std::min(kQueryBlock, n - i0), own = i0 + rows, cols = np + own;
+              const T* qb = qh + i0 * ldq;
+              const T* dob = doh + i0 * ldq;
+              p.resize(static_cast<size_t>(rows * cols));
+              dp.resize(p.size());
+              BlockProbs(qh, ldq, kv, ldk, i0, rows, d, scale, p.data());
+              // dV = Pᵀ dO and dP = dO Vᵀ, over the prefix's columns and the sequence's own.
+              if (np > 0) {
+                Gemm(np, d, rows, 1.0, p.data(), cols, true, dob, ldq, false, 1.0, dvp, ldk,
+                     nullptr);
+                Gemm(rows, np, d, 1.0, dob, ldq, false, kv.vp, ldk, true, 0.0, dp.data(), cols,
+                     nullptr);
+              }
+              Gemm(own, d, rows, 1.0, p.data() + np, cols, true, dob, ldq, false, 1.0, dvg, ldk,
+                   nullptr);
+              Gemm(rows, own, d, 1.0, dob, ldq, false, kv.v, ldk, true, 0.0, dp.data() + np, cols,
+                   nullptr);
+              for (int64_t r = 0; r < rows; ++r) {
+                T* pr = p.data() + r * cols;
+                T* dpr = dp.data() + r * cols;
+                const int64_t valid = np + i0 + r + 1;
+                double rowsum = 0;
+                for (int64_t j = 0; j < valid; ++j) rowsum += double(pr[j]) * double(dpr[j]);
+                for (int64_t j = 0; j < valid; ++j)
+                  dpr[j] = static_cast<T>(pr[j] * (dpr[j] - rowsum));
+                std::fill(dpr + valid, dpr + cols, T(0));
+              }
+              // dQ = s · dS K and dK = s · dSᵀ Q, likewise split.
+              if (np > 0) {
+                Gemm(rows, d, np, scale, dp.data(), cols, false, kv.kp, ldk, false, 0.0,
+                     dqh + i0 * ldq, ldq, nullptr);
+                Gemm(np, d, rows, scale, dp.data(), cols, true, qb, ldq, false, 1.0, dkp, ldk,
+                     nullptr);
+              }
+              Gemm(rows, d, own, scale, dp.data() + np, cols, false, kv.k, ldk, false,
+                   np > 0 ? 1.0 : 0.0, dqh + i0 * ldq, ldq, nullptr);
+              Gemm(own, d, rows, scale, dp.data() + np, cols, true, qb, ldq, false, 1.0, dkg, ldk,
+                   nullptr);
+            }
+          }
+        }
+      });
 }
 
 template <typename T>
@@ -281,10 +363,11 @@ void LogprobEntropyBackward(T* z, const int32_t* targets, const T* lse, const T*
   template void SwiGluForward<T>(const T*, const T*, int64_t, T*);                                \
   template void SwiGluBackward<T>(const T*, const T*, const T*, int64_t, T*, T*);                 \
   template void AttentionForward<T>(const T*, const T*, const T*, std::span<const int64_t>,       \
-                                    int64_t, int64_t, int64_t, T*, ThreadPool*);                  \
+                                    std::span<const int64_t>, int64_t, int64_t, int64_t, T*,      \
+                                    ThreadPool*);                                                 \
   template void AttentionBackward<T>(const T*, const T*, const T*, const T*,                      \
-                                     std::span<const int64_t>, int64_t, int64_t, int64_t, T*, T*, \
-                                     T*, ThreadPool*);                                            \
+                                     std::span<const int64_t>, std::span<const int64_t>, int64_t, \
+                                     int64_t, int64_t, T*, T*, T*, ThreadPool*);                  \
   template void LogprobEntropyForward<T>(const T*, const int32_t*, int64_t, int64_t, T*, T*, T*); \
   template void LogprobEntropyBackward<T>(T*, const int32_t*, const T*, const T*, const T*,       \
                                           const T*, int64_t, int64_t);

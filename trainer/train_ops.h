@@ -54,19 +54,24 @@ void SwiGluForward(const T* g, const T* u, int64_t n, T* out);
 template <typename T>
 void SwiGluBackward(const T* g, const T* u, const T* dout, int64_t n, T* dg, T* du);
 
-// Causal grouped-query attention of packed sequences, each attending within itself: sequence b
-// owns tokens [offsets[b], offsets[b+1]); query head h reads kv head h / (H / Hkv); scale
-// 1/sqrt(D). q, out [T, H, D]; k, v [T, Hkv, D]. Computed per (sequence, kv head) with GEMMs
-// (S = QKᵀ, softmax over the causal prefix, O = PV), split over `pool`.
+// Causal grouped-query attention of packed sequences: sequence b owns tokens [offsets[b],
+// offsets[b+1]); query head h reads kv head h / (H / Hkv); scale 1/sqrt(D). q, out [T, H, D];
+// k, v [T, Hkv, D]. Shared prefixes: prefix_of (empty, or [B]) gives each sequence -1 (it
+// attends within itself) or the index of an earlier sequence without a prefix of its own, whose
+// tokens come before it: its queries see all of that sequence's keys, then its own causally (the
+// n samples of a GRPO group after their one shared prompt). Computed per (prefix tree, kv head)
+// with GEMMs (S = QKᵀ, softmax over the visible keys, O = PV), split over `pool`.
 template <typename T>
 void AttentionForward(const T* q, const T* k, const T* v, std::span<const int64_t> offsets,
-                      int64_t h, int64_t hkv, int64_t d, T* out, ThreadPool* pool);
-// Backward of AttentionForward (recomputes P): dq [T, H, D], dk, dv [T, Hkv, D] written.
+                      std::span<const int64_t> prefix_of, int64_t h, int64_t hkv, int64_t d, T* out,
+                      ThreadPool* pool);
+// Backward of AttentionForward (recomputes P): dq [T, H, D], dk, dv [T, Hkv, D] written (a
+// prefix's dk, dv sum the gradients of every sequence that reads it).
 //   dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = s · dS K, dK = s · dSᵀ Q.
 template <typename T>
 void AttentionBackward(const T* q, const T* k, const T* v, const T* dout,
-                       std::span<const int64_t> offsets, int64_t h, int64_t hkv, int64_t d, T* dq,
-                       T* dk, T* dv, ThreadPool* pool);
+                       std::span<const int64_t> offsets, std::span<const int64_t> prefix_of,
+                       int64_t h, int64_t hkv, int64_t d, T* dq, T* dk, T* dv, ThreadPool* pool);
 
 // Log-probabilities of `targets` and entropies of rows of logits z [N, V]:
 //   logprob[i] = z[i, target[i]] − lse[i],  entropy[i] = lse[i] − Σ_j p_ij z_ij.

@@ -135,39 +135,108 @@ std::vector<Trainer::Packed> Trainer::MicroBatches(std::span<const TrainSample> 
                                                    std::span<const size_t> idx) const {
   std::vector<Packed> out;
   const bool with_mu = HasBehaviorLogprobs(samples);
-  for (size_t i : idx) {
-    const auto& s = samples[i];
-    const int64_t len = static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size());
-    if (out.empty() || (out.back().batch.num_tokens() > 0 &&
-                        out.back().batch.num_tokens() + len > config_.micro_batch_tokens)) {
-      out.emplace_back();
-    }
-    Packed& p = out.back();
-    p.samples.push_back(i);
-    auto& b = p.batch;
-    if (b.seq_offsets.empty()) b.seq_offsets.push_back(0);
-    const int64_t plen = static_cast<int64_t>(s.prompt_ids.size());
-    b.tokens.insert(b.tokens.end(), s.prompt_ids.begin(), s.prompt_ids.end());
-    b.tokens.insert(b.tokens.end(), s.response_ids.begin(), s.response_ids.end());
-    for (int64_t j = 0; j < len; ++j) {
-      const bool target = j >= plen - 1 && j + 1 < len;
-      b.targets.push_back(target ? s.response_ids[j + 1 - plen] : -1);
-      p.behavior.push_back(with_mu && target ? s.behavior_logprobs[j + 1 - plen] : 0.f);
-    }
-    b.seq_offsets.push_back(b.num_tokens());
-    const int64_t a = all_.start[i];
+  // Whether `n` more tokens fit the current micro-batch (an empty one takes anything).
+  auto fits = [&](int64_t n) {
+    return !out.empty() && (out.back().batch.num_tokens() == 0 ||
+                            out.back().batch.num_tokens() + n <= config_.micro_batch_tokens);
+  };
+  auto start_batch = [&] {
+    out.emplace_back();
+    out.back().batch.seq_offsets.push_back(0);
+  };
+  // Per-token arrays of the step (all_) for tokens [from, from + n) of sample i, or n zeros
+  // (i < 0: a shared prompt, which no loss term reads).
+  auto append_arrays = [&](Packed& p, int64_t i, int64_t from, int64_t n) {
     auto append = [&](std::vector<float>& dst, const std::vector<float>& src) {
-      if (!src.empty()) dst.insert(dst.end(), src.begin() + a, src.begin() + a + len);
+      if (src.empty()) return;
+      if (i < 0) {
+        dst.insert(dst.end(), static_cast<size_t>(n), 0.f);
+      } else {
+        const auto a = src.begin() + all_.start[i] + from;
+        dst.insert(dst.end(), a, a + n);
+      }
     };
     append(p.mask, all_.mask);
     append(p.advantages, all_.advantages);
     append(p.old_logprobs, all_.old_logprobs);
     append(p.ref_logprobs, all_.ref_logprobs);
+  };
+  // Sample i's tokens [from, len) as a sequence continuing `prefix` (-1: none).
+  auto add_sample = [&](size_t i, int64_t from, int64_t prefix) {
+    const auto& s = samples[i];
+    Packed& p = out.back();
+    auto& b = p.batch;
+    const int64_t plen = static_cast<int64_t>(s.prompt_ids.size());
+    const int64_t len = plen + static_cast<int64_t>(s.response_ids.size());
+    p.samples.push_back(i);
+    p.sample_seq.push_back(static_cast<int64_t>(b.seq_offsets.size()) - 1);
+    p.sample_skip.push_back(from);
+    for (int64_t j = from; j < len; ++j) {
+      b.tokens.push_back(j < plen ? s.prompt_ids[j] : s.response_ids[j - plen]);
+      const bool target = j >= plen - 1 && j + 1 < len;
+      b.targets.push_back(target ? s.response_ids[j + 1 - plen] : -1);
+      p.behavior.push_back(with_mu && target ? s.behavior_logprobs[j + 1 - plen] : 0.f);
+    }
+    b.seq_offsets.push_back(b.num_tokens());
+    b.seq_prefix.push_back(prefix);
+    append_arrays(p, static_cast<int64_t>(i), from, len - from);
+  };
+  // The first n prompt tokens of sample i as a shared prefix; returns its sequence index.
+  auto add_prefix = [&](size_t i, int64_t n) {
+    Packed& p = out.back();
+    auto& b = p.batch;
+    const auto& prompt = samples[i].prompt_ids;
+    b.tokens.insert(b.tokens.end(), prompt.begin(), prompt.begin() + n);
+    b.targets.insert(b.targets.end(), static_cast<size_t>(n), -1);
+    p.behavior.insert(p.behavior.end(), static_cast<size_t>(n), 0.f);
+    b.seq_offsets.push_back(b.num_tokens());
+    b.seq_prefix.push_back(-1);
+    append_arrays(p, -1, 0, n);
+    return static_cast<int64_t>(b.seq_offsets.size()) - 2;
+  };
+  for (size_t a = 0; a < idx.size();) {
+    // A run of samples with one prompt: all but its last token are computed once (the last
+    // prompt token predicts each sample's first response token, so each sample keeps it).
+    const auto& prompt = samples[idx[a]].prompt_ids;
+    size_t e = a + 1;
+    while (config_.share_prompts && e < idx.size() && samples[idx[e]].prompt_ids == prompt) ++e;
+    const int64_t shared =
+        e - a >= 2 && prompt.size() >= 2 ? static_cast<int64_t>(prompt.size()) - 1 : 0;
+    int64_t prefix = -1;  // the run's prefix sequence in the current micro-batch
+    for (size_t j = a; j < e; ++j) {
+      const auto& s = samples[idx[j]];
+      const int64_t len = static_cast<int64_t>(s.prompt_ids.size() + s.response_ids.size());
+      if (shared == 0) {
+        if (!fits(len)) start_batch();
+        add_sample(idx[j], 0, -1);
+        continue;
+      }
+      if (prefix >= 0 && !fits(len - shared)) {
+        start_batch();  // the rest of the run shares a new copy of the prompt
+        prefix = -1;
+      }
+      if (prefix < 0) {
+        if (!fits(len)) start_batch();
+        prefix = add_prefix(idx[j], shared);
+      }
+      add_sample(idx[j], shared, prefix);
+    }
+    a = e;
   }
   if (!with_mu) {
     for (auto& p : out) p.behavior.clear();
   }
   return out;
+}
+
+void Trainer::ScatterToSamples(const Packed& p, std::span<const float> packed,
+                               std::vector<float>& dst) const {
+  for (size_t k = 0; k < p.samples.size(); ++k) {
+    const int64_t seq = p.sample_seq[k];
+    const int64_t from = p.batch.seq_offsets[seq], n = p.batch.seq_offsets[seq + 1] - from;
+    std::copy_n(packed.begin() + from, n,
+                dst.begin() + all_.start[p.samples[k]] + p.sample_skip[k]);
+  }
 }
 
 Status Trainer::Logprobs(const Packed& p, std::span<const float> values,
@@ -193,7 +262,8 @@ StatusOr<std::vector<std::vector<float>>> Trainer::ResponseLogprobs(
     LAMINAR_RETURN_IF_ERROR(Logprobs(p, params_.values(), &lp));
     for (size_t k = 0; k < p.samples.size(); ++k) {
       const auto& s = samples[p.samples[k]];
-      const int64_t off = p.batch.seq_offsets[k] + static_cast<int64_t>(s.prompt_ids.size()) - 1;
+      const int64_t off = p.batch.seq_offsets[p.sample_seq[k]] +
+                          static_cast<int64_t>(s.prompt_ids.size()) - 1 - p.sample_skip[k];
       out[p.samples[k]].assign(lp.begin() + off, lp.begin() + off + s.response_ids.size());
     }
   }
@@ -230,10 +300,7 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
       // The only update of the step runs under the weights the step starts from: its own
       // logprobs are pi_old (the PPO ratio is exactly 1 with the gradient of log pi).
       p.old_logprobs = lp;
-      for (size_t k = 0; k < p.samples.size(); ++k) {
-        const int64_t from = p.batch.seq_offsets[k], n = p.batch.seq_offsets[k + 1] - from;
-        std::copy_n(lp.begin() + from, n, all_.old_logprobs.begin() + all_.start[p.samples[k]]);
-      }
+      ScatterToSamples(p, lp, all_.old_logprobs);
     }
     for (size_t j = 0; j < lp.size() && finite; ++j) {
       finite = p.mask[j] == 0 || (std::isfinite(lp[j]) && std::isfinite(ent[j]));
@@ -326,19 +393,13 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   std::vector<float> lp;
   const bool logprob_pass = !old_from_forward || !ref_values_.empty();
   for (const Packed& p : logprob_pass ? MicroBatches(samples, idx) : std::vector<Packed>()) {
-    auto scatter = [&](std::vector<float>& dst) {
-      for (size_t k = 0; k < p.samples.size(); ++k) {
-        const int64_t from = p.batch.seq_offsets[k], n = p.batch.seq_offsets[k + 1] - from;
-        std::copy_n(lp.begin() + from, n, dst.begin() + all_.start[p.samples[k]]);
-      }
-    };
     if (!old_from_forward) {
       LAMINAR_RETURN_IF_ERROR(Logprobs(p, params_.values(), &lp));
-      scatter(all_.old_logprobs);
+      ScatterToSamples(p, lp, all_.old_logprobs);
     }
     if (!ref_values_.empty()) {
       LAMINAR_RETURN_IF_ERROR(Logprobs(p, ref_values_, &lp));
-      scatter(all_.ref_logprobs);
+      ScatterToSamples(p, lp, all_.ref_logprobs);
     }
   }
   const double old_s = Since(old_start);

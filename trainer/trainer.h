@@ -45,8 +45,13 @@ struct TrainerConfig {
   // Samples per optimizer step on this rank (verl's ppo_mini_batch_size / world size); 0 = all of
   // a step's samples in one update. Every rank must get the same number of mini-batches.
   int64_t mini_batch_size = 0;
-  // Tokens per forward/backward (prompt + response); a longer sample runs alone.
+  // Tokens per forward/backward (prompt + response, a shared prompt counted once); a longer
+  // sample runs alone.
   int64_t micro_batch_tokens = 8192;
+  // Consecutive samples with the same prompt (a GRPO group) share one forward and backward of the
+  // prompt (llama_graph.h TrainBatch::seq_prefix): the same loss and gradient as packing each
+  // sample whole, for a fraction of the prompt tokens' compute.
+  bool share_prompts = true;
   int ppo_epochs = 1;
   bool shuffle = false;  // reorder samples before each epoch (seeded; saved in checkpoints)
   uint64_t seed = 1;
@@ -108,16 +113,23 @@ class Trainer {
 
  private:
   // Tokens of a set of samples packed for the graph, with per-token loss inputs.
+  // A micro-batch: per-token arrays in the batch's layout; a shared prompt's sequence holds
+  // no sample (its tokens have mask 0) and its samples hold the rest of their tokens.
   struct Packed {
     TrainBatch batch;
     std::vector<float> mask, advantages, behavior, old_logprobs, ref_logprobs;
-    std::vector<size_t> samples;  // which samples, in order
+    std::vector<size_t> samples;       // which samples, in order
+    std::vector<int64_t> sample_seq;   // [samples]: the batch sequence holding each
+    std::vector<int64_t> sample_skip;  // [samples]: its leading tokens held by a shared prompt
   };
   Trainer() = default;
   // Packs samples[idx...] (with the per-sample token arrays in all_) into micro-batches of at
   // most micro_batch_tokens tokens.
   std::vector<Packed> MicroBatches(std::span<const TrainSample> samples,
                                    std::span<const size_t> idx) const;
+  // Copies per-token values of a packed batch (its layout) into dst (the step's layout, all_).
+  void ScatterToSamples(const Packed& p, std::span<const float> packed,
+                        std::vector<float>& dst) const;
   // Logprobs at every position of a packed batch under `values`.
   Status Logprobs(const Packed& p, std::span<const float> values, std::vector<float>* logprobs);
   // One optimizer update on samples[idx...]. `old_from_forward`: the step's only update, whose

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/thread_pool.h"
 #include "tests/trainer/grad_check.h"
 
 namespace laminar::trainer::ops {
@@ -66,14 +67,68 @@ TEST(TrainOpsGradTest, CausalGroupedQueryAttentionOverPackedSequences) {
   auto v = RandomVector(t * hkv * d, 11), r = RandomVector(t * h * d, 12);
   std::vector<double> out(t * h * d), dq(q.size()), dk(k.size()), dv(v.size());
   auto loss = [&] {
-    AttentionForward(q.data(), k.data(), v.data(), offsets, h, hkv, d, out.data(), nullptr);
+    AttentionForward(q.data(), k.data(), v.data(), offsets, {}, h, hkv, d, out.data(), nullptr);
     return Dot(out, r);
   };
-  AttentionBackward(q.data(), k.data(), v.data(), r.data(), offsets, h, hkv, d, dq.data(),
+  AttentionBackward(q.data(), k.data(), v.data(), r.data(), offsets, {}, h, hkv, d, dq.data(),
                     dk.data(), dv.data(), nullptr);
   ExpectGradientMatches(q, loss, dq, "attention_dq");
   ExpectGradientMatches(k, loss, dk, "attention_dk");
   ExpectGradientMatches(v, loss, dv, "attention_dv");
+}
+
+// Shared prefixes: sequence 0 is the prefix of 1 and 3; 2 is empty; 4 stands alone.
+TEST(TrainOpsGradTest, AttentionWithSharedPrefixes) {
+  const int64_t h = 4, hkv = 2, d = 3;
+  std::vector<int64_t> offsets{0, 4, 7, 7, 12, 15};
+  std::vector<int64_t> prefix{-1, 0, -1, 0, -1};
+  const int64_t t = offsets.back();
+  auto q = RandomVector(t * h * d, 31), k = RandomVector(t * hkv * d, 32);
+  auto v = RandomVector(t * hkv * d, 33), r = RandomVector(t * h * d, 34);
+  std::vector<double> out(t * h * d), dq(q.size()), dk(k.size()), dv(v.size());
+  auto loss = [&] {
+    AttentionForward(q.data(), k.data(), v.data(), offsets, prefix, h, hkv, d, out.data(), nullptr);
+    return Dot(out, r);
+  };
+  AttentionBackward(q.data(), k.data(), v.data(), r.data(), offsets, prefix, h, hkv, d, dq.data(),
+                    dk.data(), dv.data(), nullptr);
+  ExpectGradientMatches(q, loss, dq, "prefix_attention_dq");
+  ExpectGradientMatches(k, loss, dk, "prefix_attention_dk");
+  ExpectGradientMatches(v, loss, dv, "prefix_attention_dv");
+}
+
+// A sequence after a shared prefix attends exactly as the prefix and the sequence written out as
+// one sequence: the outputs at its rows are equal (f32, with the pool, query blocks spanned).
+TEST(TrainOpsTest, SharedPrefixAttentionEqualsTheConcatenatedSequence) {
+  const int64_t h = 6, hkv = 2, d = 16, np = 70, n1 = 90, n2 = 5;
+  std::vector<int64_t> offsets{0, np, np + n1, np + n1 + n2}, prefix{-1, 0, 0};
+  const int64_t t = offsets.back();
+  auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  auto q = to_f(RandomVector(t * h * d, 35)), k = to_f(RandomVector(t * hkv * d, 36));
+  auto v = to_f(RandomVector(t * hkv * d, 37));
+  ThreadPool pool(2);
+  std::vector<float> shared(t * h * d);
+  AttentionForward(q.data(), k.data(), v.data(), offsets, prefix, h, hkv, d, shared.data(), &pool);
+  // Unshared: [prefix, seq 1] and [prefix, seq 2] as two whole sequences.
+  auto rows = [](const std::vector<float>& x, int64_t width, int64_t from, int64_t n) {
+    return std::vector<float>(x.begin() + from * width, x.begin() + (from + n) * width);
+  };
+  for (int which = 1; which <= 2; ++which) {
+    const int64_t from = offsets[which], n = offsets[which + 1] - from;
+    auto cat = [&](const std::vector<float>& x, int64_t width) {
+      auto a = rows(x, width, 0, np), b = rows(x, width, from, n);
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    auto qc = cat(q, h * d), kc = cat(k, hkv * d), vc = cat(v, hkv * d);
+    std::vector<int64_t> whole{0, np + n};
+    std::vector<float> out((np + n) * h * d);
+    AttentionForward(qc.data(), kc.data(), vc.data(), whole, {}, h, hkv, d, out.data(), nullptr);
+    for (int64_t i = 0; i < n * h * d; ++i) {
+      ASSERT_NEAR(shared[from * h * d + i], out[np * h * d + i], 1e-5) << which << ": " << i;
+    }
+    for (int64_t i = 0; i < np * h * d; ++i) ASSERT_NEAR(shared[i], out[i], 1e-5) << i;
+  }
 }
 
 TEST(TrainOpsGradTest, LogprobAndEntropy) {
@@ -106,11 +161,11 @@ TEST(TrainOpsTest, FloatAttentionAndHeadEqualDouble) {
   std::vector<double> od(t * h * d), dqd(qd.size()), dkd(kd.size()), dvd(vd.size());
   std::vector<float> of(t * h * d), dqf(qd.size()), dkf(kd.size()), dvf(vd.size());
   ThreadPool pool(2);
-  AttentionForward(qd.data(), kd.data(), vd.data(), offsets, h, hkv, d, od.data(), nullptr);
-  AttentionForward(qf.data(), kf.data(), vf.data(), offsets, h, hkv, d, of.data(), &pool);
-  AttentionBackward(qd.data(), kd.data(), vd.data(), rd.data(), offsets, h, hkv, d, dqd.data(),
+  AttentionForward(qd.data(), kd.data(), vd.data(), offsets, {}, h, hkv, d, od.data(), nullptr);
+  AttentionForward(qf.data(), kf.data(), vf.data(), offsets, {}, h, hkv, d, of.data(), &pool);
+  AttentionBackward(qd.data(), kd.data(), vd.data(), rd.data(), offsets, {}, h, hkv, d, dqd.data(),
                     dkd.data(), dvd.data(), nullptr);
-  AttentionBackward(qf.data(), kf.data(), vf.data(), rf.data(), offsets, h, hkv, d, dqf.data(),
+  AttentionBackward(qf.data(), kf.data(), vf.data(), rf.data(), offsets, {}, h, hkv, d, dqf.data(),
                     dkf.data(), dvf.data(), &pool);
   auto expect_near = [](const std::vector<float>& f, const std::vector<double>& dd,
                         const char* what) {

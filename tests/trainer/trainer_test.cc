@@ -48,6 +48,30 @@ std::vector<TrainSample> Samples(int groups, uint32_t seed, int64_t first_group 
   return out;
 }
 
+// `groups` GRPO groups of `n` samples, each group's samples with one prompt (2..7 tokens).
+std::vector<TrainSample> GroupSamples(int groups, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, 31);
+  std::uniform_int_distribution<int> len(1, 6);
+  std::vector<TrainSample> out;
+  for (int g = 0; g < groups; ++g) {
+    std::vector<int32_t> prompt;
+    for (int i = len(rng) + 1; i > 0; --i) prompt.push_back(id(rng));
+    for (int k = 0; k < n; ++k) {
+      TrainSample s;
+      s.prompt_ids = prompt;
+      for (int i = len(rng); i > 0; --i) {
+        s.response_ids.push_back(id(rng));
+        s.behavior_logprobs.push_back(-3.4f + 0.1f * static_cast<float>(i % 3));
+      }
+      s.score = (k + g) % 2;
+      s.group_id = g;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
 // Runs fn(rank, collective) on `world` threads, each rank with its own Gloo collective on a fresh
 // loopback rendezvous; returns each rank's status.
 std::vector<Status> RunRanks(int world,
@@ -141,6 +165,56 @@ TEST(TrainerTest, MicroBatchesAccumulateToTheWholeBatch) {
   ASSERT_TRUE(split->Step(samples).ok());
   auto a = whole->params().values(), b = split->params().values();
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f) << i;
+}
+
+// A group's shared prompt computed once gives the logprobs, loss, metrics and update of every
+// sample packed whole: one micro-batch, micro-batches that split a group (each part gets its own
+// copy of the prompt), and with the separate pi_old / pi_ref passes (mini-batches, KL).
+TEST(TrainerTest, SharedPromptsTrainExactlyAsWholeSamples) {
+  struct Case {
+    const char* name;
+    int64_t micro_batch_tokens;
+    int64_t mini_batch_size;
+    double kl_coef;
+  };
+  for (const Case& c : {Case{"one micro-batch", 1 << 20, 0, 0.0}, Case{"split groups", 9, 0, 0.0},
+                        Case{"mini-batches and KL", 1 << 20, 6, 0.01}}) {
+    SCOPED_TRACE(c.name);
+    auto config = BaseConfig();
+    config.micro_batch_tokens = c.micro_batch_tokens;
+    config.mini_batch_size = c.mini_batch_size;
+    config.loss.kl_coef = c.kl_coef;
+    config.share_prompts = false;
+    auto whole = MakeTrainer(config);
+    config.share_prompts = true;
+    auto shared = MakeTrainer(config);
+    const auto samples = GroupSamples(3, 4, 7);
+    auto lw = whole->ResponseLogprobs(samples);
+    auto ls = shared->ResponseLogprobs(samples);
+    ASSERT_TRUE(lw.ok() && ls.ok());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      ASSERT_EQ((*lw)[i].size(), (*ls)[i].size());
+      for (size_t j = 0; j < (*lw)[i].size(); ++j) {
+        ASSERT_NEAR((*lw)[i][j], (*ls)[i][j], 1e-5) << "sample " << i << " token " << j;
+      }
+    }
+    for (int step = 0; step < 2; ++step) {
+      auto mw = whole->Step(samples);
+      auto ms = shared->Step(samples);
+      ASSERT_TRUE(mw.ok() && ms.ok());
+      for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/entropy",
+                              "rollout_corr/abs_logprob_diff_mean", "perf/total_num_tokens"}) {
+        if (!mw->count(key)) continue;
+        EXPECT_NEAR(mw->at(key), ms->at(key), 1e-5 * std::max(1.0, std::abs(mw->at(key)))) << key;
+      }
+      if (c.micro_batch_tokens > 1000) {  // one micro-batch: the prompts were computed once
+        EXPECT_LT(ms->at("actor/activation_bytes"), mw->at("actor/activation_bytes"));
+      }
+      auto a = whole->params().values(), b = shared->params().values();
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-5f) << "step " << step << ", " << i;
+    }
+  }
 }
 
 // 2 ranks (threads, Gloo over loopback TCP) on halves of a batch end with the weights of 1 rank on
