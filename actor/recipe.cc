@@ -226,14 +226,10 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   }
   rollout::RolloutWorkerOptions w;
   w.engine.block_size = static_cast<int32_t>(r.GetInt("rollout.block_size"));
-  const int64_t bytes = r.GetInt("rollout.kv_cache_mb") << 20;
-  const int64_t blocks = bytes / (kv_bytes_per_token * w.engine.block_size);
-  if (blocks < 1) {
-    return InvalidArgumentError(
-        "recipe rollout.kv_cache_mb: " + std::to_string(r.GetInt("rollout.kv_cache_mb")) +
-        " MiB holds no KV block of " + std::to_string(w.engine.block_size) + " tokens");
-  }
-  w.engine.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+  LAMINAR_ASSIGN_OR_RETURN(w.engine.num_blocks,
+                           rollout::KvBlocksFor(r.GetInt("rollout.kv_cache_mb"), kv_bytes_per_token,
+                                                w.engine.block_size),
+                           "recipe rollout.kv_cache_mb");
   w.engine.scheduler.max_num_seqs = r.GetInt("rollout.max_num_seqs");
   w.engine.scheduler.max_num_batched_tokens = r.GetInt("rollout.max_num_batched_tokens");
   w.weight_dtype = r.GetString("model.weights") == "bf16" ? DType::kBF16 : DType::kF32;

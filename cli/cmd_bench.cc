@@ -290,11 +290,12 @@ rollout::RolloutEngineConfig RolloutConfigFor(const BenchArgs& a, const bench::R
                                               const model::ModelConfig& mc) {
   rollout::RolloutEngineConfig config;
   config.block_size = a.block_size;
-  const int64_t kv_bytes_per_token =
-      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * sizeof(float);
   int64_t blocks = a.num_blocks > 0 ? a.num_blocks : bench::BlocksForLoad(load, a.block_size);
-  if (a.kv_cache_mb > 0)
-    blocks = a.kv_cache_mb * (int64_t{1} << 20) / (kv_bytes_per_token * a.block_size);
+  if (a.kv_cache_mb > 0) {
+    // A size too small for one block leaves one block: the engine then reports the load too big.
+    auto fit = rollout::KvBlocksFor(a.kv_cache_mb, rollout::KvBytesPerToken(mc), a.block_size);
+    blocks = fit.ok() ? *fit : 1;
+  }
   config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
   config.scheduler.max_num_seqs = a.max_num_seqs > 0 ? a.max_num_seqs : load.num_samples();
   config.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;

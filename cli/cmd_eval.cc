@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -211,11 +212,11 @@ StatusOr<std::vector<std::vector<EvalSample>>> Generate(const EvalSettings& s,
                                                         const manager::PromptDataset& set) {
   const model::ModelConfig& cfg = lm.config();
   const int64_t ctx = cfg.max_position_embeddings;
-  const int64_t bytes_per_token =
-      2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
   rollout::RolloutEngineConfig config;
-  const int64_t blocks = s.kv_cache_mb * (int64_t{1} << 20) / (bytes_per_token * config.block_size);
-  config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
+  LAMINAR_ASSIGN_OR_RETURN(
+      config.num_blocks,
+      rollout::KvBlocksFor(s.kv_cache_mb, rollout::KvBytesPerToken(cfg), config.block_size),
+      "KV cache (--kv-cache-mb or rollout.kv_cache_mb)");
   config.scheduler.max_num_seqs = s.batch;
   config.token_bytes = [&tok](int32_t id) { return tok.TokenBytes(id, true); };
   config.strips_leading_space = tok.strips_leading_space();
@@ -295,6 +296,12 @@ int64_t Score(const EvalSettings& s, const manager::PromptDataset& set,
 }
 
 // pass@k (k in s.ks), mean score and mean response length over the rows `rows` of `samples`.
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
 nlohmann::ordered_json Summarize(const EvalSettings& s,
                                  const std::vector<std::vector<EvalSample>>& samples,
                                  const std::vector<size_t>& rows) {
@@ -326,16 +333,19 @@ nlohmann::ordered_json Summarize(const EvalSettings& s,
 // The summary object: settings, the overall metrics, and the metrics of each data source.
 nlohmann::ordered_json Report(const EvalSettings& s, const manager::PromptDataset& set,
                               const std::vector<std::vector<EvalSample>>& samples) {
+  // A float setting as the decimal it was written as (0.6, not 0.6000000238): 6 significant
+  // digits survive a decimal -> float -> decimal round trip.
+  auto decimal = [](float x) { return std::strtod(Format("%g", x).c_str(), nullptr); };
   nlohmann::ordered_json out = {{"model", s.model},
                                 {"data", s.data},
                                 {"reward", s.reward_name},
                                 {"n", s.n},
                                 {"k", s.ks},
                                 {"seed", s.sampling.seed},
-                                {"temperature", s.sampling.temperature},
-                                {"top_p", s.sampling.top_p},
+                                {"temperature", decimal(s.sampling.temperature)},
+                                {"top_p", decimal(s.sampling.top_p)},
                                 {"top_k", s.sampling.top_k},
-                                {"min_p", s.sampling.min_p},
+                                {"min_p", decimal(s.sampling.min_p)},
                                 {"max_tokens", s.max_tokens},
                                 {"stop", s.stop},
                                 {"chat_format", s.chat_format},
@@ -377,12 +387,6 @@ Status WriteSamples(const std::string& path, const manager::PromptDataset& set,
   file.close();
   if (!file) return InternalError("--output " + path + ": write failed");
   return OkStatus();
-}
-
-std::string Format(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
 }
 
 std::string Problems(int64_t n) { return std::to_string(n) + (n == 1 ? " problem" : " problems"); }

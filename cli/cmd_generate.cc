@@ -183,11 +183,11 @@ int RunBatch(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
   if (!in) return Fail("cannot open --input " + a.input);
   const model::ModelConfig& cfg = lm.config();
   const int64_t ctx = cfg.max_position_embeddings;
-  const int64_t bytes_per_token =
-      2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
   rollout::RolloutEngineConfig config;
-  const int64_t blocks = a.kv_cache_mb * (int64_t{1} << 20) / (bytes_per_token * config.block_size);
-  config.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 30));
+  auto blocks =
+      rollout::KvBlocksFor(a.kv_cache_mb, rollout::KvBytesPerToken(cfg), config.block_size);
+  if (!blocks.ok()) return Fail("--kv-cache-mb: " + std::string(blocks.status().message()));
+  config.num_blocks = *blocks;
   auto engine = rollout::RolloutEngine::Create(&lm, config);
   if (!engine.ok()) return Fail(engine.status().message());
   std::vector<int32_t> stop_ids;

@@ -196,9 +196,7 @@ int RunRollout(const RoleArgs& a) {
   auto policy = LoadPolicy(*recipe);
   if (!policy.ok()) return fail(policy.status().message());
   const model::ModelConfig& mc = policy->checkpoint.config;
-  const int64_t kv_bytes =
-      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * int64_t{sizeof(float)};
-  auto options = actor::RolloutWorkerOptionsOf(*recipe, kv_bytes);
+  auto options = actor::RolloutWorkerOptionsOf(*recipe, rollout::KvBytesPerToken(mc));
   if (!options.ok()) return fail(options.status().message());
   auto reward = actor::RewardOf(*recipe);
   if (!reward.ok()) return fail(std::string(reward.status().message()));

@@ -21,6 +21,26 @@ uint64_t SampleSeed(uint64_t request_seed, int32_t sample_index) {
   return z ^ (z >> 31);
 }
 
+int64_t KvBytesPerToken(const model::ModelConfig& model) {
+  return 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim *
+         static_cast<int64_t>(sizeof(float));
+}
+
+StatusOr<int32_t> KvBlocksFor(int64_t megabytes, int64_t bytes_per_token, int32_t block_size) {
+  if (megabytes <= 0 || bytes_per_token <= 0 || block_size <= 0) {
+    return InvalidArgumentError("KV cache: " + std::to_string(megabytes) + " MiB, " +
+                                std::to_string(bytes_per_token) + " bytes per token, blocks of " +
+                                std::to_string(block_size) + " tokens: each must be > 0");
+  }
+  const int64_t blocks = (megabytes << 20) / (bytes_per_token * block_size);
+  if (blocks < 1) {
+    return InvalidArgumentError(std::to_string(megabytes) + " MiB holds no KV block of " +
+                                std::to_string(block_size) + " tokens (" +
+                                std::to_string(bytes_per_token * block_size) + " bytes)");
+  }
+  return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+}
+
 Status RolloutEngineConfig::Validate() const {
   if (block_size <= 0) {
     return InvalidArgumentError("rollout engine config: block_size must be > 0, got " +

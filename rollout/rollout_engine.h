@@ -32,6 +32,15 @@ struct RolloutEngineConfig {
   Status Validate() const;
 };
 
+// Bytes one token takes in the engine's KV cache for `model`: f32 K and V of every layer's KV
+// heads, 2 · layers · kv_heads · head_dim · 4.
+int64_t KvBytesPerToken(const model::ModelConfig& model);
+
+// How many KV blocks of `block_size` tokens fit in `megabytes` MiB at `bytes_per_token` (at most
+// 2^30). Errors: InvalidArgument when not one block fits ("... MiB holds no KV block of N
+// tokens"), or for a non-positive argument.
+StatusOr<int32_t> KvBlocksFor(int64_t megabytes, int64_t bytes_per_token, int32_t block_size);
+
 // One generation request: `n` samples from one prompt (a GRPO group when n > 1).
 struct RolloutRequest {
   std::vector<int32_t> prompt_ids;  // >= 1 ids in [0, V)

@@ -151,7 +151,7 @@ TEST(CliEval, RecipeSuppliesSettingsAndFlagsOverride) {
   nlohmann::json s = nlohmann::json::parse(r.out);
   EXPECT_EQ(s["model"], bin);
   EXPECT_EQ(s["data"], data);
-  EXPECT_NEAR(s["temperature"].get<double>(), 0.7, 1e-6);
+  EXPECT_EQ(s["temperature"].get<double>(), 0.7);  // as written, not 0.699999988
   EXPECT_NEAR(s["top_p"].get<double>(), 0.9, 1e-6);
   EXPECT_EQ(s["max_tokens"], 16);
   EXPECT_EQ(s["n"], 2);  // --n, not rollout.n

@@ -547,5 +547,25 @@ TEST(RolloutEnginePrefixCacheTest, SecondRequestReusesTheSharedPrefixWithIdentic
   EXPECT_EQ(got.generated_ids.size(), 8u);
 }
 
+// KV cache sizing, shared by the recipe, `laminar generate`, `eval` and `bench`.
+TEST(KvCacheSizeTest, BlocksForAMemoryBudget) {
+  model::ModelConfig c;
+  c.num_hidden_layers = 30;
+  c.num_key_value_heads = 3;
+  c.head_dim = 64;
+  EXPECT_EQ(KvBytesPerToken(c), 2 * 30 * 3 * 64 * 4);  // SmolLM2-135M: 46,080 bytes
+  auto blocks = KvBlocksFor(64, KvBytesPerToken(c), 16);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(*blocks, (64 << 20) / (46080 * 16));
+  auto too_small = KvBlocksFor(1, 1 << 20, 16);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_NE(too_small.status().message().find("1 MiB holds no KV block of 16 tokens"),
+            std::string::npos)
+      << too_small.status();
+  EXPECT_FALSE(KvBlocksFor(0, 100, 16).ok());
+  EXPECT_FALSE(KvBlocksFor(8, 100, 0).ok());
+  EXPECT_EQ(*KvBlocksFor(int64_t{1} << 40, 1, 1), int32_t{1} << 30);  // capped
+}
+
 }  // namespace
 }  // namespace laminar::rollout
