@@ -79,8 +79,13 @@ StatusOr<nlohmann::json> Start(Role* role, int timeout_ms) {
                                                        .new_session = true}));
   auto line = role->process.ReadLine(timeout_ms);
   if (!line.ok()) {
-    return UnavailableError(role->name + " did not start (" + std::string(line.status().message()) +
-                            "); " + role->log.string() + ":" + Tail(role->log, 5));
+    // It stopped (a bad recipe, dataset or model: its log says why), or it hangs.
+    auto code = role->process.Wait(2000);
+    const std::string what =
+        code.ok() ? " stopped (exit " + std::to_string(*code) + ") before it was ready"
+                  : " did not start (" + std::string(line.status().message()) + ")";
+    return UnavailableError(role->name + what + "; " + role->log.string() + ":" +
+                            Tail(role->log, 5));
   }
   nlohmann::json ready = nlohmann::json::parse(*line, nullptr, false);
   if (!ready.is_object()) {

@@ -205,6 +205,21 @@ TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {
     auto data = RunLaminar("run " + (dir / "data.yaml").string());
     EXPECT_EQ(data.exit_code, 1);
     EXPECT_NE(data.err.find("data.path"), std::string::npos) << data.err;
+    // A row without its prompt: the manager refuses the dataset, naming the line and field.
+    std::ofstream(dir / "rows.jsonl") << "{\"prompt\": \"Once\", \"ground_truth\": \"a\"}\n"
+                                      << "{\"text\": \"Once\", \"ground_truth\": \"a\"}\n";
+    std::ofstream(dir / "rows.yaml")
+        << "model: {path: " << model.string()
+        << ", tokenizer: " << (model.parent_path() / "tok512.bin").string()
+        << "}\ndata: {path: " << (dir / "rows.jsonl").string()
+        << ", default_data_source: x}\nreward: {name: contains}\n";
+    auto rows = RunLaminar("run " + (dir / "rows.yaml").string() + " --run-dir " +
+                           (dir / "rows_run").string());
+    EXPECT_EQ(rows.exit_code, 1);
+    EXPECT_NE(rows.err.find("manager stopped (exit 1) before it was ready"), std::string::npos)
+        << rows.err;
+    EXPECT_NE(rows.err.find("rows.jsonl:2: field 'prompt' is missing"), std::string::npos)
+        << rows.err;
   }
   auto missing = RunLaminar("run " + (dir / "absent.yaml").string());
   EXPECT_EQ(missing.exit_code, 1);
