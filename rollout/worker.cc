@@ -1,6 +1,7 @@
 // Rollout worker loop; see worker.h.
 #include "rollout/worker.h"
 
+#include <future>
 #include <set>
 #include <thread>
 #include <utility>
@@ -237,6 +238,12 @@ Status RolloutWorker::SendHeartbeat() {
       // KV after a re-prefill: the prompt and what was generated, in whole blocks.
       rs->set_kv_tokens((f.num_tokens + bs - 1) / bs * bs);
     }
+    for (const auto& [prompt_id, sample_index] : scoring_) {
+      proto::RunningSample* rs = h->add_running_samples();
+      rs->set_prompt_id(prompt_id);
+      rs->set_sample_index(sample_index);
+      rs->set_kv_tokens(0);
+    }
   }
   {
     // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
@@ -343,26 +350,65 @@ Status RolloutWorker::Generate() {
   proto::ManagerRequest req;
   proto::TrajectoryBatch* batch = req.mutable_trajectories();
   int64_t tokens = 0, reward_errors = 0, reward_timeouts = 0;
-  for (FinishedSample& f : finished) {
-    const Request& r = requests_.at(f.request_id);
-    const auto reward_start = Clock::now();
-    auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
-    double score = options_.reward_failure_score;
-    if (text.ok()) {
-      auto result = reward_({.data_source = r.data_source,
-                             .solution_str = *text,
-                             .ground_truth = r.ground_truth,
-                             .extra_info_json = r.extra_info_json});
-      if (result.ok() && std::isfinite(result->score)) {
-        score = result->score;
-      } else if (result.status().code() == StatusCode::kDeadlineExceeded) {
-        ++reward_timeouts;
-      } else {
-        ++reward_errors;
+  // Scores, computed on a thread of their own while this one keeps the manager's heartbeats
+  // going: a reward that takes seconds (a Python plug-in may take up to its timeout_s) must not
+  // read as a dead rollout whose groups are re-issued. One thread, in order, as before: a C
+  // plug-in need not be thread-safe.
+  std::vector<double> scores(finished.size(), options_.reward_failure_score);
+  std::vector<double> reward_s(finished.size(), 0.0);
+  // Samples being scored still count as running in the heartbeats (the manager re-issues a group
+  // a live rollout stops listing); their KV is already freed.
+  scoring_.clear();
+  for (const FinishedSample& f : finished) {
+    scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
+  }
+  auto score_all = std::async(std::launch::async, [&] {
+    for (size_t i = 0; i < finished.size(); ++i) {
+      const FinishedSample& f = finished[i];
+      const Request& r = requests_.at(f.request_id);
+      const auto reward_start = Clock::now();
+      auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
+      Status failed = text.status();
+      if (text.ok()) {
+        auto result = reward_({.data_source = r.data_source,
+                               .solution_str = *text,
+                               .ground_truth = r.ground_truth,
+                               .extra_info_json = r.extra_info_json});
+        if (result.ok() && std::isfinite(result->score)) {
+          scores[i] = result->score;
+        } else if (result.ok()) {
+          failed = InvalidArgumentError("the reward is not a finite number");
+        } else {
+          failed = result.status();
+        }
       }
-    } else {
-      ++reward_errors;
+      reward_s[i] = Seconds(Clock::now() - reward_start);
+      if (failed.ok()) continue;
+      const bool timeout = failed.code() == StatusCode::kDeadlineExceeded;
+      ++(timeout ? reward_timeouts : reward_errors);
+      // The first failures in full, then one in a hundred, so that a reward failing on every
+      // sample says why without flooding the log.
+      const int64_t seen = ++reward_failures_logged_;
+      if (seen <= 5 || seen % 100 == 0) {
+        LAMINAR_LOG(WARN, ROLLOUT)
+            << options_.id << ": reward of " << r.prompt_id << "/" << f.sample_index
+            << " failed (failure " << seen << "; it scores reward.failure_score): " << failed;
+      }
     }
+  });
+  while (score_all.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
+         std::future_status::ready) {
+    if (Clock::now() >= next_heartbeat_) {
+      LAMINAR_RETURN_IF_ERROR(SendHeartbeat());
+      next_heartbeat_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+    }
+  }
+  score_all.get();
+  scoring_.clear();
+  for (size_t i = 0; i < finished.size(); ++i) {
+    FinishedSample& f = finished[i];
+    const Request& r = requests_.at(f.request_id);
+    const double score = scores[i];
     proto::Trajectory* t = batch->add_trajectories();
     t->set_prompt_id(r.prompt_id);
     t->set_sample_index(f.sample_index);
@@ -372,8 +418,8 @@ Status RolloutWorker::Generate() {
     t->set_version(f.version);
     t->set_finish_reason(ToProto(f.finish_reason));
     t->set_reward(static_cast<float>(score));
-    t->mutable_timings()->set_generate_s(Seconds(reward_start - r.start));
-    t->mutable_timings()->set_reward_s(Seconds(Clock::now() - reward_start));
+    t->mutable_timings()->set_generate_s(Seconds(Clock::now() - r.start) - reward_s[i]);
+    t->mutable_timings()->set_reward_s(reward_s[i]);
     t->set_rollout_id(options_.id);
     tokens += static_cast<int64_t>(f.generated_ids.size());
     partial_sent_.erase({f.request_id, f.sample_index});

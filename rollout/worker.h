@@ -133,6 +133,10 @@ class RolloutWorker {
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).
   std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
+  int64_t reward_failures_logged_ = 0;
+  // (prompt id, sample index) of the finished samples Generate is scoring, for the heartbeats.
+  std::vector<std::pair<std::string, int32_t>>
+      scoring_;  // reward failures so far (their log lines are sampled)
   std::chrono::steady_clock::time_point next_work_{};
   mutable std::mutex stats_mu_;
   RolloutWorkerStats stats_;

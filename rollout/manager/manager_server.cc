@@ -333,6 +333,7 @@ void ManagerServer::Repack(double now) {
         last != kv_at_last_round_.end() ? last->second : h.kv_blocks_used_previous * bs;
     kv_at_last_round_[h.id] = r.kv_used_tokens;
     for (const proto::RunningSample& s : running_[h.id]) {
+      if (s.kv_tokens() == 0) continue;  // finished, being scored: nothing left to move
       r.running.push_back({.id = s.prompt_id() + "#" + std::to_string(s.sample_index()),
                            .kv_tokens = std::min(s.kv_tokens(), r.kv_capacity_tokens)});
     }

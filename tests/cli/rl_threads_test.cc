@@ -5,8 +5,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,25 +27,34 @@
 namespace laminar::testing {
 namespace {
 
-TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
-  LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
-  auto ckpt = model::LoadCheckpoint(model_path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto tok = model::LoadTokenizer(tok_path);
-  ASSERT_TRUE(tok.ok()) << tok.status();
+// What a run of every role as threads left behind.
+struct ThreadsRun {
+  Status actor_status;
+  std::vector<Status> rollout_status;
+  std::vector<actor::StepMetrics> steps;
+  std::map<std::string, double> manager_metrics;  // after `settled` held or 5 s passed
+};
 
+// A master relay, the manager, 2 rollouts scoring with `reward` and the actor for 3 steps of 2
+// groups of 2 samples; rollouts silent for `heartbeat_timeout_s` are dead. After the actor, waits
+// (up to 5 s) for `settled` to hold on the manager's metrics.
+ThreadsRun RunAllRolesAsThreads(
+    const model::Checkpoint& ckpt, const model::Tokenizer& tok, reward::RewardFn reward,
+    double heartbeat_timeout_s,
+    const std::function<bool(const std::map<std::string, double>&)>& settled) {
+  ThreadsRun out;
   relay::RelayOptions ro;
   ro.id = "master";
   ro.shm_prefix = "lt" + std::to_string(getpid()) + "threads";
   auto relay = relay::Relay::Start(std::move(ro));
-  ASSERT_TRUE(relay.ok()) << relay.status();
+  EXPECT_TRUE(relay.ok()) << relay.status();
+  if (!relay.ok()) return out;
   const std::string relay_endpoint = (*relay)->info().control_endpoint();
 
   std::vector<manager::PromptRow> rows;
   for (int i = 0; i < 12; ++i) {
-    auto ids = (*tok)->Encode(i % 2 ? "The dog" : "Once upon a time", {.add_special = true});
-    ASSERT_TRUE(ids.ok()) << ids.status();
+    auto ids = tok.Encode(i % 2 ? "The dog" : "Once upon a time", {.add_special = true});
+    EXPECT_TRUE(ids.ok()) << ids.status();
     rows.push_back({.id = std::to_string(i),
                     .prompt_ids = *ids,
                     .ground_truth = "cat",
@@ -51,7 +63,7 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
                     .source = "row " + std::to_string(i)});
   }
   auto dataset = manager::MakePromptDataset("threads", std::move(rows));
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
   manager::ManagerConfig mc;
   mc.num_samples = 2;
   mc.sampling.set_temperature(1.0f);
@@ -61,12 +73,60 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   manager::ManagerServerOptions so;
   so.groups_per_step = 2;
   so.repack_interval_s = 0.05;
+  so.heartbeat_timeout_s = heartbeat_timeout_s;
   auto server = manager::ManagerServer::Start(
       std::make_shared<const manager::PromptDataset>(std::move(*dataset)), mc, so);
-  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return out;
 
   std::atomic<bool> stop{false}, stop_rollouts{false};
   std::vector<std::thread> rollouts;
+  out.rollout_status.resize(2);
+  for (int i = 0; i < 2; ++i) {
+    rollout::RolloutWorkerOptions wo;
+    wo.id = "rollout/" + std::to_string(i);
+    wo.manager = (*server)->endpoint();
+    wo.relays = {relay_endpoint};
+    wo.engine.num_blocks = 64;
+    wo.max_groups = 2;
+    wo.heartbeat_interval_ms = 50;
+    auto w = rollout::RolloutWorker::Create(ckpt.config, &tok, reward, std::move(wo));
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return out;
+    rollouts.emplace_back([worker = std::shared_ptr<rollout::RolloutWorker>(std::move(*w)),
+                           &stop_rollouts, &out,
+                           i] { out.rollout_status[i] = worker->Run(stop_rollouts); });
+  }
+  actor::ActorOptions ao;
+  ao.manager = (*server)->endpoint();
+  ao.master_relay = relay_endpoint;
+  ao.groups_per_step = 2;
+  ao.max_steps = 3;
+  ao.trainer.optimizer.lr = 1e-3;
+  auto act = actor::Actor::Create(ckpt.config, ckpt.weights, std::move(ao), /*resume=*/false);
+  EXPECT_TRUE(act.ok()) << act.status();
+  if (act.ok()) {
+    out.actor_status =
+        (*act)->Run(stop, [&](const actor::StepMetrics& m) { out.steps.push_back(m); });
+  }
+  for (int i = 0; i < 200 && !settled((*server)->Metrics()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  stop_rollouts.store(true);
+  for (auto& t : rollouts) t.join();
+  out.manager_metrics = (*server)->Metrics();
+  (*server)->Stop();
+  (*relay)->Stop();
+  return out;
+}
+
+TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
+  LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
+  auto ckpt = model::LoadCheckpoint(model_path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto tok = model::LoadTokenizer(tok_path);
+  ASSERT_TRUE(tok.ok()) << tok.status();
   // Every fifth score fails and every fifth (another) runs past its deadline: the samples count
   // as 0 and the run goes on.
   auto contains = reward::BuiltinReward("contains");
@@ -79,57 +139,50 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
     if (call % 5 == 3) return DeadlineExceededError("flaky reward: too slow");
     return contains(in);
   };
-  std::vector<Status> rollout_status(2);
-  for (int i = 0; i < 2; ++i) {
-    rollout::RolloutWorkerOptions wo;
-    wo.id = "rollout/" + std::to_string(i);
-    wo.manager = (*server)->endpoint();
-    wo.relays = {relay_endpoint};
-    wo.engine.num_blocks = 64;
-    wo.max_groups = 2;
-    wo.heartbeat_interval_ms = 50;
-    auto w = rollout::RolloutWorker::Create(ckpt->config, tok->get(), flaky, std::move(wo));
-    ASSERT_TRUE(w.ok()) << w.status();
-    rollouts.emplace_back([worker = std::shared_ptr<rollout::RolloutWorker>(std::move(*w)),
-                           &stop_rollouts, &rollout_status,
-                           i] { rollout_status[i] = worker->Run(stop_rollouts); });
-  }
-  actor::ActorOptions ao;
-  ao.manager = (*server)->endpoint();
-  ao.master_relay = relay_endpoint;
-  ao.groups_per_step = 2;
-  ao.max_steps = 3;
-  ao.trainer.optimizer.lr = 1e-3;
-  auto act = actor::Actor::Create(ckpt->config, ckpt->weights, std::move(ao), /*resume=*/false);
-  ASSERT_TRUE(act.ok()) << act.status();
-  std::vector<actor::StepMetrics> steps;
-  Status st = (*act)->Run(stop, [&](const actor::StepMetrics& m) { steps.push_back(m); });
   // The failures reach the manager with the rollouts' heartbeats.
-  for (int i = 0; i < 200; ++i) {
-    const auto m = (*server)->Metrics();
-    if (m.contains("reward/error_count") && m.at("reward/error_count") >= 1 &&
-        m.contains("reward/timeout_count") && m.at("reward/timeout_count") >= 1) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  const ThreadsRun run = RunAllRolesAsThreads(
+      *ckpt, **tok, flaky, /*heartbeat_timeout_s=*/5, [](const std::map<std::string, double>& m) {
+        return m.contains("reward/error_count") && m.at("reward/error_count") >= 1 &&
+               m.contains("reward/timeout_count") && m.at("reward/timeout_count") >= 1;
+      });
+  ASSERT_TRUE(run.actor_status.ok()) << run.actor_status;
+  for (const Status& s : run.rollout_status) EXPECT_TRUE(s.ok()) << s;
+  ASSERT_EQ(run.steps.size(), 3u);
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    EXPECT_EQ(run.steps[i].at("training/version"), static_cast<double>(i + 1));
+    EXPECT_GE(run.steps[i].at("staleness/mean"), 0.0);
   }
-  stop_rollouts.store(true);
-  for (auto& t : rollouts) t.join();
-  ASSERT_TRUE(st.ok()) << st;
-  for (const Status& s : rollout_status) EXPECT_TRUE(s.ok()) << s;
-  ASSERT_EQ(steps.size(), 3u);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    EXPECT_EQ(steps[i].at("training/version"), static_cast<double>(i + 1));
-    EXPECT_GE(steps[i].at("staleness/mean"), 0.0);
-  }
-  EXPECT_EQ((*act)->policy_version(), 3);
-  const auto m = (*server)->Metrics();
+  const auto& m = run.manager_metrics;
   EXPECT_EQ(m.at("manager/taken"), 6);  // 3 steps x 2 groups, each taken once
   EXPECT_GE(m.at("reward/error_count"), 1);
   EXPECT_GE(m.at("reward/timeout_count"), 1);
-  EXPECT_EQ(steps.back().count("reward/error_count"), 1u);
-  (*server)->Stop();
-  (*relay)->Stop();
+  EXPECT_EQ(run.steps.back().count("reward/error_count"), 1u);
+}
+
+// A reward slower than the manager's heartbeat timeout (summed over the samples a rollout scores
+// at once) does not make the rollout look dead: it keeps its heartbeats going while it scores,
+// so nothing is re-issued and training goes on.
+TEST(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
+  LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
+  auto ckpt = model::LoadCheckpoint(model_path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto tok = model::LoadTokenizer(tok_path);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto contains = reward::BuiltinReward("contains");
+  ASSERT_TRUE(contains.ok());
+  reward::RewardFn slow = [contains = *contains](const reward::RewardInput& in) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    return contains(in);
+  };
+  const ThreadsRun run =
+      RunAllRolesAsThreads(*ckpt, **tok, slow, /*heartbeat_timeout_s=*/1.0,
+                           [](const std::map<std::string, double>&) { return true; });
+  ASSERT_TRUE(run.actor_status.ok()) << run.actor_status;
+  for (const Status& s : run.rollout_status) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(run.steps.size(), 3u);
+  EXPECT_EQ(run.manager_metrics.at("manager/rollouts_dead"), 0);
+  EXPECT_EQ(run.manager_metrics.at("manager/reissued"), 0);
 }
 
 // A hand-driven rollout over the manager's real socket: takes work, answers groups with fixed
