@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -235,6 +236,8 @@ int RunJob(const RunArgs& a) {
         << effective->ToYaml();
   }
 
+  // Every role stops when this process dies, even by SIGKILL (cli/main.cc StopWithSupervisor).
+  ::setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), /*overwrite=*/1);
   std::error_code self_ec;
   const std::string self = fs::read_symlink("/proc/self/exe", self_ec).string();
   if (self_ec) return Fail("cannot find this binary: " + self_ec.message());

@@ -24,6 +24,10 @@ std::vector<Command>& CommandRegistry();
 // 2: a usage error), so each command reports errors in one form.
 int CommandFail(std::string_view command, std::string_view message, int code = 1);
 
+// Set by `laminar run` in its roles' environment to its own pid: a role stops (SIGTERM) when
+// that process dies (cli/main.cc).
+inline constexpr char kSupervisorPidEnv[] = "LAMINAR_SUPERVISOR_PID";
+
 struct CommandRegistrar {
   CommandRegistrar(std::string name, std::string description, CommandSetup setup) {
     CommandRegistry().push_back({std::move(name), std::move(description), std::move(setup)});

@@ -1,6 +1,11 @@
 // The `laminar` binary: dispatches to the registered subcommands.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -37,11 +42,24 @@ std::function<int()> SetupVersion(CLI::App*) {
 LAMINAR_REGISTER_COMMAND("version", "print the version and the GPUs this build can use",
                          SetupVersion);
 
+// A role started by `laminar run` (kSupervisorPidEnv names the supervisor) gets SIGTERM when the
+// supervisor dies, even by SIGKILL: it stops as on Ctrl-C (the actor saves a checkpoint) instead
+// of running on with no one to stop it.
+void StopWithSupervisor() {
+  const char* pid = std::getenv(kSupervisorPidEnv);
+  if (pid == nullptr) return;
+  ::unsetenv(kSupervisorPidEnv);  // not for the role's own children
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The supervisor may have died before the prctl: then this process was already re-parented.
+  if (std::to_string(::getppid()) != pid) ::raise(SIGTERM);
+}
+
 }  // namespace
 }  // namespace laminar::cli
 
 int main(int argc, char** argv) {
   using laminar::cli::CommandRegistry;
+  laminar::cli::StopWithSupervisor();
   CLI::App app{"laminar: asynchronous RL post-training for LLMs"};
   app.require_subcommand(1);
   auto& commands = CommandRegistry();

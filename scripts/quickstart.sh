@@ -3,7 +3,7 @@
 # (configs/quickstart.yaml: grade-school arithmetic, gsm8k reward, 1 rollout worker, 40 steps of
 # 4 prompts x 8 samples), measured before and after on held-out problems with `laminar eval`
 # (configs/data/arithmetic_test.jsonl: no question of it is trained on; fixed seeds).
-#   scripts/quickstart.sh                      # about 25 minutes on 2 cores after the build
+#   scripts/quickstart.sh                      # about 14 minutes on 2 cores after the build
 #   scripts/quickstart.sh actor.max_steps=10   # recipe overrides go to `laminar run`
 #   scripts/quickstart.sh --resume             # continue an interrupted run
 # Writes runs/quickstart/ (metrics.jsonl, tensorboard/, checkpoints/, model/, plots/, logs/) and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configures, builds and runs the test suite (CTest labels unit, integration, e2e; gpu tests skip
+# Configures, builds and runs the test suite (CTest labels unit, integration, gpu; gpu tests skip
 # without a device). Extra arguments go to ctest, e.g. scripts/test.sh -L unit.
 # Environment: BUILD_DIR (default build), LAMINAR_WERROR (default ON), JOBS (default nproc).
 set -euo pipefail

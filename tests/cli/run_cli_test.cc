@@ -187,6 +187,27 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
   EXPECT_EQ(all[all.size() - 2]["training/global_step"].get<double>(), last + 1);
 }
 
+// A supervisor killed outright (SIGKILL: no chance to stop its children) does not leave the
+// roles running: each gets SIGTERM from the kernel and stops as on Ctrl-C, the actor with a
+// checkpoint.
+TEST(RunCliTest, RolesStopWhenTheSupervisorIsKilled) {
+  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const fs::path dir = TempDir("run_killed");
+  const std::string recipe = WriteRunRecipe(dir, model, tok);
+  const fs::path out = dir / "out";
+  auto run = Process::Spawn({LAMINAR_BINARY, "run", recipe, "--run-dir", out.string()},
+                            (dir / "run.err").string());
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(WaitFor([&] { return Lines(out / "metrics.jsonl").size() >= 1; }, 60000))
+      << Slurp(dir / "run.err");
+  run->Signal(SIGKILL);
+  ASSERT_TRUE(run->Wait(10000).ok());
+  EXPECT_TRUE(WaitFor([&] { return FindProcess({recipe}) == -1; }, 60000))
+      << "roles of the killed run still run";
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / "latest"));
+}
+
 TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {
   const fs::path dir = TempDir("run_bad");
   std::ofstream(dir / "unknown.yaml") << "model: {path: m}\ndata: {path: d}\nactor: {lr_typo: 1}\n";
