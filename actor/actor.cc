@@ -259,7 +259,14 @@ Status Actor::Run(const std::atomic<bool>& stop,
     int64_t tokens = 0, clipped = 0;
     double len_max = 0, len_min = 1e300, reward_s = 0;
     std::map<std::string, int64_t> group_of;
+    // The reward's sub-scores, averaged over the samples reporting each: reward/<name>.
+    std::map<std::string, std::pair<double, int64_t>> extra;
     for (const proto::Trajectory& t : *batch) {
+      for (const auto& [name, value] : t.reward_extra()) {
+        auto& [sum, count] = extra[name.starts_with("reward/") ? name : "reward/" + name];
+        sum += value;
+        ++count;
+      }
       trainer::TrainSample s;
       s.prompt_ids.assign(t.prompt_ids().begin(), t.prompt_ids().end());
       s.response_ids.assign(t.response_ids().begin(), t.response_ids().end());
@@ -308,6 +315,9 @@ Status Actor::Run(const std::atomic<bool>& stop,
     m["response_length/max"] = len_max;
     m["response_length/min"] = len_min;
     m["response_length/clip_ratio"] = static_cast<double>(clipped) / n;
+    for (const auto& [name, sum_count] : extra) {
+      m[name] = sum_count.first / static_cast<double>(sum_count.second);
+    }
     const double step_s = Seconds(now - last_update);
     // gen: how long the trainer waited for the batch (rollouts generate while it trains);
     // reward: the rollouts' time scoring the batch's samples, summed.

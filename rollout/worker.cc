@@ -2,6 +2,7 @@
 #include "rollout/worker.h"
 
 #include <future>
+#include <map>
 #include <set>
 #include <thread>
 #include <utility>
@@ -356,6 +357,7 @@ Status RolloutWorker::Generate() {
   // plug-in need not be thread-safe.
   std::vector<double> scores(finished.size(), options_.reward_failure_score);
   std::vector<double> reward_s(finished.size(), 0.0);
+  std::vector<std::map<std::string, double>> extras(finished.size());
   // Samples being scored still count as running in the heartbeats (the manager re-issues a group
   // a live rollout stops listing); their KV is already freed.
   scoring_.clear();
@@ -376,6 +378,7 @@ Status RolloutWorker::Generate() {
                                .extra_info_json = r.extra_info_json});
         if (result.ok() && std::isfinite(result->score)) {
           scores[i] = result->score;
+          extras[i] = std::move(result->extra);
         } else if (result.ok()) {
           failed = InvalidArgumentError("the reward is not a finite number");
         } else {
@@ -421,6 +424,9 @@ Status RolloutWorker::Generate() {
     t->mutable_timings()->set_generate_s(Seconds(Clock::now() - r.start) - reward_s[i]);
     t->mutable_timings()->set_reward_s(reward_s[i]);
     t->set_rollout_id(options_.id);
+    for (const auto& [name, value] : extras[i]) {
+      if (std::isfinite(value)) (*t->mutable_reward_extra())[name] = value;
+    }
     tokens += static_cast<int64_t>(f.generated_ids.size());
     partial_sent_.erase({f.request_id, f.sample_index});
   }

@@ -172,11 +172,11 @@ TEST(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
   auto contains = reward::BuiltinReward("contains");
   ASSERT_TRUE(contains.ok());
   reward::RewardFn slow = [contains = *contains](const reward::RewardInput& in) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
     return contains(in);
   };
   const ThreadsRun run =
-      RunAllRolesAsThreads(*ckpt, **tok, slow, /*heartbeat_timeout_s=*/1.0,
+      RunAllRolesAsThreads(*ckpt, **tok, slow, /*heartbeat_timeout_s=*/2.5,
                            [](const std::map<std::string, double>&) { return true; });
   ASSERT_TRUE(run.actor_status.ok()) << run.actor_status;
   for (const Status& s : run.rollout_status) EXPECT_TRUE(s.ok()) << s;

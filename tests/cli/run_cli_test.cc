@@ -87,6 +87,8 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
   EXPECT_EQ(metrics.back()["training/global_step"].get<double>(), 3);
   // The Python reward scored every sample without an error.
   for (const auto& m : metrics) EXPECT_EQ(m.value("reward/error_count", -1.0), 0) << m.dump();
+  // Its dict's other entries are metrics: the mean response length in characters.
+  for (const auto& m : metrics) EXPECT_GT(m.value("reward/length", -1.0), 0) << m.dump();
   EXPECT_TRUE(fs::exists(dir / "out" / "checkpoints" / "step_3" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "out" / "recipe.yaml"));
   // The progress file the run's bar is drawn from: its last state is step 3's training.
