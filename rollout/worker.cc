@@ -364,6 +364,7 @@ Status RolloutWorker::Generate() {
   for (const FinishedSample& f : finished) {
     scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
   }
+  const auto scoring_start = Clock::now();
   auto score_all = std::async(std::launch::async, [&] {
     for (size_t i = 0; i < finished.size(); ++i) {
       const FinishedSample& f = finished[i];
@@ -421,7 +422,7 @@ Status RolloutWorker::Generate() {
     t->set_version(f.version);
     t->set_finish_reason(ToProto(f.finish_reason));
     t->set_reward(static_cast<float>(score));
-    t->mutable_timings()->set_generate_s(Seconds(Clock::now() - r.start) - reward_s[i]);
+    t->mutable_timings()->set_generate_s(Seconds(scoring_start - r.start));
     t->mutable_timings()->set_reward_s(reward_s[i]);
     t->set_rollout_id(options_.id);
     for (const auto& [name, value] : extras[i]) {
