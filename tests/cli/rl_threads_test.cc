@@ -120,13 +120,24 @@ ThreadsRun RunAllRolesAsThreads(
   return out;
 }
 
-TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
-  LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
-  auto ckpt = model::LoadCheckpoint(model_path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto tok = model::LoadTokenizer(tok_path);
-  ASSERT_TRUE(tok.ok()) << tok.status();
+// The stories260K policy and tokenizer from ../shared (the tests skip without them).
+class RlThreadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
+    LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
+    auto ckpt = model::LoadCheckpoint(model_path);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_ = std::make_unique<model::Checkpoint>(std::move(*ckpt));
+    auto tok = model::LoadTokenizer(tok_path);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = std::move(*tok);
+  }
+  std::unique_ptr<model::Checkpoint> ckpt_;
+  std::unique_ptr<model::Tokenizer> tok_;
+};
+
+TEST_F(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   // Every fifth score fails and every fifth (another) runs past its deadline: the samples count
   // as 0 and the run goes on.
   auto contains = reward::BuiltinReward("contains");
@@ -141,7 +152,7 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   };
   // The failures reach the manager with the rollouts' heartbeats.
   const ThreadsRun run = RunAllRolesAsThreads(
-      *ckpt, **tok, flaky, /*heartbeat_timeout_s=*/5, [](const std::map<std::string, double>& m) {
+      *ckpt_, *tok_, flaky, /*heartbeat_timeout_s=*/5, [](const std::map<std::string, double>& m) {
         return m.contains("reward/error_count") && m.at("reward/error_count") >= 1 &&
                m.contains("reward/timeout_count") && m.at("reward/timeout_count") >= 1;
       });
@@ -162,13 +173,7 @@ TEST(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
 // A reward slower than the manager's heartbeat timeout (summed over the samples a rollout scores
 // at once) does not make the rollout look dead: it keeps its heartbeats going while it scores,
 // so nothing is re-issued and training goes on.
-TEST(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
-  LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
-  auto ckpt = model::LoadCheckpoint(model_path);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto tok = model::LoadTokenizer(tok_path);
-  ASSERT_TRUE(tok.ok()) << tok.status();
+TEST_F(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
   auto contains = reward::BuiltinReward("contains");
   ASSERT_TRUE(contains.ok());
   reward::RewardFn slow = [contains = *contains](const reward::RewardInput& in) {
@@ -176,7 +181,7 @@ TEST(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
     return contains(in);
   };
   const ThreadsRun run =
-      RunAllRolesAsThreads(*ckpt, **tok, slow, /*heartbeat_timeout_s=*/2.5,
+      RunAllRolesAsThreads(*ckpt_, *tok_, slow, /*heartbeat_timeout_s=*/2.5,
                            [](const std::map<std::string, double>&) { return true; });
   ASSERT_TRUE(run.actor_status.ok()) << run.actor_status;
   for (const Status& s : run.rollout_status) EXPECT_TRUE(s.ok()) << s;
