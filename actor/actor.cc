@@ -170,18 +170,18 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
 }
 
 void Actor::ShowProgress(const StepProgress& progress) {
-  if (!options_.progress_path.empty()) {
-    std::string json = ProgressJson(progress);
-    // The time a phase began does not make it new: rewrite only when something else changed.
-    StepProgress same_time = progress;
-    same_time.since_unix_s = 0;
-    std::string key = ProgressJson(same_time);
-    if (key != progress_written_) {
-      if (Status st = WriteFileAtomic(options_.progress_path, json, /*durable=*/false); !st.ok()) {
-        LAMINAR_LOG(WARN, ACTOR) << "progress: " << st.message();
-      }
-      progress_written_ = std::move(key);
+  // Rewritten only when something but the phase's start time changed (the actor polls often).
+  const auto& last = progress_written_;
+  const bool changed = !last || last->step != progress.step || last->phase != progress.phase ||
+                       last->samples != progress.samples ||
+                       last->samples_needed != progress.samples_needed;
+  if (!options_.progress_path.empty() && changed) {
+    if (Status st = WriteFileAtomic(options_.progress_path, ProgressJson(progress),
+                                    /*durable=*/false);
+        !st.ok()) {
+      LAMINAR_LOG(WARN, ACTOR) << "progress: " << st.message();
     }
+    progress_written_ = progress;
   }
   if (progress.phase == "generating" && options_.progress_bar && isatty(STDERR_FILENO) == 1) {
     std::fprintf(stderr, "\r\033[K[actor] %s", ProgressLine(progress, UnixNow()).c_str());

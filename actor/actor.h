@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/console.h"
 #include "actor/tensorboard.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
@@ -65,11 +66,7 @@ struct ActorOptions {
   Status Validate() const;
 };
 
-struct StepProgress;  // actor/console.h
-
-// One training step's result: the metrics written to metrics_path (verl names plus
-// staleness/*, timing_s/*, perf/throughput, trainer/idle_ratio, relay/publish_stall_s).
-using StepMetrics = std::map<std::string, double>;
+// StepMetrics (one training step's result) and StepProgress are in actor/console.h.
 
 // Not thread-safe: one thread calls Run.
 class Actor {
@@ -114,7 +111,7 @@ class Actor {
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;
-  std::string progress_written_;  // the progress_path contents last written
+  std::optional<StepProgress> progress_written_;  // what progress_path holds
   bool bar_on_screen_ = false;
 };
 

@@ -4,13 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include "actor/actor.h"
-
 namespace laminar::actor {
+
+// One training step's result: the metrics written to metrics_path (verl names plus
+// staleness/*, timing_s/*, perf/throughput, trainer/idle_ratio, relay/publish_stall_s).
+using StepMetrics = std::map<std::string, double>;
 
 // The step's console line, without a newline, e.g.
 //   "[actor] step 12 v12  reward 0.625  len 143.2  staleness 0.75  1834 tok/s  elapsed 0:03:07"

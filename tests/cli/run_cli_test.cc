@@ -41,6 +41,11 @@ std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const 
   return WriteStoriesRecipe(dir, model, tok, run);
 }
 
+// `laminar run RECIPE --run-dir OUT` in the background, its stderr appended to `err`.
+StatusOr<Process> SpawnRun(const std::string& recipe, const fs::path& out, const fs::path& err) {
+  return Process::Spawn({LAMINAR_BINARY, "run", recipe, "--run-dir", out.string()}, err.string());
+}
+
 std::vector<nlohmann::json> Lines(const fs::path& path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(path);
@@ -149,8 +154,7 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
   const fs::path dir = TempDir("run_faults");
   const std::string recipe = WriteRunRecipe(dir, model, tok);
   const fs::path out = dir / "out";
-  auto run = Process::Spawn({LAMINAR_BINARY, "run", recipe, "--run-dir", out.string()},
-                            (dir / "run.err").string());
+  auto run = SpawnRun(recipe, out, dir / "run.err");
   ASSERT_TRUE(run.ok()) << run.status();
   const fs::path metrics = out / "metrics.jsonl";
   ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= 2; }, 60000)) << Slurp(dir / "run.err");
@@ -198,8 +202,7 @@ TEST(RunCliTest, RolesStopWhenTheSupervisorIsKilled) {
   const fs::path dir = TempDir("run_killed");
   const std::string recipe = WriteRunRecipe(dir, model, tok);
   const fs::path out = dir / "out";
-  auto run = Process::Spawn({LAMINAR_BINARY, "run", recipe, "--run-dir", out.string()},
-                            (dir / "run.err").string());
+  auto run = SpawnRun(recipe, out, dir / "run.err");
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_TRUE(WaitFor([&] { return Lines(out / "metrics.jsonl").size() >= 1; }, 60000))
       << Slurp(dir / "run.err");
