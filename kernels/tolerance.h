@@ -32,3 +32,10 @@ namespace laminar::kernels {
 // Attention in f32 (dot products over D, softmax over S) against the f64 reference.
 inline constexpr Tolerance kAttentionF32{1e-5, 1e-4};
 }  // namespace laminar::kernels
+
+namespace laminar::kernels {
+// GGUF block kernels against ref::MatMulGguf: the same exact per-block integer sums, the f32 sum
+// over blocks reassociated (8 lanes, then a horizontal sum); rel is relative to the largest
+// |output| (single outputs may cancel).
+inline constexpr Tolerance kMatMulGgufQuant{1e-5, 1e-5};
+}  // namespace laminar::kernels

@@ -1,0 +1,256 @@
+// Dispatch of the quantized matmuls to their per-ISA builds, and the scalar path.
+#include "kernels/cpu/quant_gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/quant_gemm_isa.h"
+
+namespace laminar::kernels::cpu {
+
+// The scalar path: the reference's arithmetic on the kernels' operands.
+namespace scalar {
+namespace {
+
+void StoreTile(const QuantTileArgs& a, int64_t tile, int64_t i, const int32_t sums[4]) {
+  for (int64_t j = 0; j < kQuantTileN; ++j) {
+    const int64_t col = tile * kQuantTileN + j;
+    if (col >= a.n) break;
+    float v = static_cast<float>(sums[j]) * (a.x_scale[i] * a.channel_scale[col]);
+    if (a.bias != nullptr) v = v + a.bias[col];
+    a.out[i * a.n + col] = v;
+  }
+}
+
+void TileRows(const QuantTileArgs& a, int64_t tile, const uint8_t* wt) {
+  const int64_t chunks = a.k_padded / kQuantChunk;
+  for (int64_t i = 0; i < a.m; ++i) {
+    const int8_t* x = a.xq + i * a.k_padded;
+    int32_t sums[4] = {0, 0, 0, 0};
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t j = 0; j < kQuantTileN; ++j) {
+        const uint8_t* w = wt + (c * kQuantTileN + j) * kQuantChunk;
+        for (int64_t e = 0; e < kQuantChunk; ++e) {
+          sums[j] += (int32_t{w[e]} - 128) * x[c * kQuantChunk + e];
+        }
+      }
+    }
+    StoreTile(a, tile, i, sums);
+  }
+}
+
+}  // namespace
+
+void W8A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end) {
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    TileRows(a, t, a.w_u8 + t * a.k_padded * kQuantTileN);
+  }
+}
+
+void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uint8_t* scratch) {
+  const int64_t chunks = a.k_padded / kQuantChunk;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const uint8_t* q4 = a.w_q4 + t * chunks * kQuantTileN * (kQuantChunk / 2);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t g = c * kQuantChunk / a.group;
+      for (int64_t j = 0; j < kQuantTileN; ++j) {
+        const int64_t p = (t * a.num_groups + g) * kQuantTileN + j;
+        const uint8_t* src = q4 + (c * kQuantTileN + j) * (kQuantChunk / 2);
+        uint8_t* dst = scratch + (c * kQuantTileN + j) * kQuantChunk;
+        for (int e = 0; e < 16; ++e) {
+          dst[e] = static_cast<uint8_t>((src[e] & 0x0F) * a.group_scale[p] + a.group_offset[p]);
+          dst[e + 16] = static_cast<uint8_t>((src[e] >> 4) * a.group_scale[p] + a.group_offset[p]);
+        }
+      }
+    }
+    TileRows(a, t, scratch);
+  }
+}
+
+void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end) {
+  const int64_t nb = a.k / kQuantChunk, qbytes = a.type == 2 ? 32 : 16;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    for (int64_t i = 0; i < a.m; ++i) {
+      float sum = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* qs = a.qs + (row * nb + b) * qbytes;
+        const int8_t* x = a.xq + i * a.k + b * kQuantChunk;
+        int32_t isum = 0;
+        for (int e = 0; e < 32; ++e) {
+          int w;
+          if (a.type == 2) {
+            w = static_cast<int8_t>(qs[e]);
+          } else {
+            w = e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4);
+            if (a.type == 0) w -= 8;
+          }
+          isum += w * x[e];
+        }
+        sum += (a.d[row * nb + b] * a.x_d[i * nb + b]) * static_cast<float>(isum);
+        if (a.type == 1) sum += a.mins[row * nb + b] * a.x_s[i * nb + b];
+      }
+      a.out[i * a.n + row] = a.bias != nullptr ? sum + a.bias[row] : sum;
+    }
+  }
+}
+
+}  // namespace scalar
+
+namespace {
+
+bool Available(QuantIsa isa) {
+  const CpuFeatures& f = GetCpuFeatures();
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return true;
+    case QuantIsa::kAvx2:
+      return f.avx2;
+    case QuantIsa::kAvx512Vnni:
+      return f.avx2 && f.avx512_vnni;
+  }
+  return false;
+}
+
+QuantTileArgs TileArgs(const Int8Activations& x, int64_t n, int64_t k, int64_t k_padded,
+                       std::span<const float> channel_scale, std::span<const float> bias,
+                       std::span<float> out) {
+  LAMINAR_CHECK(x.k == k && x.k_padded == k_padded)
+      << "activations of K " << x.k << ", weights of K " << k;
+  LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == n);
+  LAMINAR_CHECK(static_cast<int64_t>(out.size()) == x.m * n);
+  QuantTileArgs a;
+  a.xq = x.q.data();
+  a.x_scale = x.scale.data();
+  a.x_sum = x.sum.data();
+  a.m = x.m;
+  a.n = n;
+  a.k_padded = k_padded;
+  a.channel_scale = channel_scale.data();
+  a.bias = bias.empty() ? nullptr : bias.data();
+  a.out = out.data();
+  return a;
+}
+
+// Runs fn(begin, end) over [0, count) on the pool, in parts of at least min_part.
+template <typename Fn>
+void Split(int64_t count, int64_t min_part, ThreadPool* pool, Fn&& fn) {
+  if (pool == nullptr || count <= min_part) {
+    fn(0, count);
+  } else {
+    pool->ParallelFor(count, min_part, fn);
+  }
+}
+
+// Tiles per part: enough work to pay for a task hand-off (~16k weight-row products).
+int64_t MinTiles(int64_t m, int64_t k_padded) {
+  return std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, m * k_padded));
+}
+
+}  // namespace
+
+QuantIsa BestQuantIsa() {
+  const char* env = std::getenv("LAMINAR_ISA");
+  const std::string cap = env != nullptr ? env : "";
+  if (cap == "scalar") return QuantIsa::kScalar;
+  if (Available(QuantIsa::kAvx512Vnni) && cap != "avx2") return QuantIsa::kAvx512Vnni;
+  return Available(QuantIsa::kAvx2) ? QuantIsa::kAvx2 : QuantIsa::kScalar;
+}
+
+std::vector<QuantIsa> AvailableQuantIsas() {
+  std::vector<QuantIsa> out;
+  for (QuantIsa isa : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni}) {
+    if (Available(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+std::string QuantIsaName(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return "scalar";
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512Vnni:
+      return "avx512vnni";
+  }
+  return "?";
+}
+
+void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
+                std::span<float> out, ThreadPool* pool, QuantIsa isa) {
+  LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
+  QuantTileArgs a = TileArgs(x, w.n, w.k, w.k_padded, w.channel_scale, bias, out);
+  a.w_u8 = w.u.data();
+  auto run = [&](int64_t b, int64_t e) {
+    switch (isa) {
+      case QuantIsa::kScalar:
+        return scalar::W8A8Tiles(a, b, e);
+      case QuantIsa::kAvx2:
+        return avx2::W8A8Tiles(a, b, e);
+      case QuantIsa::kAvx512Vnni:
+        return avx512vnni::W8A8Tiles(a, b, e);
+    }
+  };
+  Split(w.num_tiles(), MinTiles(x.m, w.k_padded), pool, run);
+}
+
+void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const float> bias,
+                std::span<float> out, ThreadPool* pool, QuantIsa isa) {
+  LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
+  QuantTileArgs a = TileArgs(x, w.n, w.k, w.k_padded, w.channel_scale, bias, out);
+  a.w_q4 = w.q4.data();
+  a.group_scale = w.group_scale.data();
+  a.group_offset = w.group_offset.data();
+  a.group = w.group;
+  a.num_groups = w.num_groups();
+  auto run = [&](int64_t b, int64_t e) {
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(static_cast<size_t>(w.k_padded * kQuantTileN));
+    switch (isa) {
+      case QuantIsa::kScalar:
+        return scalar::W4A8Tiles(a, b, e, scratch.data());
+      case QuantIsa::kAvx2:
+        return avx2::W4A8Tiles(a, b, e, scratch.data());
+      case QuantIsa::kAvx512Vnni:
+        return avx512vnni::W4A8Tiles(a, b, e, scratch.data());
+    }
+  };
+  Split(w.num_tiles(), MinTiles(x.m, w.k_padded), pool, run);
+}
+
+void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::span<const float> bias,
+                std::span<float> out, ThreadPool* pool, QuantIsa isa) {
+  LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
+  LAMINAR_CHECK(x.k == w.k) << "activations of K " << x.k << ", weights of K " << w.k;
+  LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == w.n);
+  LAMINAR_CHECK(static_cast<int64_t>(out.size()) == x.m * w.n);
+  GgufRowArgs a;
+  a.type = static_cast<int>(w.type);
+  a.xq = x.q.data();
+  a.x_d = x.d.data();
+  a.x_s = x.s.data();
+  a.m = x.m;
+  a.n = w.n;
+  a.k = w.k;
+  a.qs = w.qs.data();
+  a.d = w.d.data();
+  a.mins = w.m.empty() ? nullptr : w.m.data();
+  a.bias = bias.empty() ? nullptr : bias.data();
+  a.out = out.data();
+  auto run = [&](int64_t b, int64_t e) {
+    switch (isa) {
+      case QuantIsa::kScalar:
+        return scalar::GgufRows(a, b, e);
+      case QuantIsa::kAvx2:
+        return avx2::GgufRows(a, b, e);
+      case QuantIsa::kAvx512Vnni:
+        return avx512vnni::GgufRows(a, b, e);
+    }
+  };
+  Split(w.n, 4 * MinTiles(x.m, w.k), pool, run);
+}
+
+}  // namespace laminar::kernels::cpu

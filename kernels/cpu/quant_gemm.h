@@ -1,0 +1,44 @@
+// Quantized matmuls for decode shapes (GEMV and small-M GEMM, M = 1..64 rows; any M works) with
+// runtime dispatch: AVX-512 VNNI (vpdpbusd on 256-bit vectors: u8 weights × s8 activations, the
+// +128 of the unsigned weights corrected once per activation row), AVX2 (vpmaddubsw with the sign
+// trick: |x| as u8 times sign(w, x) as s8, operands within ±127 so no int16 pair sum saturates:
+// 2·127·127 < 32767) and a scalar path. Formats and references: kernels/reference/quant.h; the
+// w8a8 and w4a8 kernels equal the reference bit for bit, the GGUF kernels within
+// kernels::kMatMulGgufQuant.
+//
+// w4a8 follows LiquidGEMM (arXiv 2509.01229 §3-4): each 4-column tile's 4-bit weights are
+// dequantized once into the unsigned int8 form (16-bit multiply by the group scale, byte add of the
+// group offset: the two-instruction IMAD of LiquidQuant, carry-free by the format's bounds; the XOR
+// to signed is folded into the AVX2 dot product) and the int8 dot products of all M rows then run
+// on them, so dequantization is paid once per weight, not once per row.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/reference/quant.h"
+
+namespace laminar::kernels::cpu {
+
+enum class QuantIsa { kScalar, kAvx2, kAvx512Vnni };
+
+// The best path this CPU runs, capped by $LAMINAR_ISA (scalar|avx2) like
+// kernels/cpu/cpu_features.h.
+QuantIsa BestQuantIsa();
+// Every path this CPU can run (tests check each against the reference).
+std::vector<QuantIsa> AvailableQuantIsas();
+std::string QuantIsaName(QuantIsa isa);
+
+// Same contracts as ref::MatMulW8A8 / ref::MatMulW4A8 / ref::MatMulGguf (shapes CHECKed), with
+// the weight tiles (GGUF: rows) split over `pool` when given. Asking for a path the CPU lacks
+// CHECK-fails.
+void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
+                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
+void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const float> bias,
+                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
+void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::span<const float> bias,
+                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
+
+}  // namespace laminar::kernels::cpu

@@ -1,0 +1,56 @@
+// The plain-data interface between kernels/cpu/quant_gemm.cc and its per-ISA builds
+// (quant_gemm_avx2.cc, quant_gemm_vnni.cc). Only raw pointers cross it: an inline function of a
+// shared header compiled with wider ISA flags could be picked by the linker for every caller.
+#pragma once
+
+#include <cstdint>
+
+namespace laminar::kernels::cpu {
+
+// One quantized matmul's operands (see kernels/reference/quant.h for the layouts).
+struct QuantTileArgs {
+  const int8_t* xq = nullptr;      // [M, k_padded]
+  const float* x_scale = nullptr;  // [M]
+  const int32_t* x_sum = nullptr;  // [M]
+  int64_t m = 0, n = 0, k_padded = 0;
+  const uint8_t* w_u8 = nullptr;  // w8a8: tiled unsigned int8
+  const uint8_t* w_q4 = nullptr;  // w4a8: tiled nibbles
+  const uint8_t *group_scale = nullptr, *group_offset = nullptr;
+  int64_t group = 0, num_groups = 0;
+  const float* channel_scale = nullptr;  // [N]
+  const float* bias = nullptr;           // [N] or null
+  float* out = nullptr;                  // [M, N]
+};
+
+struct GgufRowArgs {
+  int type = 0;                // 0 q4_0, 1 q4_1, 2 q8_0 (GgufQuantType order)
+  const int8_t* xq = nullptr;  // [M, K]
+  const float* x_d = nullptr;  // [M, K/32]
+  const float* x_s = nullptr;  // [M, K/32]
+  int64_t m = 0, n = 0, k = 0;
+  const uint8_t* qs = nullptr;  // [N, K/32, 16 or 32]
+  const float* d = nullptr;     // [N, K/32]
+  const float* mins = nullptr;  // [N, K/32] (q4_1)
+  const float* bias = nullptr;
+  float* out = nullptr;
+};
+
+#define LAMINAR_QUANT_ISA_FUNCTIONS                                                               \
+  void W8A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end);                   \
+  /* scratch: k_padded * 4 bytes (one dequantized tile) */                                        \
+  void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uint8_t* scratch); \
+  void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end);
+
+namespace scalar {
+LAMINAR_QUANT_ISA_FUNCTIONS
+}
+namespace avx2 {
+LAMINAR_QUANT_ISA_FUNCTIONS
+}
+namespace avx512vnni {
+LAMINAR_QUANT_ISA_FUNCTIONS
+}
+
+#undef LAMINAR_QUANT_ISA_FUNCTIONS
+
+}  // namespace laminar::kernels::cpu
