@@ -24,7 +24,6 @@ ConfigSchema BuildSchema() {
   s.AddRequired("model.path", ConfigType::kString,
                 "policy checkpoint: a Hugging Face folder, GGUF or llama2.c file");
   s.AddString("model.tokenizer", "", "tokenizer file overriding the checkpoint's");
-  s.AddString("model.weights", "f32", "rollout projection weights: f32 or bf16", {"f32", "bf16"});
   s.AddRequired("data.path", ConfigType::kString, "prompt dataset, JSON Lines");
   s.AddString("data.prompt_key", "prompt", "field holding the prompt (text or chat messages)");
   s.AddString("data.ground_truth_key", "ground_truth",
@@ -72,6 +71,10 @@ ConfigSchema BuildSchema() {
   s.AddStringList("rollout.stop", {}, "stop strings");
   s.AddBool("rollout.stop_at_eos", true, "stop on the model's EOS tokens");
   s.AddInt("rollout.max_groups", w.max_groups, "prompt groups in flight per rollout", 1);
+  s.AddString("rollout.weight_dtype", "f32",
+              "the rollout's projection weights, quantized from each pulled version: f32, bf16, "
+              "w8a8 (int8) or w4a8 (4-bit groups over int8)",
+              {"f32", "bf16", "w8a8", "w4a8"});
   s.AddInt("rollout.kv_cache_mb", 256, "KV cache per rollout, MiB", 1);
   s.AddInt("rollout.block_size", w.engine.block_size, "KV tokens per block", 1, 4096);
   s.AddInt("rollout.max_num_seqs", w.engine.scheduler.max_num_seqs, "running sequences at most", 1);
@@ -232,7 +235,8 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
                            "recipe rollout.kv_cache_mb");
   w.engine.scheduler.max_num_seqs = r.GetInt("rollout.max_num_seqs");
   w.engine.scheduler.max_num_batched_tokens = r.GetInt("rollout.max_num_batched_tokens");
-  w.weight_dtype = r.GetString("model.weights") == "bf16" ? DType::kBF16 : DType::kF32;
+  LAMINAR_ASSIGN_OR_RETURN(w.weight_format,
+                           engine::ParseWeightFormat(r.GetString("rollout.weight_dtype")));
   w.max_groups = static_cast<int32_t>(r.GetInt("rollout.max_groups"));
   w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
   w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));

@@ -36,10 +36,6 @@ double MatmulParams(const model::ModelConfig& c) {
   return per_layer * double(c.num_hidden_layers) + double(c.vocab_size) * double(c.hidden_size);
 }
 
-double WeightBytesPerStep(const model::ModelConfig& c, double bytes_per_weight) {
-  return MatmulParams(c) * bytes_per_weight;
-}
-
 ThroughputResult BenchDecode(const engine::LlamaModel& model, int64_t batch, int64_t steps) {
   const int64_t prompt = 8;
   engine::KvCache cache = model.NewCache(batch, prompt + steps + 1);

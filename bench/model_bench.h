@@ -25,9 +25,6 @@ ThroughputResult BenchDecode(const engine::LlamaModel& model, int64_t batch, int
 // Prefills one sequence of `prompt_tokens`, `repeats` times.
 ThroughputResult BenchPrefill(const engine::LlamaModel& model, int64_t prompt_tokens, int repeats);
 
-// Bytes of weights one forward step reads (every linear weight, the output head, one embedding
-// row per token ignored) at `bytes_per_weight`.
-double WeightBytesPerStep(const model::ModelConfig& config, double bytes_per_weight);
 // Parameters touched per token (for FLOP counts): linear layers and the output head.
 double MatmulParams(const model::ModelConfig& config);
 

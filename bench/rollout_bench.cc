@@ -145,8 +145,7 @@ StatusOr<RolloutRun> RunLoad(rollout::RolloutEngine& engine, const RolloutLoad& 
   return run;
 }
 
-StatusOr<RolloutBenchResult> BenchRollout(const engine::LlamaModel& model, double bytes_per_weight,
-                                          const RolloutLoad& load,
+StatusOr<RolloutBenchResult> BenchRollout(const engine::LlamaModel& model, const RolloutLoad& load,
                                           const rollout::RolloutEngineConfig& config,
                                           double dram_bytes_per_s) {
   LAMINAR_RETURN_IF_ERROR(load.Validate());
@@ -156,7 +155,7 @@ StatusOr<RolloutBenchResult> BenchRollout(const engine::LlamaModel& model, doubl
   const int64_t vocab = model.config().vocab_size;
   RolloutBenchResult r;
   r.kv_bytes_per_token = static_cast<double>(engine->kv_cache().bytes_per_token());
-  r.weight_bytes_per_step = WeightBytesPerStep(model.config(), bytes_per_weight);
+  r.weight_bytes_per_step = static_cast<double>(model.projection_bytes());
   auto dram_fraction = [&](const RolloutRun& run, const RolloutLoad& l) {
     const double bytes =
         static_cast<double>(run.steps) * r.weight_bytes_per_step +

@@ -74,7 +74,7 @@ struct RolloutBenchResult {
   RolloutRun batch1;                      // one request of the first prompt, n = 1
   double batch1_decode_tokens_per_s = 0;  // 1 / batch1.median_step_s
   double kv_bytes_per_token = 0;          // 2 x L x Hkv x D x bytes per cache element
-  double weight_bytes_per_step = 0;       // WeightBytesPerStep at the model's weight dtype
+  double weight_bytes_per_step = 0;       // LlamaModel::projection_bytes(), in its weight format
   // (steps x weight_bytes_per_step + decode KV bytes) / wall_s / dram_bytes_per_s, per run.
   double grpo_dram_fraction = 0;
   double batch1_dram_fraction = 0;
@@ -83,10 +83,8 @@ struct RolloutBenchResult {
 // Creates one engine with `config` (its scheduler's max_num_seqs and token budget, block size and
 // count) and runs, in order: a warm-up (the load with max_tokens 2, untimed), the prefill-only
 // load, `load`, and batch 1.
-// `bytes_per_weight`: 4 for f32 weights, 2 for bf16. `dram_bytes_per_s` > 0 from
-// MeasureDramReadBandwidth. Errors: the config's, RunLoad's.
-StatusOr<RolloutBenchResult> BenchRollout(const engine::LlamaModel& model, double bytes_per_weight,
-                                          const RolloutLoad& load,
+// `dram_bytes_per_s` > 0 from MeasureDramReadBandwidth. Errors: the config's, RunLoad's.
+StatusOr<RolloutBenchResult> BenchRollout(const engine::LlamaModel& model, const RolloutLoad& load,
                                           const rollout::RolloutEngineConfig& config,
                                           double dram_bytes_per_s);
 

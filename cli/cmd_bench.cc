@@ -33,7 +33,8 @@ struct BenchArgs {
   int64_t steps = 16;
   int64_t prompt_tokens = 512;
   int repeats = 3;
-  std::string weights;  // f32 (bf16, both); rollout: kRolloutWeights
+  std::vector<std::string>
+      weights;  // engine::WeightFormat names; empty: f32 (rollout: kRolloutWeights)
   std::string transport = "zmq";
   double bytes = 500e6;
   double chunk_bytes = 4 * 1024 * 1024;
@@ -133,8 +134,7 @@ int RunPublish(const BenchArgs& a) {
   const std::string transport = a.transport == "both" ? "zmq" : a.transport;
   auto stall = bench::BenchPublishStall(tensors, transport, a.repeats);
   if (!stall.ok()) return Fail(stall.status());
-  auto lm =
-      engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, DType::kF32);
+  auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights);
   if (!lm.ok()) return Fail(lm.status());
   // Until the trainer exists (issue 5): a step of one 512-token sequence costs about three
   // forward passes (forward, and backward at twice the forward's FLOPs).
@@ -391,14 +391,14 @@ int RunRollout(const BenchArgs& a) {
                           {"max_num_seqs", config.scheduler.max_num_seqs},
                           {"max_num_batched_tokens", config.scheduler.max_num_batched_tokens},
                           {"kv_dtype", "f32"}}}};
-  const std::string weights = a.weights.empty() ? kRolloutWeights : a.weights;
+  const std::vector<std::string> formats =
+      a.weights.empty() ? std::vector<std::string>{kRolloutWeights} : a.weights;
   nlohmann::json rows = nlohmann::json::array();
-  for (const std::string w : {"f32", "bf16"}) {
-    if (weights != "both" && weights != w) continue;
-    const DType dtype = w == "bf16" ? DType::kBF16 : DType::kF32;
-    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, dtype);
+  for (const std::string& w : formats) {
+    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
+                                         *engine::ParseWeightFormat(w));
     if (!lm.ok()) return Fail(lm.status());
-    auto r = bench::BenchRollout(**lm, w == "bf16" ? 2.0 : 4.0, load, config, bw);
+    auto r = bench::BenchRollout(**lm, load, config, bw);
     if (!r.ok()) return Fail(r.status());
     out["kv_bytes_per_token"] = r->kv_bytes_per_token;
     rows.push_back(ReportRollout(w, load, config.num_blocks, *r));
@@ -421,7 +421,8 @@ int RunBench(const BenchArgs& a) {
   if (a.what == "train") return RunTrain(a);
   if (a.what == "publish") return RunPublish(a);
   if (a.what == "rollout") return RunRollout(a);
-  if (a.weights == "both") return CommandFail("bench", "--weights both is for bench rollout", 2);
+  if (a.weights.size() > 1)
+    return CommandFail("bench", "several --weights are for bench rollout", 2);
   nlohmann::json out;
   out["isa"] = kernels::cpu::IsaName(kernels::cpu::BestIsa());
   double bw = bench::MeasureDramReadBandwidth();
@@ -433,14 +434,13 @@ int RunBench(const BenchArgs& a) {
     if (!path.ok()) return Fail(path.status());
     auto ckpt = model::LoadCheckpoint(*path);
     if (!ckpt.ok()) return Fail(ckpt.status());
-    const std::string weights = a.weights.empty() ? "f32" : a.weights;
-    DType wdtype = weights == "bf16" ? DType::kBF16 : DType::kF32;
-    auto lm =
-        engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu, wdtype);
+    const std::string weights = a.weights.empty() ? "f32" : a.weights[0];
+    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
+                                         *engine::ParseWeightFormat(weights));
     if (!lm.ok()) return Fail(lm.status());
     out["model"] = a.model;
     out["weights_dtype"] = weights;
-    double step_bytes = bench::WeightBytesPerStep(ckpt->config, wdtype == DType::kBF16 ? 2.0 : 4.0);
+    const double step_bytes = static_cast<double>((*lm)->projection_bytes());
     nlohmann::json rows = nlohmann::json::array();
     if (a.what == "decode") {
       for (int64_t b : a.batches) {
@@ -498,9 +498,11 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--log-dir", a->log_dir, "broadcast: keep the relays' logs in this folder")
       ->check(CLI::ExistingDirectory);
   app->add_option("--weights", a->weights,
-                  "projection weights in f32 or bf16 (default f32); rollout: also both (default " +
+                  "projection weights: f32 (default), bf16, w8a8, w4a8 or gguf (a GGUF "
+                  "checkpoint's Q4_0/Q4_1/Q8_0 blocks); rollout: a comma-separated list (default " +
                       std::string(kRolloutWeights) + ")")
-      ->check(CLI::IsMember({"f32", "bf16", "both"}));
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
   app->add_option("--seq-len", a->seq_len, "train: tokens per sequence")
       ->check(CLI::Range(2, 1 << 16));
   app->add_option("--seqs", a->seqs, "train: sequences per packed batch")

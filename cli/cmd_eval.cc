@@ -121,7 +121,7 @@ StatusOr<std::vector<int64_t>> ParseKs(const std::string& text, int32_t n) {
 Status ApplyRecipe(const Config& r, EvalSettings* s) {
   s->model = r.GetString("model.path");
   s->tokenizer = r.GetString("model.tokenizer");
-  s->weights = r.GetString("model.weights");
+  s->weights = r.GetString("rollout.weight_dtype");
   s->data = r.GetString("data.path");
   // The chat format ("auto" needs the checkpoint) is resolved in LoadEvalSet.
   LAMINAR_ASSIGN_OR_RETURN(s->data_options, actor::PromptDatasetOptionsOf(r, std::nullopt));
@@ -435,7 +435,7 @@ int Run(const EvalArgs& a, const CLI::App& app) {
   auto set = LoadEvalSet(s, *ckpt, **tok);
   if (!set.ok()) return Fail(set.status().message());
   auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
-                                       s.weights == "bf16" ? DType::kBF16 : DType::kF32);
+                                       *engine::ParseWeightFormat(s.weights));
   if (!lm.ok()) return Fail(lm.status().message());
   const auto start = std::chrono::steady_clock::now();
   auto samples = Generate(s, **lm, **tok, *set);
@@ -472,8 +472,11 @@ std::function<int()> SetupEval(CLI::App* app) {
   auto a = std::make_shared<EvalArgs>();
   app->add_option("--model", a->model, "checkpoint path or model name (default: model.path)");
   app->add_option("--tokenizer", a->tokenizer, "tokenizer file overriding the checkpoint's");
-  app->add_option("--weights", a->weights, "projection weights in f32 (default) or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  app->add_option(
+         "--weights", a->weights,
+         "projection weights: f32 (default), bf16, w8a8, w4a8, or gguf (a GGUF checkpoint's "
+         "Q4_0/Q4_1/Q8_0 blocks as stored)")
+      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
   app->add_option("--data", a->data, "eval set, JSON Lines (default: data.path)");
   app->add_option("--prompt-key", a->prompt_key, "field holding the prompt");
   app->add_option("--ground-truth-key", a->ground_truth_key, "field holding the reference answer");

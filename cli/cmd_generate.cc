@@ -300,7 +300,7 @@ int Run(const GenerateArgs& a) {
                 " tokens but the model only " + std::to_string(ckpt->config.vocab_size));
   }
   auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
-                                       a.weights == "bf16" ? DType::kBF16 : DType::kF32);
+                                       *engine::ParseWeightFormat(a.weights));
   if (!lm.ok()) return Fail(lm.status().message());
   if (!a.input.empty()) {
     if (a.sampler == "llama2c") return Fail("--sampler llama2c has no batch mode (--input)", 2);
@@ -328,8 +328,11 @@ std::function<int()> SetupGenerate(CLI::App* app) {
   app->add_option("--sampler", a->sampler, "default, or llama2c (run.c's sampler and output)")
       ->check(CLI::IsMember({"default", "llama2c"}));
   app->add_option("--steps", a->steps, "llama2c: total positions including the prompt (run.c -n)");
-  app->add_option("--weights", a->weights, "projection weights in f32 (default) or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  app->add_option(
+         "--weights", a->weights,
+         "projection weights: f32 (default), bf16, w8a8, w4a8, or gguf (a GGUF checkpoint's "
+         "Q4_0/Q4_1/Q8_0 blocks as stored)")
+      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
   app->add_flag("--json", a->json,
                 "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
   app->add_option("--input", a->input,

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/vec_ops.h"
 #include "kernels/reference/paged_attention.h"
 
@@ -32,7 +33,40 @@ std::string LayerName(int64_t i, const char* suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
 
+constexpr WeightFormat kWeightFormats[] = {WeightFormat::kF32, WeightFormat::kBF16,
+                                           WeightFormat::kW8A8, WeightFormat::kW4A8,
+                                           WeightFormat::kGguf};
+
+// The w4a8 group size along K (kernels/reference/quant.h allows 64 or 128).
+constexpr int64_t kW4A8Group = 128;
+
 }  // namespace
+
+std::string WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBF16:
+      return "bf16";
+    case WeightFormat::kW8A8:
+      return "w8a8";
+    case WeightFormat::kW4A8:
+      return "w4a8";
+    case WeightFormat::kGguf:
+      return "gguf";
+  }
+  return "?";
+}
+
+StatusOr<WeightFormat> ParseWeightFormat(std::string_view name) {
+  std::string known;
+  for (WeightFormat f : kWeightFormats) {
+    if (name == WeightFormatName(f)) return f;
+    known += (known.empty() ? "" : ", ") + WeightFormatName(f);
+  }
+  return InvalidArgumentError("weight format '" + std::string(name) +
+                              "' is unknown; known: " + known);
+}
 
 kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& c) {
   kernels::RopeScalingParams p;
@@ -48,22 +82,20 @@ kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& c) {
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfig& config,
                                                          const model::WeightStore& weights,
-                                                         Backend backend, DType weight_dtype) {
-  if (weight_dtype != DType::kF32 && weight_dtype != DType::kBF16) {
-    return InvalidArgumentError("weight dtype must be f32 or bf16, got " +
-                                std::string(DTypeName(weight_dtype)));
-  }
-  if (backend == Backend::kReference && weight_dtype != DType::kF32) {
-    return InvalidArgumentError("the reference backend runs f32 weights only");
+                                                         Backend backend, WeightFormat format) {
+  if (backend == Backend::kReference && format != WeightFormat::kF32) {
+    return InvalidArgumentError("the reference backend runs f32 weights only, not " +
+                                WeightFormatName(format));
   }
   LAMINAR_RETURN_IF_ERROR(config.Validate("model"));
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = config;
   m->backend_ = backend;
-  m->weight_dtype_ = weight_dtype;
+  m->format_ = format;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   if (threads > 1) m->pool_ = std::make_unique<ThreadPool>(threads - 1);
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
+  LAMINAR_RETURN_IF_ERROR(m->Quantize());
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
   kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, RopeScalingOf(config),
                             m->inv_freq_);
@@ -93,7 +125,25 @@ StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& we
                                                     const std::string& name, int64_t rows,
                                                     int64_t cols) {
   Weight w;
-  if (weight_dtype_ == DType::kF32) {
+  if (format_ == WeightFormat::kGguf) {
+    const model::QuantizedTensor* q = weights.GetQuantized(name);
+    const bool runnable =
+        q != nullptr && (q->type == model::GgmlType::kQ4_0 || q->type == model::GgmlType::kQ4_1 ||
+                         q->type == model::GgmlType::kQ8_0);
+    if (runnable) {
+      if (q->shape != Shape{rows, cols}) {
+        return InvalidArgumentError("tensor '" + name + "' has shape " + q->shape.ToString() +
+                                    ", the config implies " + Shape{rows, cols}.ToString());
+      }
+      LAMINAR_ASSIGN_OR_RETURN(kernels::GgufQuantWeights packed,
+                               kernels::PackGgufWeights(static_cast<uint32_t>(q->type),
+                                                        {q->bytes, q->size_bytes}, rows, cols),
+                               "tensor '" + name + "'");
+      w.gguf = std::make_shared<const kernels::GgufQuantWeights>(std::move(packed));
+      return w;
+    }
+  }
+  if (format_ != WeightFormat::kBF16) {  // f32 now; w8a8 / w4a8 are quantized from it later
     LAMINAR_ASSIGN_OR_RETURN(w.f32, Tensor2D(weights, name, rows, cols));
     return w;
   }
@@ -109,6 +159,76 @@ StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& we
   owned_.push_back(std::move(bf16));
   w.bf16 = {owned_.back().data_as<const uint16_t>(), f32.size()};
   return w;
+}
+
+Status LlamaModel::Quantize() {
+  std::vector<Weight*> all = {&lm_head_};
+  for (Layer& l : layers_) {
+    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(w);
+  }
+  const int64_t k_of_head = config_.hidden_size;
+  const int64_t q_dim = config_.num_attention_heads * config_.head_dim;
+  // [N, K] of each entry of `all`, in the same order.
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{config_.vocab_size, k_of_head}};
+  const int64_t kv_dim = config_.num_key_value_heads * config_.head_dim, c = config_.hidden_size,
+                f = config_.intermediate_size;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (auto nk :
+         {std::pair{q_dim, c}, {kv_dim, c}, {kv_dim, c}, {c, q_dim}, {f, c}, {f, c}, {c, f}}) {
+      shapes.push_back(nk);
+    }
+  }
+  const bool quantize = format_ == WeightFormat::kW8A8 || format_ == WeightFormat::kW4A8;
+  if (format_ == WeightFormat::kGguf &&
+      std::none_of(all.begin(), all.end(), [](const Weight* w) { return w->gguf != nullptr; })) {
+    return InvalidArgumentError(
+        "weights gguf runs a GGUF checkpoint's Q4_0/Q4_1/Q8_0 blocks as stored, and this "
+        "checkpoint has none among its projections; use f32, bf16, w8a8 or w4a8");
+  }
+  std::vector<Status> errors(all.size());
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      Weight& w = *all[i];
+      if (!quantize || w.f32.empty()) continue;
+      const auto [n, k] = shapes[i];
+      if (format_ == WeightFormat::kW8A8) {
+        auto q = kernels::QuantizeW8A8(w.f32, n, k);
+        if (!q.ok())
+          errors[i] = q.status();
+        else
+          w.w8a8 = std::make_shared<const kernels::W8A8Weights>(*std::move(q));
+      } else {
+        auto q = kernels::QuantizeW4A8(w.f32, n, k, kW4A8Group);
+        if (!q.ok())
+          errors[i] = q.status();
+        else
+          w.w4a8 = std::make_shared<const kernels::W4A8Weights>(*std::move(q));
+      }
+      if (errors[i].ok()) w.f32 = {};
+    }
+  };
+  if (pool_ != nullptr && quantize) {
+    pool_->ParallelFor(static_cast<int64_t>(all.size()), 1, run);
+  } else {
+    run(0, static_cast<int64_t>(all.size()));
+  }
+  for (const Status& e : errors)
+    LAMINAR_RETURN_IF_ERROR(e, "quantizing to " + WeightFormatName(format_));
+  projection_bytes_ = 0;
+  for (const Weight* w : all) {
+    if (!w->f32.empty()) projection_bytes_ += static_cast<int64_t>(w->f32.size() * 4);
+    if (!w->bf16.empty()) projection_bytes_ += static_cast<int64_t>(w->bf16.size() * 2);
+    if (w->w8a8) projection_bytes_ += static_cast<int64_t>(w->w8a8->u.size() + 4 * w->w8a8->n);
+    if (w->w4a8) {
+      projection_bytes_ += static_cast<int64_t>(w->w4a8->q4.size() + w->w4a8->group_scale.size() +
+                                                w->w4a8->group_offset.size() + 4 * w->w4a8->n);
+    }
+    if (w->gguf) {
+      projection_bytes_ +=
+          static_cast<int64_t>(w->gguf->qs.size() + 4 * w->gguf->d.size() + 4 * w->gguf->m.size());
+    }
+  }
+  return OkStatus();
 }
 
 Status LlamaModel::Bind(const model::WeightStore& w) {
@@ -159,6 +279,22 @@ void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<con
   }
   if (!w.f32.empty()) {
     LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, w.f32, bias, m, n, k, out, pool_.get()));
+    return;
+  }
+  if (w.w8a8 || w.w4a8) {
+    thread_local kernels::Int8Activations xq;
+    kernels::QuantizeActivationsPerToken(x, m, k, &xq);
+    if (w.w8a8) {
+      kernels::cpu::MatMulW8A8(xq, *w.w8a8, bias, out, pool_.get());
+    } else {
+      kernels::cpu::MatMulW4A8(xq, *w.w4a8, bias, out, pool_.get());
+    }
+    return;
+  }
+  if (w.gguf) {
+    thread_local kernels::Q8BlockActivations xq;
+    kernels::QuantizeActivationsQ8Blocks(x, m, k, &xq);
+    kernels::cpu::MatMulGguf(xq, *w.gguf, bias, out, pool_.get());
     return;
   }
   if (m > kBF16DirectMaxRows) {

@@ -15,6 +15,7 @@
 #include "engine/kv_cache.h"
 #include "engine/paged_kv_cache.h"
 #include "kernels/reference/ops.h"
+#include "kernels/reference/quant.h"
 #include "model/model_config.h"
 #include "model/weight_store.h"
 
@@ -37,6 +38,22 @@ kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& config);
 // Which kernels run the dense projections: the reference loops (the truth) or oneDNN.
 enum class Backend { kReference, kCpu };
 
+// How the projection weights (q/k/v/o, gate/up/down and the output head) are held and multiplied;
+// norms and the embedding table stay f32. Names are the recipe's `rollout.weight_dtype` values and
+// the CLIs' `--weights`.
+//   f32   as loaded (oneDNN f32 GEMM)
+//   bf16  rounded to bf16, f32 accumulation (half the bytes per decode step)
+//   w8a8  int8 per output channel, activations int8 per token (kernels/reference/quant.h)
+//   w4a8  4-bit groups of 128 in the LiquidQuant layout over int8 per channel, activations int8
+//   gguf  the checkpoint's own Q4_0/Q4_1/Q8_0 blocks as stored, activations as Q8_0/Q8_1 blocks;
+//         tensors stored otherwise run in f32
+// The integer formats run every row count (prefill too) through the same kernels
+// (kernels/cpu/quant_gemm.h), so prefill and decode are one quantized policy.
+enum class WeightFormat { kF32, kBF16, kW8A8, kW4A8, kGguf };
+std::string WeightFormatName(WeightFormat format);
+// InvalidArgument listing the names for an unknown one.
+StatusOr<WeightFormat> ParseWeightFormat(std::string_view name);
+
 // Which rows of logits Forward returns.
 enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
 
@@ -45,16 +62,20 @@ enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
 class LlamaModel {
  public:
   // Checks every tensor the config implies is present with the right shape (errors name the
-  // tensor and both shapes). Projection weights are held in `weight_dtype`: f32 (converted from
-  // f16/bf16 when needed) or bf16 (half the bytes per decode step; f32 accumulation). Norms and
-  // the embedding table stay f32. The reference backend takes f32 only (InvalidArgument).
+  // tensor and both shapes). Projection weights are held in `format` (above; f32 converted from
+  // f16/bf16 when needed, the integer formats quantized here from the f32 values, spread over the
+  // pool). The reference backend takes f32 only (InvalidArgument); kGguf needs a checkpoint with
+  // Q4_0/Q4_1/Q8_0 projection tensors (InvalidArgument naming the formats otherwise).
   // f32 tensors are used in place, not copied: `weights` must outlive the model.
   static StatusOr<std::unique_ptr<LlamaModel>> Create(const model::ModelConfig& config,
                                                       const model::WeightStore& weights,
                                                       Backend backend = Backend::kCpu,
-                                                      DType weight_dtype = DType::kF32);
+                                                      WeightFormat format = WeightFormat::kF32);
 
   const model::ModelConfig& config() const { return config_; }
+  WeightFormat weight_format() const { return format_; }
+  // Bytes of projection weights one decode step reads (all layers and the head, in their format).
+  int64_t projection_bytes() const { return projection_bytes_; }
 
   // A cache with room for `num_slots` sequences of up to `max_positions` tokens.
   KvCache NewCache(int64_t num_slots, int64_t max_positions) const;
@@ -85,10 +106,13 @@ class LlamaModel {
                  LogitsFor which, std::vector<float>* logits) const;
 
  private:
-  // A projection weight [N, K] in f32 or bf16 (exactly one span is set).
+  // A projection weight [N, K] in one format (exactly one member is set).
   struct Weight {
     std::span<const float> f32;
     std::span<const uint16_t> bf16;
+    std::shared_ptr<const kernels::W8A8Weights> w8a8;
+    std::shared_ptr<const kernels::W4A8Weights> w4a8;
+    std::shared_ptr<const kernels::GgufQuantWeights> gguf;
   };
   struct Layer {
     std::span<const float> attn_norm, bq, bk, bv, ffn_norm;
@@ -98,9 +122,12 @@ class LlamaModel {
   Status Bind(const model::WeightStore& weights);
   StatusOr<std::span<const float>> Tensor2D(const model::WeightStore& weights,
                                             const std::string& name, int64_t rows, int64_t cols);
-  // A projection weight in weight_dtype_ (bf16 copies are owned).
+  // A projection weight in format_ (conversions are owned; the integer formats are filled in by
+  // Quantize).
   StatusOr<Weight> Projection(const model::WeightStore& weights, const std::string& name,
                               int64_t rows, int64_t cols);
+  // Quantizes every projection to w8a8 / w4a8 over the pool (Bind leaves them in f32 first).
+  Status Quantize();
   // Positions [T] of the packed batch from `spans`, after checking ids and span sums (errors as
   // Forward; per-span cache checks are the caller's).
   StatusOr<std::vector<int32_t>> PackedPositions(std::span<const int32_t> tokens,
@@ -121,7 +148,8 @@ class LlamaModel {
 
   model::ModelConfig config_;
   Backend backend_ = Backend::kCpu;
-  DType weight_dtype_ = DType::kF32;
+  WeightFormat format_ = WeightFormat::kF32;
+  int64_t projection_bytes_ = 0;
   std::unique_ptr<ThreadPool> pool_;  // the caller's thread works too: hardware threads - 1
   std::vector<Tensor> owned_;         // f32 conversions of f16/bf16 weights
   std::span<const float> embed_, final_norm_;

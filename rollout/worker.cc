@@ -145,7 +145,7 @@ Status RolloutWorker::MaybeUpdateWeights() {
   auto store = std::make_unique<model::WeightStore>(std::move(tensors));
   LAMINAR_ASSIGN_OR_RETURN(
       std::unique_ptr<engine::LlamaModel> model,
-      engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_dtype),
+      engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_format),
       options_.id + ": version " + std::to_string(v.version()));
   if (!engine_) {
     RolloutEngineConfig c = options_.engine;

@@ -32,7 +32,8 @@ struct RolloutWorkerOptions {
   std::string manager;              // the manager's control endpoint
   std::vector<std::string> relays;  // relay control endpoints, the local one first
   RolloutEngineConfig engine;       // token_bytes and weight_version are set by the worker
-  DType weight_dtype = DType::kF32;
+  // The projection weights of each pulled version, quantized by the worker (rollout.weight_dtype).
+  engine::WeightFormat weight_format = engine::WeightFormat::kF32;
   int32_t max_groups = 4;             // prompt groups in flight at most
   int32_t partial_every_tokens = 16;  // stream a sample's progress every K new tokens (0: never)
   // The score of a sample whose reward failed, timed out or was not finite (reward.failure_score).

@@ -117,7 +117,10 @@ TEST(CliBenchRollout, NoPeerAndUsageErrors) {
   r = RunLaminar(SmallLoad(gguf) + " --no-peer --num-blocks 4 --kv-cache-mb 1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("not both"), std::string::npos) << r.err;
-  r = RunLaminar("bench decode --weights both");
+  r = RunLaminar("bench decode --weights f32,bf16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("several --weights are for bench rollout"), std::string::npos) << r.err;
+  r = RunLaminar("bench decode --weights int3");
   EXPECT_EQ(r.exit_code, 2);
 }
 

@@ -102,7 +102,7 @@ TEST(LlamaModelBackendTest, BF16WeightsEqualReferenceOnRoundedWeights) {
     rounded.Put(name, std::move(t));
   }
   auto ref = LlamaModel::Create(cfg, rounded, Backend::kReference);
-  auto bf16 = LlamaModel::Create(cfg, weights, Backend::kCpu, DType::kBF16);
+  auto bf16 = LlamaModel::Create(cfg, weights, Backend::kCpu, WeightFormat::kBF16);
   ASSERT_TRUE(ref.ok() && bf16.ok()) << bf16.status();
   // 6 rows read bf16 directly (decode path); 24 rows widen to f32 for oneDNN (prefill path).
   for (int64_t t : {6, 24}) {
@@ -116,8 +116,11 @@ TEST(LlamaModelBackendTest, BF16WeightsEqualReferenceOnRoundedWeights) {
     ASSERT_TRUE((*bf16)->Forward(ids, {&span, 1}, &c2, LogitsFor::kAllTokens, &b).ok());
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << "T=" << t << " at " << i;
   }
-  EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kReference, DType::kBF16).ok());
-  EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kCpu, DType::kI8).ok());
+  EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kReference, WeightFormat::kBF16).ok());
+  auto gguf = LlamaModel::Create(cfg, weights, Backend::kCpu, WeightFormat::kGguf);
+  ASSERT_FALSE(gguf.ok());
+  EXPECT_NE(gguf.status().message().find("Q4_0/Q4_1/Q8_0"), std::string::npos) << gguf.status();
+  EXPECT_FALSE(ParseWeightFormat("int3").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(BiasAndLayout, LlamaModelTest, ::testing::Values(false, true));
