@@ -1,5 +1,6 @@
-// `laminar bench hw|decode|prefill|rollout|train|broadcast|publish`: JSON output, reported against
-// measured hardware limits (bench/hw_limits.h) or a peer measured in the same run (llama.cpp's
+// `laminar bench hw|decode|prefill|gemm|rollout|train|broadcast|publish`: JSON output, reported
+// against measured hardware limits (bench/hw_limits.h) or a peer measured in the same run (oneDNN's
+// s8 / bf16 matmuls, bench/gemm_bench.h; llama.cpp's
 // batched bench, bench/rollout_bench.h; PyTorch, bench/train_bench.h; the relay tier's
 // point-to-point transfer, bench/broadcast_bench.h).
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "bench/broadcast_bench.h"
+#include "bench/gemm_bench.h"
 #include "bench/hw_limits.h"
 #include "bench/model_bench.h"
 #include "bench/rollout_bench.h"
@@ -416,7 +418,17 @@ int RunRollout(const BenchArgs& a) {
   return 0;
 }
 
+// Every weight format's decode-shape matmuls next to oneDNN s8 / bf16 (bench/gemm_bench.h).
+int RunGemm(const BenchArgs& a) {
+  const double bw = bench::MeasureDramReadBandwidth(a.dram_mb << 20);
+  auto out = bench::BenchGemm(bench::SmolLM2GemmShapes(), a.batches, bw);
+  if (!out.ok()) return Fail(out.status());
+  std::printf("%s\n", out->dump(2).c_str());
+  return 0;
+}
+
 int RunBench(const BenchArgs& a) {
+  if (a.what == "gemm") return RunGemm(a);
   if (a.what == "broadcast") return RunBroadcast(a);
   if (a.what == "train") return RunTrain(a);
   if (a.what == "publish") return RunPublish(a);
@@ -474,12 +486,14 @@ int RunBench(const BenchArgs& a) {
 std::function<int()> SetupBench(CLI::App* app) {
   auto a = std::make_shared<BenchArgs>();
   app->add_option("what", a->what,
-                  "hw (limits only), decode, prefill, rollout (rollout engine vs llama.cpp), train "
-                  "(trainer), broadcast (relay tier) or publish (actor stall)")
-      ->check(
-          CLI::IsMember({"hw", "decode", "prefill", "rollout", "train", "broadcast", "publish"}));
+                  "hw (limits only), decode, prefill, gemm (quantized matmuls vs oneDNN), rollout "
+                  "(rollout engine vs llama.cpp), train (trainer), broadcast (relay tier) or "
+                  "publish (actor stall)")
+      ->check(CLI::IsMember(
+          {"hw", "decode", "prefill", "gemm", "rollout", "train", "broadcast", "publish"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
-  app->add_option("--batch", a->batches, "decode batch sizes")->check(CLI::Range(1, 4096));
+  app->add_option("--batch", a->batches, "decode batch sizes (gemm: the M rows)")
+      ->check(CLI::Range(1, 4096));
   app->add_option("--steps", a->steps, "decode steps timed per batch size")
       ->check(CLI::Range(1, 100000));
   app->add_option("--prompt-tokens", a->prompt_tokens, "prefill length")
@@ -557,7 +571,8 @@ std::function<int()> SetupBench(CLI::App* app) {
   return [a] { return RunBench(*a); };
 }
 LAMINAR_REGISTER_COMMAND(
-    "bench", "benchmarks with JSON output: hw, decode, prefill, rollout, train, broadcast, publish",
+    "bench",
+    "benchmarks with JSON output: hw, decode, prefill, gemm, rollout, train, broadcast, publish",
     SetupBench);
 
 }  // namespace
