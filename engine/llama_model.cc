@@ -38,7 +38,7 @@ constexpr WeightFormat kWeightFormats[] = {WeightFormat::kF32, WeightFormat::kBF
                                            WeightFormat::kGguf};
 
 // The w4a8 group size along K (kernels/reference/quant.h allows 64 or 128).
-constexpr int64_t kW4A8Group = 128;
+constexpr int64_t kW4A8Group = 64;
 
 }  // namespace
 
@@ -191,7 +191,9 @@ Status LlamaModel::Quantize() {
       Weight& w = *all[i];
       if (!quantize || w.f32.empty()) continue;
       const auto [n, k] = shapes[i];
-      if (format_ == WeightFormat::kW8A8) {
+      // The output head stays 8-bit under w4a8, as GGUF's Q4 files keep theirs at Q8_0/Q6_K: the
+      // logits are what the sampled tokens and their logprobs come from.
+      if (format_ == WeightFormat::kW8A8 || &w == &lm_head_) {
         auto q = kernels::QuantizeW8A8(w.f32, n, k);
         if (!q.ok())
           errors[i] = q.status();

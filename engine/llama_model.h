@@ -44,7 +44,8 @@ enum class Backend { kReference, kCpu };
 //   f32   as loaded (oneDNN f32 GEMM)
 //   bf16  rounded to bf16, f32 accumulation (half the bytes per decode step)
 //   w8a8  int8 per output channel, activations int8 per token (kernels/reference/quant.h)
-//   w4a8  4-bit groups of 128 in the LiquidQuant layout over int8 per channel, activations int8
+//   w4a8  4-bit groups of 64 in the LiquidQuant layout over int8 per channel, activations int8;
+//         the output head in w8a8
 //   gguf  the checkpoint's own Q4_0/Q4_1/Q8_0 blocks as stored, activations as Q8_0/Q8_1 blocks;
 //         tensors stored otherwise run in f32
 // The integer formats run every row count (prefill too) through the same kernels

@@ -143,6 +143,7 @@ Status RolloutWorker::MaybeUpdateWeights() {
   LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors, relay::WeightStoreOf(v),
                            options_.id + ": version " + std::to_string(v.version()));
   auto store = std::make_unique<model::WeightStore>(std::move(tensors));
+  const auto build_start = Clock::now();
   LAMINAR_ASSIGN_OR_RETURN(
       std::unique_ptr<engine::LlamaModel> model,
       engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_format),
@@ -154,6 +155,9 @@ Status RolloutWorker::MaybeUpdateWeights() {
   } else {
     LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version()), options_.id);
   }
+  LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": version " << v.version() << " built as "
+                             << engine::WeightFormatName(options_.weight_format) << " in "
+                             << Seconds(Clock::now() - build_start) << " s";
   // The engine now uses the new model; the old one and its weights can go.
   model_ = std::move(model);
   weights_ = std::move(store);

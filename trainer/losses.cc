@@ -350,6 +350,7 @@ bool KnownAgg(std::string_view agg) {
 struct Sums {
   double pg_loss = 0, kl_loss = 0, entropy = 0;
   double clipped = 0, clipped_lower = 0, ppo_kl = 0, rollout_kl = 0, is_weight = 0;
+  double is_clipped = 0;  // tokens whose truncated IS weight hit is_cap
 };
 
 // Combines the per-token terms with the aggregation weights `agg` and importance weights `is` into
@@ -385,6 +386,8 @@ Sums Assemble(const PolicyLossInput& in, const PolicyLossConfig& config, const P
       s.rollout_kl += double{in.behavior_logprobs[t]} - in.old_logprobs[t];
     }
     s.is_weight += is[t];
+    s.is_clipped +=
+        !in.behavior_logprobs.empty() && config.is_level != "none" && is[t] >= config.is_cap;
   }
   return s;
 }
@@ -458,6 +461,7 @@ StatusOr<PolicyLossOutput> ComputePolicyLoss(const PolicyLossInput& in,
     out.metrics["rollout_corr/kl"] = token_mean(sums.rollout_kl);
     if (config.is_level != "none") {
       out.metrics["rollout_corr/is_weight_mean"] = token_mean(sums.is_weight);
+      out.metrics["rollout_corr/is_clipfrac"] = token_mean(sums.is_clipped);
     }
   }
   return out;

@@ -90,6 +90,7 @@ Status ValidatePolicyLossConfig(const PolicyLossConfig& config);
 //   actor/kl_loss            agg(kl), when kl_coef != 0
 //   rollout_corr/kl          mean over masked tokens of behavior - old logprob, when mu is given
 //   rollout_corr/is_weight_mean  mean over masked tokens of w, when IS weights are applied
+//   rollout_corr/is_clipfrac     share of masked tokens whose w was truncated to is_cap (likewise)
 // Errors: InvalidArgument naming the field for mismatched lengths, offsets that do not cover T,
 // a mask value other than 0/1, a non-finite value on a masked token, a missing ref_logprobs or
 // entropy when its coefficient is on, bad clip/cap values, normalizers below this input's own

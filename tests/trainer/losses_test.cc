@@ -250,6 +250,9 @@ TEST(PolicyLossTest, TruncatedImportanceWeightsByHand) {
       EXPECT_EQ(out.metrics.count("rollout_corr/is_weight_mean"), 0u);
     } else {
       EXPECT_NEAR(out.metrics["rollout_corr/is_weight_mean"], loss, 1e-6) << level;
+      // Only the token level truncates here: w = min(3, 2) for the first token.
+      EXPECT_EQ(out.metrics["rollout_corr/is_clipfrac"], std::string(level) == "token" ? 0.5 : 0.0)
+          << level;
     }
   }
   auto token = MustCompute(batch, Config("pg", "token-mean", "token"));
@@ -309,6 +312,7 @@ Reference ReferenceLoss(const Batch& batch, const PolicyLossConfig& c) {
   }
   const double lo = 1 - c.clip_ratio_low, hi = 1 + c.clip_ratio_high;
   double pg = 0, kl = 0, ent = 0, clipped = 0, lower = 0, ppo_kl = 0, rkl = 0, wsum = 0;
+  double wclip = 0;
   for (size_t b = 0; b < batch.num_sequences(); ++b) {
     std::vector<size_t> tokens;
     for (int64_t t = batch.offsets[b]; t < batch.offsets[b + 1]; ++t) {
@@ -372,6 +376,7 @@ Reference ReferenceLoss(const Batch& batch, const PolicyLossConfig& c) {
         rkl += (double{batch.behavior[t]} - batch.old_logprobs[t]) / num_masked;
       }
       wsum += w / num_masked;
+      wclip += (w >= c.is_cap ? 1.0 : 0.0) / num_masked;
     }
   }
   ref.loss = pg + c.kl_coef * kl - c.entropy_coef * ent;
@@ -383,7 +388,10 @@ Reference ReferenceLoss(const Batch& batch, const PolicyLossConfig& c) {
   if (!batch.ref.empty()) ref.metrics["actor/kl_loss"] = kl;
   if (!batch.behavior.empty()) {
     ref.metrics["rollout_corr/kl"] = rkl;
-    if (c.is_level != "none") ref.metrics["rollout_corr/is_weight_mean"] = wsum;
+    if (c.is_level != "none") {
+      ref.metrics["rollout_corr/is_weight_mean"] = wsum;
+      ref.metrics["rollout_corr/is_clipfrac"] = wclip;
+    }
   }
   return ref;
 }
