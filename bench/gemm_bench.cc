@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "engine/llama_model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/vec_ops.h"
@@ -159,7 +160,7 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
     const auto w = Gaussian(static_cast<size_t>(s.n * s.k), 1, 0.05f);
     LAMINAR_ASSIGN_OR_RETURN(const kernels::W8A8Weights w8, kernels::QuantizeW8A8(w, s.n, s.k));
     LAMINAR_ASSIGN_OR_RETURN(const kernels::W4A8Weights w4,
-                             kernels::QuantizeW4A8(w, s.n, s.k, 128));
+                             kernels::QuantizeW4A8(w, s.n, s.k, engine::kW4A8GroupSize));
     LAMINAR_ASSIGN_OR_RETURN(const kernels::GgufQuantWeights q41,
                              kernels::PackGgufWeights(3, RandomBlocks(3, s.n, s.k), s.n, s.k));
     LAMINAR_ASSIGN_OR_RETURN(const kernels::GgufQuantWeights q80,

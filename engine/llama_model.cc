@@ -37,9 +37,6 @@ constexpr WeightFormat kWeightFormats[] = {WeightFormat::kF32, WeightFormat::kBF
                                            WeightFormat::kW8A8, WeightFormat::kW4A8,
                                            WeightFormat::kGguf};
 
-// The w4a8 group size along K (kernels/reference/quant.h allows 64 or 128).
-constexpr int64_t kW4A8Group = 64;
-
 }  // namespace
 
 std::string WeightFormatName(WeightFormat format) {
@@ -186,6 +183,7 @@ Status LlamaModel::Quantize() {
         "checkpoint has none among its projections; use f32, bf16, w8a8 or w4a8");
   }
   std::vector<Status> errors(all.size());
+  std::vector<const void*> replaced(all.size(), nullptr);  // f32 data the quantized copies replace
   auto run = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       Weight& w = *all[i];
@@ -200,13 +198,16 @@ Status LlamaModel::Quantize() {
         else
           w.w8a8 = std::make_shared<const kernels::W8A8Weights>(*std::move(q));
       } else {
-        auto q = kernels::QuantizeW4A8(w.f32, n, k, kW4A8Group);
+        auto q = kernels::QuantizeW4A8(w.f32, n, k, kW4A8GroupSize);
         if (!q.ok())
           errors[i] = q.status();
         else
           w.w4a8 = std::make_shared<const kernels::W4A8Weights>(*std::move(q));
       }
-      if (errors[i].ok()) w.f32 = {};
+      if (errors[i].ok()) {
+        replaced[i] = w.f32.data();
+        w.f32 = {};
+      }
     }
   };
   if (pool_ != nullptr && quantize) {
@@ -216,6 +217,10 @@ Status LlamaModel::Quantize() {
   }
   for (const Status& e : errors)
     LAMINAR_RETURN_IF_ERROR(e, "quantizing to " + WeightFormatName(format_));
+  // f32 conversions (of f16/bf16 checkpoints) that only fed the quantizer can go.
+  std::erase_if(owned_, [&](const Tensor& t) {
+    return std::find(replaced.begin(), replaced.end(), t.data()) != replaced.end();
+  });
   projection_bytes_ = 0;
   for (const Weight* w : all) {
     if (!w->f32.empty()) projection_bytes_ += static_cast<int64_t>(w->f32.size() * 4);

@@ -39,8 +39,9 @@ kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& config);
 enum class Backend { kReference, kCpu };
 
 // How the projection weights (q/k/v/o, gate/up/down and the output head) are held and multiplied;
-// norms and the embedding table stay f32. Names are the recipe's `rollout.weight_dtype` values and
-// the CLIs' `--weights`.
+// norms and the embedding table stay f32. Names are the CLIs' `--weights` values and (all but gguf,
+// which needs a GGUF checkpoint rather than the trainer's weights) the recipe's
+// `rollout.weight_dtype`.
 //   f32   as loaded (oneDNN f32 GEMM)
 //   bf16  rounded to bf16, f32 accumulation (half the bytes per decode step)
 //   w8a8  int8 per output channel, activations int8 per token (kernels/reference/quant.h)
@@ -51,6 +52,9 @@ enum class Backend { kReference, kCpu };
 // The integer formats run every row count (prefill too) through the same kernels
 // (kernels/cpu/quant_gemm.h), so prefill and decode are one quantized policy.
 enum class WeightFormat { kF32, kBF16, kW8A8, kW4A8, kGguf };
+// The w4a8 group size along K (kernels/reference/quant.h allows 64 or 128; 64 measured closer to
+// f32 on SmolLM2).
+inline constexpr int64_t kW4A8GroupSize = 64;
 std::string WeightFormatName(WeightFormat format);
 // InvalidArgument listing the names for an unknown one.
 StatusOr<WeightFormat> ParseWeightFormat(std::string_view name);

@@ -121,6 +121,8 @@ QuantTileArgs TileArgs(const Int8Activations& x, int64_t n, int64_t k, int64_t k
       << "activations of K " << x.k << ", weights of K " << k;
   LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == n);
   LAMINAR_CHECK(static_cast<int64_t>(out.size()) == x.m * n);
+  // VNNI's unsigned sums reach 255 · 127 · K: int32 holds them up to K = 65536.
+  LAMINAR_CHECK(k_padded <= 65536) << "quantized matmul with K = " << k << " > 65536";
   QuantTileArgs a;
   a.xq = x.q.data();
   a.x_scale = x.scale.data();

@@ -20,10 +20,15 @@ int64_t TiledChunkOffset(int64_t row, int64_t col, int64_t k_padded, int64_t byt
   return ((tile * NumChunks(k_padded) + c) * kQuantTileN + j) * bytes_per_chunk;
 }
 
+// max |x|, or NaN when some x is not finite (std::max alone would skip a NaN).
 float MaxAbs(const float* x, int64_t n) {
   float amax = 0;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::abs(x[i]));
-  return amax;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    amax = std::max(amax, std::abs(x[i]));
+    finite = finite && std::isfinite(x[i]);
+  }
+  return finite ? amax : std::numeric_limits<float>::quiet_NaN();
 }
 
 Status CheckWeights(std::span<const float> w, int64_t n, int64_t k, const char* format) {
@@ -49,12 +54,14 @@ float QuantizeRowSymmetric(const float* w, int64_t k, int qmax, int8_t* q) {
     std::fill(q, q + k, int8_t{0});
     return 0.f;
   }
+  const float scale = amax / static_cast<float>(qmax);
   const float inv = static_cast<float>(qmax) / amax;
+  const bool tiny = !std::isfinite(inv);  // amax below ~1e-37: divide by the scale instead
   for (int64_t i = 0; i < k; ++i) {
-    const float r = std::nearbyint(w[i] * inv);
+    const float r = std::nearbyint(tiny ? w[i] / scale : w[i] * inv);
     q[i] = static_cast<int8_t>(std::clamp(r, static_cast<float>(-qmax), static_cast<float>(qmax)));
   }
-  return amax / static_cast<float>(qmax);
+  return scale;
 }
 
 template <typename Epilogue>

@@ -75,9 +75,9 @@ struct W8A8Weights {
 //  1. per channel: q8 = clamp(nearbyint(W / s1), -119, 119), s1 = max|W[n, :]| / 119 (QServe's
 //     protective range: it leaves the group level room to stay inside [1, 255]);
 //  2. per group of G ∈ {64, 128} along K, on u8 = q8 + 128 ∈ [9, 247]: an integer scale
-//     s2 ∈ [1, 16] and an integer offset a ∈ [1, 255 - 15·s2], q4 = clamp(nearbyint((u8 - a) / s2),
-//     0, 15). Dequantization is u = q4 · s2 + a, which lies in [1, 255] for every q4: no 8-bit lane
-//     can carry into its neighbour.
+//     s2 ∈ [1, 16] and an integer offset a ∈ [1, 255 - 15·s2] from the group's min and max,
+//     q4 = min(15, (u8 - a + s2 / 2) / s2) in integers (rounding halves up). Dequantization is u =
+//     q4 · s2 + a, which lies in [1, 255] for every q4: no 8-bit lane can carry into its neighbour.
 // That bound is what lets four lanes dequantize in one 32-bit multiply-add and one XOR (LiquidQuant
 // §3: IMAD then XOR 0x80808080 gives four signed int8): see DequantizeW4Lanes32. On x86 the
 // kernels do the same in 16-bit lanes (vpmullw by s2, vpaddb a) and XOR on AVX2.

@@ -281,14 +281,18 @@ TEST(QuantGemmTest, BadInputIsRefusedWithClearErrors) {
 
 TEST(QuantGemmTest, NonFiniteActivationsGiveNaNNotGarbage) {
   auto w = QuantizeW8A8(Gaussian(8 * 64, 51), 8, 64);
-  auto x = Gaussian(2 * 64, 52);
+  auto x = Gaussian(3 * 64, 52);
   x[3] = INFINITY;
+  x[64 + 9] = std::nanf("");
   Int8Activations xq;
-  QuantizeActivationsPerToken(x, 2, 64, &xq);
-  std::vector<float> out(16);
+  QuantizeActivationsPerToken(x, 3, 64, &xq);
+  std::vector<float> out(24);
   cpu::MatMulW8A8(xq, *w, {}, out);
-  for (int j = 0; j < 8; ++j) EXPECT_TRUE(std::isnan(out[j])) << j;
-  for (int j = 8; j < 16; ++j) EXPECT_TRUE(std::isfinite(out[j])) << j;
+  for (int j = 0; j < 16; ++j) EXPECT_TRUE(std::isnan(out[j])) << j;
+  for (int j = 16; j < 24; ++j) EXPECT_TRUE(std::isfinite(out[j])) << j;
+  Q8BlockActivations xb;
+  QuantizeActivationsQ8Blocks(x, 3, 64, &xb);
+  EXPECT_TRUE(std::isnan(xb.d[0]) && std::isnan(xb.d[2]) && std::isfinite(xb.d[4]));
 }
 
 }  // namespace
