@@ -2,9 +2,32 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 namespace laminar {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins until done() or `us` microseconds passed; returns done().
+template <typename Done>
+bool SpinUntil(Done&& done, int64_t us) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    CpuRelax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -22,22 +45,31 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::Submit(std::function<void()> task) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;  // spinning workers see queued_ without a wake-up
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void ThreadPool::WorkerLoop() {
   for (;;) {
     std::function<void()> task;
+    SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; }, kSpinUs);
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (!stop_ && queue_.empty()) {
+        ++sleepers_;
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        --sleepers_;
+      }
       if (queue_.empty()) return;  // stop_ and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
       ++active_;
     }
     task();
@@ -70,7 +102,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
   struct Completion {
     std::mutex mu;
     std::condition_variable cv;
-    int64_t remaining = 0;
+    std::atomic<int64_t> remaining{0};
   };
   auto done = std::make_shared<Completion>();
   done->remaining = num_chunks - 1;
@@ -78,13 +110,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
     int64_t b = c * per, e = std::min(n, b + per);
     Submit([done, &fn, b, e] {
       if (b < e) fn(b, e);
-      std::lock_guard<std::mutex> lock(done->mu);
-      if (--done->remaining == 0) done->cv.notify_all();
+      if (done->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(done->mu);  // a waiter checks under the lock
+        done->cv.notify_all();
+      }
     });
   }
   fn(0, std::min(n, per));
+  auto finished = [&] { return done->remaining.load(std::memory_order_acquire) == 0; };
+  if (SpinUntil(finished, kSpinUs)) return;
   std::unique_lock<std::mutex> lock(done->mu);
-  done->cv.wait(lock, [&] { return done->remaining == 0; });
+  done->cv.wait(lock, finished);
 }
 
 }  // namespace laminar

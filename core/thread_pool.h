@@ -1,6 +1,7 @@
 // A fixed-size thread pool with a blocking ParallelFor, for CPU kernels and loaders.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -13,6 +14,10 @@ namespace laminar {
 
 // Owns its threads; joins them in the destructor after draining queued tasks. Submit and
 // ParallelFor are thread-safe. Tasks must not throw.
+// Idle workers, and a ParallelFor caller waiting for the other chunks, spin for up to kSpinUs
+// before sleeping on a condition variable: a decode step is a few hundred short ParallelFor calls
+// back to back, and a futex wake-up per call (~17 µs measured on 2 cores) would cost more than
+// the work.
 class ThreadPool {
  public:
   // num_threads <= 0 means std::thread::hardware_concurrency().
@@ -30,8 +35,11 @@ class ThreadPool {
   void Wait();
 
  private:
+  static constexpr int64_t kSpinUs = 100;
   void WorkerLoop();
   std::vector<std::thread> workers_;
+  std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the lock
+  int sleepers_ = 0;                // workers waiting on cv_ (under mu_)
   std::deque<std::function<void()>> queue_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -6,11 +6,13 @@
 // w8a8 and w4a8 kernels equal the reference bit for bit, the GGUF kernels within
 // kernels::kMatMulGgufQuant.
 //
-// w4a8 follows LiquidGEMM (arXiv 2509.01229 §3-4): each 4-column tile's 4-bit weights are
-// dequantized once into the unsigned int8 form (16-bit multiply by the group scale, byte add of the
-// group offset: the two-instruction IMAD of LiquidQuant, carry-free by the format's bounds; the XOR
-// to signed is folded into the AVX2 dot product) and the int8 dot products of all M rows then run
-// on them, so dequantization is paid once per weight, not once per row.
+// w4a8 follows LiquidGEMM (arXiv 2509.01229 §3-4) from 3 rows on: each 4-column tile's 4-bit
+// weights are dequantized once into the unsigned int8 form (16-bit multiply by the group scale,
+// byte add of the group offset: the two-instruction IMAD of LiquidQuant, carry-free by the
+// format's bounds; the XOR to signed is folded into the AVX2 dot product) and the int8 dot products
+// of all M rows then run on them, so dequantization is paid once per weight. At 1-2 rows (GEMV,
+// memory-bound) the 4-bit values go into vpmaddubsw directly and each group's sum is scaled by s2
+// and corrected by its offset once: the same integers with half the instructions.
 #pragma once
 
 #include <span>

@@ -20,16 +20,23 @@ int64_t TiledChunkOffset(int64_t row, int64_t col, int64_t k_padded, int64_t byt
   return ((tile * NumChunks(k_padded) + c) * kQuantTileN + j) * bytes_per_chunk;
 }
 
-// max |x|, or NaN when some x is not finite (std::max alone would skip a NaN).
+// max |x|, or NaN when some x is not finite (std::max alone would skip a NaN). Written so the
+// compiler vectorizes it: activations are quantized on every matmul call.
 float MaxAbs(const float* x, int64_t n) {
   float amax = 0;
-  bool finite = true;
+  int bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    amax = std::max(amax, std::abs(x[i]));
-    finite = finite && std::isfinite(x[i]);
+    const float a = std::abs(x[i]);
+    amax = a > amax ? a : amax;
+    bad |= !(a <= std::numeric_limits<float>::max());
   }
-  return finite ? amax : std::numeric_limits<float>::quiet_NaN();
+  return bad != 0 ? std::numeric_limits<float>::quiet_NaN() : amax;
 }
+
+// nearbyint for |v| < 2^22 in the default rounding mode (round half to even): adding and
+// subtracting 1.5 · 2^23 leaves v rounded to an integer. Inlined and vectorized, unlike the libm
+// call.
+inline float RoundHalfEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
 
 Status CheckWeights(std::span<const float> w, int64_t n, int64_t k, const char* format) {
   if (n < 1 || k < 1 || static_cast<int64_t>(w.size()) != n * k) {
@@ -58,7 +65,7 @@ float QuantizeRowSymmetric(const float* w, int64_t k, int qmax, int8_t* q) {
   const float inv = static_cast<float>(qmax) / amax;
   const bool tiny = !std::isfinite(inv);  // amax below ~1e-37: divide by the scale instead
   for (int64_t i = 0; i < k; ++i) {
-    const float r = std::nearbyint(tiny ? w[i] / scale : w[i] * inv);
+    const float r = RoundHalfEven(tiny ? w[i] / scale : w[i] * inv);  // |r| ≤ qmax
     q[i] = static_cast<int8_t>(std::clamp(r, static_cast<float>(-qmax), static_cast<float>(qmax)));
   }
   return scale;
