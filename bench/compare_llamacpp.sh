@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Decode and prefill throughput of laminar and llama.cpp on the same GGUF file, measured in the
+# Decode and prefill throughput of laminar (every weight format: f32, bf16, w8a8, w4a8, and gguf =
+# the file's own blocks) and llama.cpp on the same GGUF file, measured in the
 # same run, with the ratio. Needs scripts/setup.sh --bench (builds the llama.cpp peer).
 #   bench/compare_llamacpp.sh [MODEL.gguf] [THREADS]     (default: the SmolLM2 default model, nproc)
 # Writes a JSON summary to stdout; human-readable lines to stderr.
@@ -14,7 +15,7 @@ LAMINAR="${LAMINAR_BIN:-build/cli/laminar}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$PEER" -m "$MODEL" -t "$THREADS" -p 512 -n 64 -r 3 -o json > "$tmp/peer.json"
-for w in f32 bf16; do
+for w in f32 bf16 w8a8 w4a8 gguf; do
   "$LAMINAR" bench decode --model "$MODEL" --weights "$w" --batch 1 --steps 32 > "$tmp/decode_$w.json" 2>/dev/null
   "$LAMINAR" bench prefill --model "$MODEL" --weights "$w" --prompt-tokens 512 --repeats 2 > "$tmp/prefill_$w.json" 2>/dev/null
 done
@@ -25,7 +26,7 @@ peer = json.load(open(os.path.join(tmp, "peer.json")))
 peer_pp = next(r["avg_ts"] for r in peer if r["n_prompt"] > 0)
 peer_tg = next(r["avg_ts"] for r in peer if r["n_gen"] > 0)
 out = {"model": model, "llama_cpp": {"prefill_512_tok_s": peer_pp, "decode_tok_s": peer_tg}, "laminar": {}}
-for w in ("f32", "bf16"):
+for w in ("f32", "bf16", "w8a8", "w4a8", "gguf"):
     d = json.load(open(os.path.join(tmp, f"decode_{w}.json")))
     p = json.load(open(os.path.join(tmp, f"prefill_{w}.json")))
     dec, pre = d["decode"][0]["tokens_per_s"], p["prefill"][0]["tokens_per_s"]

@@ -134,13 +134,12 @@ TEST(QuantizedRolloutTest, SmolLM2FormatsAgainstF32AndTheF32Trainer) {
     RecordProperty(name + "_greedy_match", std::to_string(greedy_match));
     RecordProperty(name + "_abs_logprob_diff_mean", std::to_string(abs_diff));
     if (format == engine::WeightFormat::kF32) {
-      // Measured 1.34e-5 (max 3.1e-5): the engine and the trainer sum f32 in different orders
-      // over 30 layers (attention most). Issue #10 asks for 1e-5; see its note.
-      EXPECT_LE(abs_diff, 2e-5);
+      // Measured mean 2.3e-6, max 1.3e-5 (f32 sums in different orders over 30 layers).
+      EXPECT_LE(abs_diff, 1e-5);
       EXPECT_EQ(greedy_match, 1.0);
     } else {
-      // Measured (4 prompts x 32 tokens): w8a8 0.22 nats, w4a8 0.89, gguf 0.055; greedy agreement
-      // 0.49 / 0.22 / 0.74. A broken kernel gives noise: several nats, no common prefix.
+      // Measured (4 prompts x 32 tokens): w8a8 0.22 nats, w4a8 0.88, gguf 0.055; greedy agreement
+      // 0.73 / 0.20 / 0.87. A broken kernel gives noise: several nats, no common prefix.
       EXPECT_LT(abs_diff, 2.0);
       EXPECT_GT(prefix_match, 0.05);
     }
