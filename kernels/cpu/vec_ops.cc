@@ -19,8 +19,10 @@ namespace laminar::kernels::cpu {
   void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out);       \
   void MatMulBF16Rows(const float* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total, \
                       int64_t n_begin, int64_t n_end, float* out);                              \
-  float Dot(const float* a, const float* b, int64_t n);                                         \
-  void Axpy(float alpha, const float* x, float* y, int64_t n);                                  \
+  void DotRows(const float* q, const float* rows, int64_t stride, int64_t n, int64_t d,         \
+               float scale, float* out);                                                        \
+  void AxpyRows(const float* p, const float* rows, int64_t stride, int64_t n, int64_t d,        \
+                float* o);                                                                      \
   }
 LAMINAR_DECLARE_VEC_OPS(scalar)
 LAMINAR_DECLARE_VEC_OPS(avx2)
@@ -38,14 +40,16 @@ struct VecOps {
   void (*exp_shifted_scaled)(const float*, int64_t, float, float, float*);
   void (*matmul_bf16_rows)(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t,
                            int64_t, float*);
-  float (*dot)(const float*, const float*, int64_t);
-  void (*axpy)(float, const float*, float*, int64_t);
+  // out[j] = scale · (q · rows[j·stride .. + d)), j < n
+  void (*dot_rows)(const float*, const float*, int64_t, int64_t, int64_t, float, float*);
+  // o[0, d) += Σ_j p[j] · rows[j·stride .. + d), j < n, in order of j
+  void (*axpy_rows)(const float*, const float*, int64_t, int64_t, int64_t, float*);
 };
 
 #define LAMINAR_VEC_TABLE(ns)                                                                      \
   VecOps {                                                                                         \
     ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled, \
-        ns::MatMulBF16Rows, ns::Dot, ns::Axpy                                                      \
+        ns::MatMulBF16Rows, ns::DotRows, ns::AxpyRows                                              \
   }
 
 const VecOps& Ops(Isa isa) {
@@ -139,9 +143,7 @@ void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_r
         }
       };
       for_each_block([&](int64_t p0, int64_t row0, int64_t n) {
-        for (int64_t j = 0; j < n; ++j) {
-          scores[p0 + j] = ops.dot(qv, &k_rows[((row0 + j) * hkv + kvh) * d], d) * scale;
-        }
+        ops.dot_rows(qv, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale, &scores[p0]);
       });
       float mx = ops.row_max(scores.data(), last + 1);
       float sum = ops.sum_exp_shifted(scores.data(), last + 1, mx);
@@ -149,9 +151,7 @@ void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_r
       float* o = &out[(i * h + head) * d];
       std::fill(o, o + d, 0.0f);
       for_each_block([&](int64_t p0, int64_t row0, int64_t n) {
-        for (int64_t j = 0; j < n; ++j) {
-          ops.axpy(scores[p0 + j], &v_rows[((row0 + j) * hkv + kvh) * d], o, d);
-        }
+        ops.axpy_rows(&scores[p0], &v_rows[(row0 * hkv + kvh) * d], row_floats, n, d, o);
       });
     }
   };
