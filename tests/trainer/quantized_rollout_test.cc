@@ -1,8 +1,8 @@
 // What the rollout's weight format costs on the default model (SmolLM2-135M-Instruct): greedy
-// continuations of fixed GSM8K prompts in w8a8 / w4a8 / gguf against f32, and the mean |Δlogprob|
-// of sampled tokens between the rollout (each format) and the f32 trainer. f32 must agree within
-// 1e-5; the others are reported (RecordProperty, and on stdout) with loose bounds that only catch
-// a broken kernel. Skips when the model is not installed.
+// continuations of fixed GSM8K prompts in bf16 / w8a8 / w4a8 / gguf against f32, and the mean
+// |Δlogprob| of sampled tokens between the rollout (each format) and the f32 trainer. f32 must
+// agree within 1e-5; the others are reported (RecordProperty, and on stdout) with loose bounds that
+// only catch a broken kernel. Skips when the model is not installed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,8 +83,9 @@ TEST(QuantizedRolloutTest, SmolLM2FormatsAgainstF32AndTheF32Trainer) {
   ASSERT_TRUE(trainer.ok()) << trainer.status();
 
   std::vector<TrainSample> greedy_f32(prompts.size());
-  for (engine::WeightFormat format : {engine::WeightFormat::kF32, engine::WeightFormat::kW8A8,
-                                      engine::WeightFormat::kW4A8, engine::WeightFormat::kGguf}) {
+  for (engine::WeightFormat format :
+       {engine::WeightFormat::kF32, engine::WeightFormat::kBF16, engine::WeightFormat::kW8A8,
+        engine::WeightFormat::kW4A8, engine::WeightFormat::kGguf}) {
     const std::string name = engine::WeightFormatName(format);
     SCOPED_TRACE(name);
     auto lm =
@@ -138,8 +139,9 @@ TEST(QuantizedRolloutTest, SmolLM2FormatsAgainstF32AndTheF32Trainer) {
       EXPECT_LE(abs_diff, 1e-5);
       EXPECT_EQ(greedy_match, 1.0);
     } else {
-      // Measured (4 prompts x 32 tokens): w8a8 0.22 nats, w4a8 0.88, gguf 0.055; greedy agreement
-      // 0.73 / 0.20 / 0.87. A broken kernel gives noise: several nats, no common prefix.
+      // Measured (4 prompts x 32 tokens): bf16 0.007 nats, w8a8 0.22, w4a8 0.88, gguf 0.055; greedy
+      // agreement 1 / 0.73 / 0.20 / 0.87. A broken kernel gives noise: several nats, no common
+      // prefix.
       EXPECT_LT(abs_diff, 2.0);
       EXPECT_GT(prefix_match, 0.05);
     }
