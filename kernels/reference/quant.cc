@@ -216,32 +216,33 @@ std::vector<float> Dequantize(const W4A8Weights& w) {
 }
 
 namespace ref {
+namespace {
 
-void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
-                std::span<float> out) {
+// The integer matmul both formats share: acc = Σ_p q8(j, p) · x_q[i, p], then the f32 epilogue.
+template <typename Weights, typename Q8>
+void IntMatMul(const Int8Activations& x, const Weights& w, std::span<const float> bias,
+               std::span<float> out, Q8&& q8) {
   LAMINAR_CHECK(x.k == w.k && x.k_padded == w.k_padded);
   LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == w.n);
   ForEachOutput(x.m, w.n, out, [&](int64_t i, int64_t j) {
     int32_t acc = 0;
-    for (int64_t p = 0; p < w.k_padded; ++p) {
-      acc += (int32_t{w.U(j, p)} - 128) * x.q[i * x.k_padded + p];
-    }
+    for (int64_t p = 0; p < w.k_padded; ++p) acc += q8(j, p) * x.q[i * x.k_padded + p];
     return Epilogue(acc, x.scale[i], w.channel_scale[j], bias, j);
   });
 }
 
+}  // namespace
+
+void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
+                std::span<float> out) {
+  IntMatMul(x, w, bias, out, [&](int64_t j, int64_t p) { return int32_t{w.U(j, p)} - 128; });
+}
+
 void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const float> bias,
                 std::span<float> out) {
-  LAMINAR_CHECK(x.k == w.k && x.k_padded == w.k_padded);
-  LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == w.n);
-  ForEachOutput(x.m, w.n, out, [&](int64_t i, int64_t j) {
-    int32_t acc = 0;
-    for (int64_t p = 0; p < w.k_padded; ++p) {
-      const int64_t g = p / w.group;
-      const int32_t q8 = int32_t{w.Q4(j, p)} * w.Scale(j, g) + w.Offset(j, g) - 128;
-      acc += q8 * x.q[i * x.k_padded + p];
-    }
-    return Epilogue(acc, x.scale[i], w.channel_scale[j], bias, j);
+  IntMatMul(x, w, bias, out, [&](int64_t j, int64_t p) {
+    const int64_t g = p / w.group;
+    return int32_t{w.Q4(j, p)} * w.Scale(j, g) + w.Offset(j, g) - 128;
   });
 }
 

@@ -112,9 +112,12 @@ ThreadsRun RunAllRolesAsThreads(
   for (int i = 0; i < 200 && !settled((*server)->Metrics()); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
+  // The manager's view while every role still runs: the rollouts stop one after another (one may
+  // finish scoring a slow reward seconds after the other), and the manager would rightly call the
+  // first one stopped dead.
+  out.manager_metrics = (*server)->Metrics();
   stop_rollouts.store(true);
   for (auto& t : rollouts) t.join();
-  out.manager_metrics = (*server)->Metrics();
   (*server)->Stop();
   (*relay)->Stop();
   return out;
