@@ -68,9 +68,8 @@ struct BenchArgs {
   int64_t dram_mb = 1024;  // buffer of the DRAM bandwidth measurement
 };
 
-// The default weight dtype of `bench rollout`: the faster one for batched decode where it was
-// chosen (`bench rollout --weights both` on the 2-core AVX2 dev machine: f32 148 generated tok/s,
-// bf16 116 at the GRPO load; bf16 wins at batch 1, 36 against 17).
+// The default weight format of `bench rollout`: the trainer's own precision, so the default run
+// measures the policy the trainer computes (`--weights bf16,w8a8,w4a8,gguf` for the others).
 constexpr const char* kRolloutWeights = "f32";
 
 int Fail(const Status& s) { return CommandFail("bench", s.ToString()); }
@@ -521,7 +520,7 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--weights", a->weights,
                   "projection weights: f32 (default), bf16, w8a8, w4a8 or gguf (a GGUF "
                   "checkpoint's Q4_0/Q4_1/Q8_0 blocks); rollout: a comma-separated list (default " +
-                      std::string(kRolloutWeights) + ")")
+                      std::string(kRolloutWeights) + "); gemm runs every format")
       ->delimiter(',')
       ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
   app->add_option("--seq-len", a->seq_len, "train: tokens per sequence")

@@ -155,9 +155,10 @@ Status RolloutWorker::MaybeUpdateWeights() {
   } else {
     LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version()), options_.id);
   }
+  const double build_s = Seconds(Clock::now() - build_start);
   LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": version " << v.version() << " built as "
                              << engine::WeightFormatName(options_.weight_format) << " in "
-                             << Seconds(Clock::now() - build_start) << " s";
+                             << build_s << " s";
   // The engine now uses the new model; the old one and its weights can go.
   model_ = std::move(model);
   weights_ = std::move(store);
@@ -165,6 +166,7 @@ Status RolloutWorker::MaybeUpdateWeights() {
   ++stats_.versions_loaded;
   stats_.version = v.version();
   stats_.pull_wait_s += Seconds(Clock::now() - start);
+  stats_.weight_build_s += build_s;
   return OkStatus();
 }
 
@@ -257,6 +259,7 @@ Status RolloutWorker::SendHeartbeat() {
     c["reward/error_count"] = static_cast<double>(stats_.reward_errors);
     c["reward/timeout_count"] = static_cast<double>(stats_.reward_timeouts);
     c["relay/pull_wait_s"] = stats_.pull_wait_s;
+    c["rollout/weight_build_s"] = stats_.weight_build_s;
   }
   auto reply = Call(std::move(req));
   if (!reply.ok()) {

@@ -63,6 +63,7 @@ struct RolloutWorkerStats {
   int64_t reward_errors = 0;    // the reward failed (scored reward_failure_score)
   int64_t reward_timeouts = 0;  // it ran past its deadline (DeadlineExceeded; likewise)
   double pull_wait_s = 0;       // seconds spent pulling and loading new versions
+  double weight_build_s = 0;    // of which building the model (quantizing: rollout.weight_dtype)
   int64_t version = -1;         // the version held (-1: none yet)
 };
 

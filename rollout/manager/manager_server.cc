@@ -430,6 +430,7 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   // Failure counts over the run (they only rise); the pull wait over this step.
   for (const char* k : {"reward/error_count", "reward/timeout_count"}) m[k] = counter_totals_[k];
   m["relay/pull_wait_s"] = window_.counter_growth["relay/pull_wait_s"];
+  m["rollout/weight_build_s"] = window_.counter_growth["rollout/weight_build_s"];
   window_ = Window{};
 }
 

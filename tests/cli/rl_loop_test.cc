@@ -152,6 +152,7 @@ void CheckRun(const fs::path& dir, int64_t steps, int64_t max_staleness) {
                             "repack/requests_moved",
                             "relay/publish_stall_s",
                             "relay/pull_wait_s",
+                            "rollout/weight_build_s",
                             "relay/bytes",
                             "timing_s/reward",
                             "timing_s/old_log_prob",
