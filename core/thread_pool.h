@@ -14,10 +14,10 @@ namespace laminar {
 
 // Owns its threads; joins them in the destructor after draining queued tasks. Submit and
 // ParallelFor are thread-safe. Tasks must not throw.
-// Idle workers, and a ParallelFor caller waiting for the other chunks, spin for up to kSpinUs
-// before sleeping on a condition variable: a decode step is a few hundred short ParallelFor calls
-// back to back, and a futex wake-up per call (~17 µs measured on 2 cores) would cost more than
-// the work.
+// Idle workers, and a ParallelFor caller waiting for the other chunks, poll (yielding the core)
+// for up to kSpinUs before sleeping on a condition variable: a decode step is a few hundred short
+// ParallelFor calls back to back, and a futex wake-up per call (~17 µs measured on 2 cores) would
+// cost more than the work.
 class ThreadPool {
  public:
   // num_threads <= 0 means std::thread::hardware_concurrency().
