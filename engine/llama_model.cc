@@ -392,6 +392,10 @@ class PagedKvAttention final : public KvAttention {
            std::span<float> out) const override {
     auto kp = cache_->Keys(layer), vp = cache_->Values(layer);
     const int64_t bs = cache_->block_size();
+    if (!s.tree_parents.empty()) {
+      RunTree(s, tables_[si], q, k, v, kp, vp, out);
+      return;
+    }
     kernels::ref::WriteKv(k, v, tables_[si], bs, pos, s.num_tokens, hkv_, d_, kp, vp);
     if (reference_) {
       kernels::ref::PagedCausalAttention(q, kp, vp, tables_[si], bs, pos, s.num_tokens, h_, hkv_,
@@ -403,6 +407,29 @@ class PagedKvAttention final : public KvAttention {
   }
 
  private:
+  // A token tree: node j's K/V goes to the slot of position start + j; each node sees the
+  // committed positions and its ancestors.
+  void RunTree(const SequenceSpan& s, std::span<const int32_t> table, std::span<const float> q,
+               std::span<const float> k, std::span<const float> v, std::span<float> kp,
+               std::span<float> vp, std::span<float> out) const {
+    const int64_t n = s.num_tokens, bs = cache_->block_size();
+    std::vector<int32_t> slots(static_cast<size_t>(n));
+    std::vector<uint64_t> ancestors(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      slots[j] = static_cast<int32_t>(s.start_position + j);
+      const int32_t parent = s.tree_parents[j];
+      ancestors[j] = (parent < 0 ? 0 : ancestors[parent]) | (uint64_t{1} << j);
+    }
+    kernels::ref::WriteKv(k, v, table, bs, slots, n, hkv_, d_, kp, vp);
+    if (reference_) {
+      kernels::ref::PagedTreeAttention(q, kp, vp, table, bs, s.start_position, ancestors, n, h_,
+                                       hkv_, d_, out);
+    } else {
+      kernels::cpu::PagedTreeAttention(q, kp, vp, table, bs, s.start_position, ancestors, n, h_,
+                                       hkv_, d_, out, pool_);
+    }
+  }
+
   PagedKvCache* cache_;
   std::span<const std::span<const int32_t>> tables_;
 };
@@ -477,8 +504,31 @@ StatusOr<std::vector<int32_t>> LlamaModel::PackedPositions(
                                   std::to_string(s.num_tokens) + " tokens from position " +
                                   std::to_string(s.start_position));
     }
-    for (int64_t i = 0; i < s.num_tokens; ++i)
-      positions.push_back(static_cast<int32_t>(s.start_position + i));
+    if (s.tree_parents.empty()) {
+      for (int64_t i = 0; i < s.num_tokens; ++i)
+        positions.push_back(static_cast<int32_t>(s.start_position + i));
+      continue;
+    }
+    // A token tree: each token one position past its parent.
+    const std::string name = "sequence " + std::to_string(si) + ": token tree";
+    if (static_cast<int64_t>(s.tree_parents.size()) != s.num_tokens ||
+        s.num_tokens > kernels::ref::kMaxTreeTokens) {
+      return InvalidArgumentError(name + " of " + std::to_string(s.tree_parents.size()) +
+                                  " parents for " + std::to_string(s.num_tokens) +
+                                  " tokens (at most " +
+                                  std::to_string(kernels::ref::kMaxTreeTokens) + ")");
+    }
+    const size_t base = positions.size();
+    for (int64_t j = 0; j < s.num_tokens; ++j) {
+      const int32_t parent = s.tree_parents[j];
+      if (j == 0 ? parent != -1 : (parent < 0 || parent >= j)) {
+        return InvalidArgumentError(name + ": token " + std::to_string(j) + " has parent " +
+                                    std::to_string(parent) + " (the root's is -1, others' < " +
+                                    "their own index)");
+      }
+      positions.push_back(j == 0 ? static_cast<int32_t>(s.start_position)
+                                 : positions[base + static_cast<size_t>(parent)] + 1);
+    }
   }
   if (static_cast<int64_t>(positions.size()) != t) {
     return InvalidArgumentError("sequence spans cover " + std::to_string(positions.size()) +
@@ -498,6 +548,10 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
                            KvCache* cache, LogitsFor which, std::vector<float>* logits) const {
   for (size_t si = 0; si < spans.size(); ++si) {
     const auto& s = spans[si];
+    if (!s.tree_parents.empty()) {
+      return InvalidArgumentError("sequence " + std::to_string(si) +
+                                  ": token trees need the paged KV cache");
+    }
     if (s.slot < 0 || s.slot >= cache->num_slots()) {
       return InvalidArgumentError("sequence " + std::to_string(si) + ": KV slot " +
                                   std::to_string(s.slot) + " outside the cache's " +
@@ -577,10 +631,10 @@ void LlamaModel::ForwardLayers(std::span<const int32_t> tokens, std::span<const 
   } else {
     int64_t end = 0;
     for (const auto& s : spans) {
+      const int64_t first = s.tree_parents.empty() ? end + s.num_tokens - 1 : end;
       end += s.num_tokens;
-      rows.insert(rows.end(), x.begin() + (end - 1) * c.hidden_size,
-                  x.begin() + end * c.hidden_size);
-      ++n;
+      rows.insert(rows.end(), x.begin() + first * c.hidden_size, x.begin() + end * c.hidden_size);
+      n += end - first;
     }
   }
   std::vector<float> normed(rows.size());

@@ -23,10 +23,27 @@ namespace laminar::engine {
 
 // One sequence's part of a packed batch: `num_tokens` consecutive tokens of the batch, written
 // to KV-cache `slot` at positions start_position .. start_position + num_tokens - 1.
+//
+// Token trees (speculative decoding's verification pass; paged Forward only): when tree_parents is
+// non-empty the span's tokens are a tree rather than a chain. tree_parents[j] is token j's parent
+// within the span (tree_parents[0] == -1: token 0 is the root, continuing the sequence's committed
+// positions 0..start_position-1; tree_parents[j] in [0, j) otherwise), at most
+// kernels::ref::kMaxTreeTokens tokens. Token j is at position start_position + depth(j) for RoPE
+// and attention, attends to the committed positions and its ancestors (itself included), and its
+// K/V is written to the slot of position start_position + j. A chain (tree_parents[j] = j - 1) is
+// the same as no tree.
 struct SequenceSpan {
+  SequenceSpan() = default;
+  SequenceSpan(int64_t slot_, int64_t start_position_, int64_t num_tokens_,
+               std::span<const int32_t> tree_parents_ = {})
+      : slot(slot_),
+        start_position(start_position_),
+        num_tokens(num_tokens_),
+        tree_parents(tree_parents_) {}
   int64_t slot = 0;
   int64_t start_position = 0;
   int64_t num_tokens = 0;
+  std::span<const int32_t> tree_parents;  // [num_tokens] or empty
 };
 
 struct Workspace;   // per-call activation buffers (llama_model.cc)
@@ -59,7 +76,8 @@ std::string WeightFormatName(WeightFormat format);
 // InvalidArgument listing the names for an unknown one.
 StatusOr<WeightFormat> ParseWeightFormat(std::string_view name);
 
-// Which rows of logits Forward returns.
+// Which rows of logits Forward returns. kLastTokenOfEachSequence returns every token of a span
+// with a token tree (the verification pass needs them all), in span order.
 enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
 
 // Holds f32 copies (or views) of the weights and a thread pool for the dense projections.
@@ -105,7 +123,11 @@ class LlamaModel {
   // Errors: as the contiguous Forward, plus InvalidArgument when block_tables.size() !=
   // spans.size(), a table does not cover start_position + num_tokens positions, or a block id is
   // outside the cache (naming the sequence).
-  // Source: PagedAttention (Kwon et al., SOSP 2023, §4.1).
+  // Spans may carry token trees (SequenceSpan); a tree's slots start_position..+num_tokens-1 must
+  // be writable (not shared). Errors also: InvalidArgument for a malformed tree (naming the
+  // sequence and the token).
+  // Source: PagedAttention (Kwon et al., SOSP 2023, §4.1); tree attention: SpecInfer (Miao et al.,
+  // ASPLOS 2024, §4.2).
   Status Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
                  std::span<const std::span<const int32_t>> block_tables, PagedKvCache* cache,
                  LogitsFor which, std::vector<float>* logits) const;

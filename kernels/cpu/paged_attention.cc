@@ -16,4 +16,13 @@ void PagedCausalAttention(std::span<const float> q, std::span<const float> k_poo
                          pool, isa);
 }
 
+void PagedTreeAttention(std::span<const float> q, std::span<const float> k_pool,
+                        std::span<const float> v_pool, std::span<const int32_t> block_table,
+                        int64_t block_size, int64_t prefix, std::span<const uint64_t> ancestors,
+                        int64_t t, int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                        ThreadPool* pool, Isa isa) {
+  BlockedTreeAttention(q, k_pool, v_pool, block_table, block_size, prefix, ancestors, t, h, hkv, d,
+                       out, pool, isa);
+}
+
 }  // namespace laminar::kernels::cpu

@@ -26,4 +26,13 @@ void PagedCausalAttention(std::span<const float> q, std::span<const float> k_poo
                           int64_t h, int64_t hkv, int64_t d, std::span<float> out,
                           ThreadPool* pool = nullptr, Isa isa = BestIsa());
 
+// Same contract as kernels::ref::PagedTreeAttention (speculative decoding's verification pass):
+// query i of a token tree attends to positions 0..prefix-1 and to the nodes set in ancestors[i],
+// node j at position prefix + j. Tolerance kAttentionF32.
+void PagedTreeAttention(std::span<const float> q, std::span<const float> k_pool,
+                        std::span<const float> v_pool, std::span<const int32_t> block_table,
+                        int64_t block_size, int64_t prefix, std::span<const uint64_t> ancestors,
+                        int64_t t, int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                        ThreadPool* pool = nullptr, Isa isa = BestIsa());
+
 }  // namespace laminar::kernels::cpu

@@ -2,6 +2,7 @@
 #include "kernels/cpu/vec_ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -107,60 +108,109 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
                          isa);
 }
 
-void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_rows,
-                            std::span<const float> v_rows, std::span<const int32_t> block_table,
-                            int64_t block_size, std::span<const int32_t> positions, int64_t t,
-                            int64_t h, int64_t hkv, int64_t d, std::span<float> out,
-                            ThreadPool* pool, Isa isa) {
+namespace {
+
+// Grouped-query attention of each query i over the key/value rows that segments(i, body) lists:
+// body(p0, row0, n) names n consecutive slots p0.. of the query's visible set (p0 the index in
+// the score vector, in order) stored at rows row0.. of k_rows / v_rows. `num_visible(i)` is the
+// total. Shapes as BlockedCausalAttention.
+template <typename NumVisible, typename Segments>
+void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
+                    std::span<const float> v_rows, std::span<const int32_t> block_table,
+                    int64_t block_size, int64_t t, int64_t h, int64_t hkv, int64_t d,
+                    int64_t max_visible, std::span<float> out, ThreadPool* pool, Isa isa,
+                    NumVisible&& num_visible, Segments&& segments) {
   LAMINAR_CHECK(block_size > 0 && hkv > 0 && d > 0);
   LAMINAR_CHECK_EQ(h % hkv, 0);
   const int64_t row_floats = hkv * d;
   LAMINAR_CHECK(k_rows.size() == v_rows.size() &&
                 static_cast<int64_t>(k_rows.size()) % (block_size * row_floats) == 0 &&
                 static_cast<int64_t>(q.size()) == t * h * d &&
-                static_cast<int64_t>(out.size()) == t * h * d &&
-                static_cast<int64_t>(positions.size()) >= t);
+                static_cast<int64_t>(out.size()) == t * h * d);
   const int64_t num_blocks = static_cast<int64_t>(k_rows.size()) / (block_size * row_floats);
   for (int32_t block : block_table) {
     LAMINAR_CHECK(block >= 0 && block < num_blocks)
         << "block id " << block << " outside the pool of " << num_blocks;
   }
-  // Token slots the table reaches (S for a contiguous cache).
-  const int64_t s = static_cast<int64_t>(block_table.size()) * block_size;
   const VecOps& ops = Ops(isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(s));
+    std::vector<float> scores(static_cast<size_t>(max_visible));
     for (int64_t job = begin; job < end; ++job) {
       const int64_t i = job / h, head = job % h, kvh = head / (h / hkv);
-      const int64_t last = positions[i];
-      LAMINAR_CHECK(last >= 0 && last < s) << "position " << last << " outside cache of " << s;
+      const int64_t n_visible = num_visible(i);
       const float* qv = &q[(i * h + head) * d];
-      // Positions [p0, p0 + n) of block b are rows [row0, row0 + n).
-      auto for_each_block = [&](auto&& body) {
-        for (int64_t b = 0, p0 = 0; p0 <= last; ++b, p0 += block_size) {
-          body(p0, block_table[b] * block_size, std::min(block_size, last + 1 - p0));
-        }
-      };
-      for_each_block([&](int64_t p0, int64_t row0, int64_t n) {
+      segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
         ops.dot_rows(qv, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale, &scores[p0]);
       });
-      float mx = ops.row_max(scores.data(), last + 1);
-      float sum = ops.sum_exp_shifted(scores.data(), last + 1, mx);
-      ops.exp_shifted_scaled(scores.data(), last + 1, mx, 1.0f / sum, scores.data());
+      float mx = ops.row_max(scores.data(), n_visible);
+      float sum = ops.sum_exp_shifted(scores.data(), n_visible, mx);
+      ops.exp_shifted_scaled(scores.data(), n_visible, mx, 1.0f / sum, scores.data());
       float* o = &out[(i * h + head) * d];
       std::fill(o, o + d, 0.0f);
-      for_each_block([&](int64_t p0, int64_t row0, int64_t n) {
+      segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
         ops.axpy_rows(&scores[p0], &v_rows[(row0 * hkv + kvh) * d], row_floats, n, d, o);
       });
     }
   };
   // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
-  if (pool == nullptr || t * h * s * d < (int64_t{1} << 16)) {
+  if (pool == nullptr || t * h * max_visible * d < (int64_t{1} << 16)) {
     run(0, t * h);
   } else {
     pool->ParallelFor(t * h, 4, run);
   }
+}
+
+}  // namespace
+
+void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_rows,
+                            std::span<const float> v_rows, std::span<const int32_t> block_table,
+                            int64_t block_size, std::span<const int32_t> positions, int64_t t,
+                            int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                            ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK_GE(static_cast<int64_t>(positions.size()), t);
+  // Token slots the table reaches (S for a contiguous cache).
+  const int64_t s = static_cast<int64_t>(block_table.size()) * block_size;
+  for (int64_t i = 0; i < t; ++i) {
+    LAMINAR_CHECK(positions[i] >= 0 && positions[i] < s)
+        << "position " << positions[i] << " outside cache of " << s;
+  }
+  AttendSegments(
+      q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, s, out, pool, isa,
+      [&](int64_t i) { return int64_t{positions[i]} + 1; },
+      [&](int64_t i, auto&& body) {
+        const int64_t last = positions[i];
+        for (int64_t b = 0, p0 = 0; p0 <= last; ++b, p0 += block_size) {
+          body(p0, block_table[b] * block_size, std::min(block_size, last + 1 - p0));
+        }
+      });
+}
+
+void BlockedTreeAttention(std::span<const float> q, std::span<const float> k_rows,
+                          std::span<const float> v_rows, std::span<const int32_t> block_table,
+                          int64_t block_size, int64_t prefix, std::span<const uint64_t> ancestors,
+                          int64_t t, int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                          ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK(static_cast<int64_t>(ancestors.size()) == t && t <= 64 && prefix >= 0);
+  const int64_t s = static_cast<int64_t>(block_table.size()) * block_size;
+  LAMINAR_CHECK(prefix + t <= s) << "tree slots " << prefix << ".." << prefix + t - 1
+                                 << " outside cache of " << s;
+  for (int64_t i = 0; i < t; ++i) {
+    LAMINAR_CHECK(ancestors[i] >> i == 1) << "tree token " << i << " must see itself, no later";
+  }
+  auto row_of = [&](int64_t p) { return block_table[p / block_size] * block_size + p % block_size; };
+  AttendSegments(
+      q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, prefix + t, out, pool, isa,
+      [&](int64_t i) { return prefix + std::popcount(ancestors[i]); },
+      [&](int64_t i, auto&& body) {
+        for (int64_t b = 0, p0 = 0; p0 < prefix; ++b, p0 += block_size) {
+          body(p0, block_table[b] * block_size, std::min(block_size, prefix - p0));
+        }
+        int64_t p0 = prefix;
+        for (int64_t j = 0; j <= i; ++j) {
+          if (ancestors[i] >> j & 1) body(p0++, row_of(prefix + j), 1);
+        }
+      });
 }
 
 void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,

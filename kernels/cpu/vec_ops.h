@@ -52,4 +52,13 @@ void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_r
                             int64_t h, int64_t hkv, int64_t d, std::span<float> out,
                             ThreadPool* pool = nullptr, Isa isa = BestIsa());
 
+// Tree attention over the same row store, contract of kernels::ref::PagedTreeAttention: query i
+// attends to positions 0..prefix-1 and to tree node j (position prefix + j) for each bit j of
+// ancestors[i]. T <= 64.
+void BlockedTreeAttention(std::span<const float> q, std::span<const float> k_rows,
+                          std::span<const float> v_rows, std::span<const int32_t> block_table,
+                          int64_t block_size, int64_t prefix, std::span<const uint64_t> ancestors,
+                          int64_t t, int64_t h, int64_t hkv, int64_t d, std::span<float> out,
+                          ThreadPool* pool = nullptr, Isa isa = BestIsa());
+
 }  // namespace laminar::kernels::cpu

@@ -31,48 +31,80 @@ int64_t NumBlocks(size_t pool_size, int64_t block_size, int64_t hkv, int64_t d) 
   return static_cast<int64_t>(pool_size) / block_floats;
 }
 
+// Softmax attention of one query head over the key/value rows `rows` of the pool (f64
+// accumulation): out[e] = sum_r softmax(q . k_r * scale)_r v_r[e].
+void AttendRows(const float* qv, std::span<const float> k_pool, std::span<const float> v_pool,
+                std::span<const int64_t> rows, int64_t hkv, int64_t kvh, int64_t d, double scale,
+                std::vector<double>& scores, float* o) {
+  const size_t n = rows.size();
+  scores.resize(n);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (size_t p = 0; p < n; ++p) {
+    const float* kv = k_pool.data() + (rows[p] * hkv + kvh) * d;
+    double dot = 0;
+    for (int64_t e = 0; e < d; ++e) dot += double(qv[e]) * double(kv[e]);
+    scores[p] = dot * scale;
+    mx = std::max(mx, scores[p]);
+  }
+  double sum = 0;
+  for (size_t p = 0; p < n; ++p) sum += (scores[p] = std::exp(scores[p] - mx));
+  for (int64_t e = 0; e < d; ++e) {
+    double acc = 0;
+    for (size_t p = 0; p < n; ++p) acc += scores[p] * v_pool[(rows[p] * hkv + kvh) * d + e];
+    o[e] = static_cast<float>(acc / sum);
+  }
+}
+
+// Attention of each query i of q [T, H, D] over the rows `visible(i, rows)` fills in.
+template <typename Visible>
+void AttendEach(std::span<const float> q, std::span<const float> k_pool,
+                std::span<const float> v_pool, int64_t t, int64_t h, int64_t hkv, int64_t d,
+                std::span<float> out, Visible&& visible) {
+  LAMINAR_CHECK_EQ(h % hkv, 0);
+  LAMINAR_CHECK(k_pool.size() == v_pool.size() && static_cast<int64_t>(q.size()) == t * h * d &&
+                static_cast<int64_t>(out.size()) == t * h * d);
+  const double scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> scores;
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < t; ++i) {
+    rows.clear();
+    visible(i, rows);
+    for (int64_t head = 0; head < h; ++head) {
+      AttendRows(q.data() + (i * h + head) * d, k_pool, v_pool, rows, hkv, head / (h / hkv), d,
+                 scale, scores, out.data() + (i * h + head) * d);
+    }
+  }
+}
+
 }  // namespace
 
 void PagedCausalAttention(std::span<const float> q, std::span<const float> k_pool,
                           std::span<const float> v_pool, std::span<const int32_t> block_table,
                           int64_t block_size, std::span<const int32_t> positions, int64_t t,
                           int64_t h, int64_t hkv, int64_t d, std::span<float> out) {
-  LAMINAR_CHECK_EQ(h % hkv, 0);
-  LAMINAR_CHECK(k_pool.size() == v_pool.size() && static_cast<int64_t>(q.size()) == t * h * d &&
-                static_cast<int64_t>(out.size()) == t * h * d &&
-                static_cast<int64_t>(positions.size()) == t);
+  LAMINAR_CHECK_EQ(static_cast<int64_t>(positions.size()), t);
   const int64_t num_blocks = NumBlocks(k_pool.size(), block_size, hkv, d);
-  const double scale = 1.0 / std::sqrt(double(d));
-  std::vector<double> scores;
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < t; ++i) {
-    const int64_t last = positions[i];
-    LAMINAR_CHECK(last >= 0) << "position " << last;
-    rows.resize(static_cast<size_t>(last + 1));
-    scores.resize(static_cast<size_t>(last + 1));
-    for (int64_t p = 0; p <= last; ++p) rows[p] = SlotRow(block_table, block_size, num_blocks, p);
-    for (int64_t head = 0; head < h; ++head) {
-      const int64_t kvh = head / (h / hkv);
-      const float* qv = q.data() + (i * h + head) * d;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t p = 0; p <= last; ++p) {
-        const float* kv = k_pool.data() + (rows[p] * hkv + kvh) * d;
-        double dot = 0;
-        for (int64_t e = 0; e < d; ++e) dot += double(qv[e]) * double(kv[e]);
-        scores[p] = dot * scale;
-        mx = std::max(mx, scores[p]);
-      }
-      double sum = 0;
-      for (int64_t p = 0; p <= last; ++p) sum += (scores[p] = std::exp(scores[p] - mx));
-      float* o = out.data() + (i * h + head) * d;
-      for (int64_t e = 0; e < d; ++e) {
-        double acc = 0;
-        for (int64_t p = 0; p <= last; ++p)
-          acc += scores[p] * v_pool[(rows[p] * hkv + kvh) * d + e];
-        o[e] = static_cast<float>(acc / sum);
-      }
+  AttendEach(q, k_pool, v_pool, t, h, hkv, d, out, [&](int64_t i, std::vector<int64_t>& rows) {
+    LAMINAR_CHECK(positions[i] >= 0) << "position " << positions[i];
+    for (int64_t p = 0; p <= positions[i]; ++p)
+      rows.push_back(SlotRow(block_table, block_size, num_blocks, p));
+  });
+}
+
+void PagedTreeAttention(std::span<const float> q, std::span<const float> k_pool,
+                        std::span<const float> v_pool, std::span<const int32_t> block_table,
+                        int64_t block_size, int64_t prefix, std::span<const uint64_t> ancestors,
+                        int64_t t, int64_t h, int64_t hkv, int64_t d, std::span<float> out) {
+  LAMINAR_CHECK(static_cast<int64_t>(ancestors.size()) == t && t <= kMaxTreeTokens && prefix >= 0);
+  const int64_t num_blocks = NumBlocks(k_pool.size(), block_size, hkv, d);
+  AttendEach(q, k_pool, v_pool, t, h, hkv, d, out, [&](int64_t i, std::vector<int64_t>& rows) {
+    LAMINAR_CHECK(ancestors[i] >> i == 1) << "tree token " << i << " must see itself and no later";
+    for (int64_t p = 0; p < prefix; ++p)
+      rows.push_back(SlotRow(block_table, block_size, num_blocks, p));
+    for (int64_t j = 0; j <= i; ++j) {
+      if (ancestors[i] >> j & 1) rows.push_back(SlotRow(block_table, block_size, num_blocks, prefix + j));
     }
-  }
+  });
 }
 
 void WriteKv(std::span<const float> k, std::span<const float> v,

@@ -27,6 +27,22 @@ void PagedCausalAttention(std::span<const float> q, std::span<const float> k_poo
                           int64_t block_size, std::span<const int32_t> positions, int64_t t,
                           int64_t h, int64_t hkv, int64_t d, std::span<float> out);
 
+// Most tokens in one tree of PagedTreeAttention (one bit each in a uint64 mask).
+inline constexpr int64_t kMaxTreeTokens = 64;
+
+// Tree attention for the verification pass of speculative decoding (SpecInfer, Miao et al.,
+// ASPLOS 2024, §4.2; SwiftSpec, arXiv 2506.11309): T tokens of one sequence form a token tree
+// whose node j has its K/V in the slot of position prefix + j (written with WriteKv at those
+// positions). Query i attends to the committed positions 0..prefix-1 and to node j for each bit j
+// set in ancestors[i] (its ancestors and itself: bit i set, no bit above i). A chain (ancestors[i]
+// = 2^(i+1) - 1) is PagedCausalAttention at positions prefix..prefix+T-1.
+//   q [T, H, D] f32 (RoPE applied at each node's depth); pools and table as above;
+//   ancestors [T], T <= kMaxTreeTokens; out [T, H, D] f32. Bad masks: LAMINAR_CHECK.
+void PagedTreeAttention(std::span<const float> q, std::span<const float> k_pool,
+                        std::span<const float> v_pool, std::span<const int32_t> block_table,
+                        int64_t block_size, int64_t prefix, std::span<const uint64_t> ancestors,
+                        int64_t t, int64_t h, int64_t hkv, int64_t d, std::span<float> out);
+
 // Scatters the keys and values of T new tokens into their slots: row i of k / v goes to the slot
 // of position positions[i] (layout above). k, v [T, Hkv, D] f32; positions [T] >= 0. Slots of
 // other positions are left as they are. A row copy: the CPU engine uses this one too.

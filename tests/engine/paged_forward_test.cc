@@ -116,6 +116,78 @@ TEST(PagedForwardTest, CopiedBlockContinuesLikeTheOriginal) {
   EXPECT_EQ(a, b);
 }
 
+TEST_P(PagedForwardTest, TreeEqualsEachRootToLeafChain) {
+  const Case c = GetParam();
+  model::ModelConfig cfg = testing::TinyLlamaConfig();
+  auto weights = testing::RandomWeights(cfg, 12, 0.3f);
+  auto m = LlamaModel::Create(cfg, weights, c.backend);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<int32_t> prompt = {1, 5, 9, 2, 30, 4, 4};
+  // Root (the next fed token) and 6 drafted nodes: 0 -> 1 -> 3 -> 5, 0 -> 2 -> 4, 1 -> 6.
+  const std::vector<int32_t> tree_tokens = {17, 3, 8, 21, 3, 0, 12};
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 3, 1};
+  const std::vector<std::vector<int32_t>> chains = {{0, 1, 3, 5}, {0, 2, 4}, {0, 1, 6}};
+  const int64_t num_blocks = 32 / c.block_size + 2;
+  std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(table.size() - 1 - i);
+  std::vector<std::span<const int32_t>> tables = {table};
+  const int64_t n = std::ssize(prompt);
+  std::vector<float> logits;
+  auto prefill = [&](PagedKvCache* cache) {
+    SequenceSpan span{0, 0, n};
+    ASSERT_TRUE((*m)->Forward(prompt, {&span, 1}, tables, cache, LogitsFor::kAllTokens, &logits)
+                    .ok());
+  };
+  PagedKvCache tree_cache = (*m)->NewPagedCache(num_blocks, c.block_size);
+  prefill(&tree_cache);
+  SequenceSpan tree{0, n, std::ssize(tree_tokens), parents};
+  std::vector<float> tree_logits;
+  ASSERT_TRUE((*m)->Forward(tree_tokens, {&tree, 1}, tables, &tree_cache,
+                            LogitsFor::kLastTokenOfEachSequence, &tree_logits)
+                  .ok());
+  const int64_t v = cfg.vocab_size;
+  ASSERT_EQ(std::ssize(tree_logits), std::ssize(tree_tokens) * v);
+  for (const auto& chain : chains) {
+    PagedKvCache cache = (*m)->NewPagedCache(num_blocks, c.block_size);
+    prefill(&cache);
+    std::vector<int32_t> tokens;
+    for (int32_t j : chain) tokens.push_back(tree_tokens[j]);
+    SequenceSpan span{0, n, std::ssize(tokens)};
+    std::vector<float> chain_logits;
+    ASSERT_TRUE(
+        (*m)->Forward(tokens, {&span, 1}, tables, &cache, LogitsFor::kAllTokens, &chain_logits)
+            .ok());
+    for (size_t i = 0; i < chain.size(); ++i) {
+      std::vector<float> got(tree_logits.begin() + chain[i] * v,
+                             tree_logits.begin() + (chain[i] + 1) * v);
+      std::vector<float> want(chain_logits.begin() + static_cast<int64_t>(i) * v,
+                              chain_logits.begin() + static_cast<int64_t>(i + 1) * v);
+      ExpectClose(got, want, "tree node vs chain");
+    }
+  }
+}
+
+TEST(PagedForwardTest, RefusesMalformedTrees) {
+  model::ModelConfig cfg = testing::TinyLlamaConfig();
+  auto weights = testing::RandomWeights(cfg, 5, 0.3f);
+  auto m = LlamaModel::Create(cfg, weights, Backend::kReference);
+  ASSERT_TRUE(m.ok()) << m.status();
+  PagedKvCache paged = (*m)->NewPagedCache(4, 4);
+  std::vector<int32_t> tokens = {1, 2, 3}, table = {0, 1};
+  std::vector<std::span<const int32_t>> tables = {table};
+  std::vector<float> logits;
+  const std::vector<int32_t> later = {-1, 2, 0}, no_root = {0, 0, 1}, short_parents = {-1, 0};
+  for (const auto* parents : {&later, &no_root, &short_parents}) {
+    SequenceSpan span{0, 0, 3, *parents};
+    Status s = (*m)->Forward(tokens, {&span, 1}, tables, &paged, LogitsFor::kAllTokens, &logits);
+    EXPECT_NE(s.message().find("token tree"), std::string::npos) << s;
+  }
+  KvCache contiguous = (*m)->NewCache(1, 8);
+  SequenceSpan span{0, 0, 3, later};
+  Status s = (*m)->Forward(tokens, {&span, 1}, &contiguous, LogitsFor::kAllTokens, &logits);
+  EXPECT_NE(s.message().find("paged KV cache"), std::string::npos) << s;
+}
+
 TEST(PagedForwardTest, RefusesShortTablesAndBadBlockIds) {
   model::ModelConfig cfg = testing::TinyLlamaConfig();
   auto weights = testing::RandomWeights(cfg, 5, 0.3f);

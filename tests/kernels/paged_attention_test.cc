@@ -181,6 +181,84 @@ TEST(PagedAttentionTest, WriteKvThenReadBackThroughTable) {
   }
 }
 
+// Ancestor masks of a tree given by parents (parents[0] == -1).
+std::vector<uint64_t> Ancestors(const std::vector<int32_t>& parents) {
+  std::vector<uint64_t> a(parents.size());
+  for (size_t j = 0; j < parents.size(); ++j)
+    a[j] = (parents[j] < 0 ? 0 : a[parents[j]]) | (uint64_t{1} << j);
+  return a;
+}
+
+TEST(PagedAttentionTest, TreeEqualsEachRootToLeafChain) {
+  // A tree of 7 nodes after a prefix of 9 committed positions:
+  //   0 -> 1 -> 3 -> 6,  0 -> 2 -> 4,  2 -> 5.
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 2, 3};
+  const std::vector<std::vector<int32_t>> chains = {{0, 1, 3, 6}, {0, 2, 4}, {0, 2, 5}};
+  const int64_t prefix = 9, n = 7, h = 6, hkv = 2, d = 16;
+  ThreadPool pool(2);
+  for (int64_t bs : kBlockSizes) {
+    PagedSequence seq = MakeSequence(prefix + n, hkv, d, bs, 60);
+    auto q = Random(n * h * d, 61);
+    const auto anc = Ancestors(parents);
+    std::vector<float> tree(q.size());
+    ref::PagedTreeAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, prefix, anc, n, h, hkv, d,
+                            tree);
+    for (const auto& chain : chains) {
+      // The chain's nodes, moved to consecutive positions prefix.. in a fresh copy of the pool.
+      PagedSequence c = seq;
+      const int64_t row = hkv * d;
+      auto slot = [&](int64_t p) { return (c.table[p / bs] * bs + p % bs) * row; };
+      for (size_t i = 0; i < chain.size(); ++i) {
+        std::copy_n(&seq.k_pool[slot(prefix + chain[i])], row, &c.k_pool[slot(prefix + i)]);
+        std::copy_n(&seq.v_pool[slot(prefix + chain[i])], row, &c.v_pool[slot(prefix + i)]);
+      }
+      std::vector<float> cq;
+      std::vector<int32_t> pos;
+      for (size_t i = 0; i < chain.size(); ++i) {
+        cq.insert(cq.end(), q.begin() + chain[i] * h * d, q.begin() + (chain[i] + 1) * h * d);
+        pos.push_back(static_cast<int32_t>(prefix + i));
+      }
+      const int64_t t = std::ssize(chain);
+      std::vector<float> want(cq.size());
+      ref::PagedCausalAttention(cq, c.k_pool, c.v_pool, c.table, bs, pos, t, h, hkv, d, want);
+      for (size_t i = 0; i < chain.size(); ++i) {
+        for (int64_t e = 0; e < h * d; ++e) {
+          ASSERT_EQ(tree[chain[i] * h * d + e], want[i * h * d + e])
+              << "block " << bs << " node " << chain[i];
+        }
+      }
+    }
+    for (cpu::Isa isa : AvailableIsas()) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got(q.size(), std::numeric_limits<float>::quiet_NaN());
+        cpu::PagedTreeAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, prefix, anc, n, h, hkv,
+                                d, got, p, isa);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_LE(std::abs(double(got[i]) - tree[i]),
+                    kAttentionF32.abs + kAttentionF32.rel * std::abs(tree[i]))
+              << cpu::IsaName(isa) << " block " << bs << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, ChainTreeEqualsCausalOnCpu) {
+  const int64_t prefix = 40, n = 5, h = 4, hkv = 4, d = 8, bs = 16;
+  PagedSequence seq = MakeSequence(prefix + n, hkv, d, bs, 70);
+  auto q = Random(n * h * d, 71);
+  const auto anc = Ancestors({-1, 0, 1, 2, 3});
+  std::vector<int32_t> pos = {40, 41, 42, 43, 44};
+  for (cpu::Isa isa : AvailableIsas()) {
+    std::vector<float> tree(q.size()), causal(q.size());
+    cpu::PagedTreeAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, prefix, anc, n, h, hkv, d,
+                            tree, nullptr, isa);
+    cpu::PagedCausalAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, pos, n, h, hkv, d, causal,
+                              nullptr, isa);
+    EXPECT_EQ(tree, causal) << cpu::IsaName(isa);
+  }
+}
+
 TEST(PagedAttentionDeathTest, PositionPastTableOrBadBlockIdChecks) {
   std::vector<float> q(4), pool(2 * 2 * 4), out(4);
   const std::vector<int32_t> table = {1}, bad_table = {2}, pos = {2};
@@ -193,6 +271,13 @@ TEST(PagedAttentionDeathTest, PositionPastTableOrBadBlockIdChecks) {
                "block id 2 outside the pool of 2");
   EXPECT_DEATH(cpu::PagedCausalAttention(q, pool, pool, bad_table, 2, pos0, 1, 1, 1, 4, out),
                "block id 2 outside the pool of 2");
+  // A tree mask that lets a node see a later one.
+  const std::vector<uint64_t> bad_mask = {0b11, 0b10};
+  std::vector<float> q2(8), out2(8), pool2(4 * 4);
+  EXPECT_DEATH(ref::PagedTreeAttention(q2, pool2, pool2, table, 2, 0, bad_mask, 2, 1, 1, 4, out2),
+               "must see itself");
+  EXPECT_DEATH(cpu::PagedTreeAttention(q2, pool2, pool2, table, 2, 0, bad_mask, 2, 1, 1, 4, out2),
+               "must see itself");
 }
 
 }  // namespace
