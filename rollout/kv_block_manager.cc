@@ -270,6 +270,24 @@ Status KvBlockManager::Free(SeqId seq) {
   return OkStatus();
 }
 
+Status KvBlockManager::Truncate(SeqId seq, int64_t num_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return UnknownSequence(seq);
+  Sequence& s = it->second;
+  if (num_tokens < 0 || num_tokens > s.num_tokens) {
+    return InvalidArgumentError("KV block manager: truncating " + SeqName(seq) + " of " +
+                                std::to_string(s.num_tokens) + " tokens to " +
+                                std::to_string(num_tokens));
+  }
+  const auto keep = static_cast<size_t>(BlocksToAllocate(num_tokens));
+  while (s.table.size() > keep) {
+    DropRef(s.table.back());
+    s.table.pop_back();
+  }
+  s.num_tokens = num_tokens;
+  return OkStatus();
+}
+
 StatusOr<int32_t> KvBlockManager::RegisterPrefix(SeqId seq, std::span<const int32_t> tokens) {
   const Sequence* s = Find(seq);
   if (s == nullptr) return UnknownSequence(seq);

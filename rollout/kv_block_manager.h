@@ -117,6 +117,11 @@ class KvBlockManager {
   // BlocksToAppend() blocks are free.
   StatusOr<std::vector<BlockCopy>> Append(SeqId seq, int64_t num_tokens);
 
+  // Shrinks `seq` to its first `num_tokens` token slots: the blocks past them are released at once
+  // (their reference dropped; unreferenced ones become free). Speculative decoding gives back the
+  // slots of rejected draft tokens this way. Slots kept are not touched (nothing to copy).
+  // NotFound for an unknown id; InvalidArgument unless 0 <= num_tokens <= num_tokens(seq).
+  Status Truncate(SeqId seq, int64_t num_tokens);
   // Makes `child` share all of `parent`'s blocks (reference count + 1 each) and token count: the
   // n samples of a GRPO group store their prompt once. Takes no block. NotFound if `parent` is
   // unknown, InvalidArgument if `child` already exists.

@@ -109,6 +109,7 @@ Status Scheduler::Remove(RequestId id) {
   }
   requests_.erase(it);
   expected_samples_.erase(id);
+  draft_slots_.erase(id);
   DetachChildren(id);
   return OkStatus();
 }
@@ -208,13 +209,14 @@ bool Scheduler::TryAdmit(size_t index) {
   return true;
 }
 
-StatusOr<Plan> Scheduler::Schedule() {
+StatusOr<Plan> Scheduler::Schedule(const DraftWanted& draft_wanted) {
   if (step_in_flight_) {
     return FailedPreconditionError("scheduler: Schedule() before OnTokens() of the previous plan");
   }
   Plan plan;
   int64_t budget = config_.max_num_batched_tokens;
   // (1) Sequences with one position left (decodes, and prefills down to their last token).
+  std::vector<size_t> decodes;  // plan entries of (1) that may take drafts
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const Request& r = requests_.at(id);
@@ -239,6 +241,7 @@ StatusOr<Plan> Scheduler::Schedule() {
       LAMINAR_CHECK(copies.ok()) << copies.status();
       plan.copies.insert(plan.copies.end(), copies->begin(), copies->end());
     }
+    if (r.num_generated > 0) decodes.push_back(plan.seqs.size());
     ScheduleChunk(id, 1, plan);
     --budget;
     ++i;
@@ -267,17 +270,51 @@ StatusOr<Plan> Scheduler::Schedule() {
     ScheduleChunk(id, n, plan);  // may erase forked children, which lie after i
     budget -= n;
   }
+  // (4) Draft tokens from what is left.
+  for (size_t index : decodes) {
+    if (!draft_wanted || budget <= 0) break;
+    ScheduledSeq& seq = plan.seqs[index];
+    const Request& r = requests_.at(seq.id);
+    int64_t d = std::min({draft_wanted(seq.id), r.max_tokens - r.num_generated - 1, budget});
+    while (d > 0 && !blocks_.CanAppend(seq.id, d)) --d;
+    if (d <= 0) continue;
+    StatusOr<std::vector<BlockCopy>> copies = blocks_.Append(seq.id, d);
+    LAMINAR_CHECK(copies.ok()) << copies.status();
+    LAMINAR_CHECK(copies->empty()) << ReqName(seq.id) << ": its last block was made its own in (1)";
+    const std::span<const BlockId> table = *blocks_.block_table(seq.id);
+    seq.block_table.assign(table.begin(), table.end());
+    seq.num_draft_tokens = d;
+    seq.num_tokens += d;
+    plan.num_batched_tokens += d;
+    budget -= d;
+    draft_slots_[seq.id] = d;
+  }
   step_in_flight_ = true;
   return plan;
 }
 
-StatusOr<std::vector<RequestId>> Scheduler::OnTokens(std::span<const RequestId> sampled) {
+StatusOr<std::vector<RequestId>> Scheduler::OnTokens(std::span<const RequestId> sampled,
+                                                     std::span<const int64_t> num_appended) {
   if (!step_in_flight_) return FailedPreconditionError("scheduler: OnTokens() without a plan");
+  if (!num_appended.empty() && num_appended.size() != sampled.size()) {
+    return InvalidArgumentError("scheduler: OnTokens() with " +
+                                std::to_string(num_appended.size()) + " token counts for " +
+                                std::to_string(sampled.size()) + " requests");
+  }
+  auto appended = [&](size_t i) { return num_appended.empty() ? int64_t{1} : num_appended[i]; };
   std::unordered_set<RequestId> seen;
-  for (RequestId id : sampled) {
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const RequestId id = sampled[i];
     if (!expected_samples_.contains(id) || !seen.insert(id).second) {
       return InvalidArgumentError("scheduler: OnTokens() reports " + ReqName(id) +
                                   ", which did not sample in the last plan (or twice)");
+    }
+    auto draft = draft_slots_.find(id);
+    const int64_t most = 1 + (draft == draft_slots_.end() ? 0 : draft->second);
+    if (appended(i) < 1 || appended(i) > most) {
+      return InvalidArgumentError("scheduler: OnTokens() reports " +
+                                  std::to_string(appended(i)) + " tokens for " + ReqName(id) +
+                                  ", which could append 1.." + std::to_string(most));
     }
   }
   for (RequestId id : expected_samples_) {
@@ -288,11 +325,19 @@ StatusOr<std::vector<RequestId>> Scheduler::OnTokens(std::span<const RequestId> 
   }
   RegisterComputedPrompts();
   std::vector<RequestId> finished;
-  for (RequestId id : sampled) {
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const RequestId id = sampled[i];
     Request& r = requests_.at(id);
-    ++r.num_generated;
+    r.num_generated += appended(i);
+    if (draft_slots_.contains(id)) {
+      // The accepted drafts' K/V is in place; the rejected ones' slots go back.
+      r.num_computed += appended(i) - 1;
+      const Status st = blocks_.Truncate(id, r.num_computed);
+      LAMINAR_CHECK(st.ok()) << st;
+    }
     if (r.num_generated == r.max_tokens) finished.push_back(id);
   }
+  draft_slots_.clear();
   for (RequestId id : finished) {
     const Status st = Finish(id);
     LAMINAR_CHECK(st.ok()) << st;
@@ -353,7 +398,10 @@ void Scheduler::CheckInvariants() const {
     LAMINAR_CHECK(blocks_.HasSequence(id)) << ReqName(id);
     LAMINAR_CHECK_LE(r.num_computed, r.length()) << ReqName(id);
     LAMINAR_CHECK_GE(*blocks_.num_tokens(id), r.num_computed) << ReqName(id);
-    LAMINAR_CHECK_LE(*blocks_.num_tokens(id), std::max(r.num_computed, r.length())) << ReqName(id);
+    auto draft = draft_slots_.find(id);
+    LAMINAR_CHECK_LE(*blocks_.num_tokens(id), std::max(r.num_computed, r.length()) +
+                                                  (draft == draft_slots_.end() ? 0 : draft->second))
+        << ReqName(id);
     LAMINAR_CHECK_GE(r.num_prompt_tokens(), 1) << ReqName(id);
   }
   for (RequestId id : waiting_) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -38,6 +39,11 @@ struct ScheduledSeq {
   // True when start + num_tokens is the sequence's full length (its last prefill chunk, or a
   // decode): the engine samples one new token for `id` from the logits of the last position.
   bool samples = false;
+  // Speculative decoding (a decode only): the engine feeds the last sampled token followed by a
+  // token tree of num_draft_tokens drafted tokens (num_tokens = 1 + num_draft_tokens), whose K/V
+  // go to the slots of positions start + 1 .. start + num_draft_tokens (provisionally), and
+  // appends 1 .. 1 + num_draft_tokens tokens (the accepted drafts and one sampled token).
+  int64_t num_draft_tokens = 0;
   // Requests forked from `id` this step (GRPO group children). They share id's prompt blocks and
   // each samples its own first token from the same last-position logits. Non-empty only if samples.
   std::vector<RequestId> forked;
@@ -127,21 +133,31 @@ class Scheduler {
   // id.
   Status Migrate(RequestId id);
 
+  // Draft tokens the engine would verify for a decoding request this step (0: none).
+  using DraftWanted = std::function<int64_t(RequestId)>;
+
   // Plans one step (see the class comment). FailedPrecondition if the previous plan's OnTokens()
   // has not been called. Order: (1) running decodes, in admission order, each taking one token of
   // budget; a decode that cannot get a block preempts the most recently admitted running request
   // (possibly itself) until it can; (2) chunks of running prefills; (3) waiting requests in order,
-  // while the budget, max_num_seqs and free blocks allow.
-  StatusOr<Plan> Schedule();
+  // while the budget, max_num_seqs and free blocks allow; (4) when `draft_wanted` is given, draft
+  // tokens for the decodes of (1), in order, from what is left of the budget and the free blocks:
+  // each gets min(draft_wanted(id), max_tokens - generated - 1) or as many as fit, never
+  // preempting or delaying anything. Their slots are held until OnTokens.
+  StatusOr<Plan> Schedule(const DraftWanted& draft_wanted = nullptr);
 
   // Records the tokens sampled by the last plan: `sampled` must be exactly its sampling ids still
   // present (any order); otherwise InvalidArgument naming the first missing or unexpected id and
-  // nothing changes. The last plan's KV must have been written: the full prompt blocks it completed
+  // nothing changes. `num_appended` (empty: 1 each) gives how many tokens each of them appended,
+  // in [1, 1 + its num_draft_tokens] (InvalidArgument otherwise): the accepted drafts, whose K/V
+  // the engine has moved to the slots of their positions, and one sampled token. The slots of the
+  // rejected drafts are released here. The last plan's KV must have been written: the full prompt blocks it completed
   // are registered in the prefix cache (for each plan entry that computed prompt positions, through
   // it or, if it is gone, one of its forked children still running). Returns the ids that reached
   // max_tokens: they are finished and freed (their blocks stay cached while evictable).
   // FailedPrecondition if no plan is outstanding.
-  StatusOr<std::vector<RequestId>> OnTokens(std::span<const RequestId> sampled);
+  StatusOr<std::vector<RequestId>> OnTokens(std::span<const RequestId> sampled,
+                                            std::span<const int64_t> num_appended = {});
 
   // ---- inspection ----
   SchedulerStats stats() const;
@@ -190,6 +206,7 @@ class Scheduler {
   std::vector<RequestId> running_;  // admission order
   bool step_in_flight_ = false;
   std::unordered_set<RequestId> expected_samples_;
+  std::unordered_map<RequestId, int64_t> draft_slots_;  // draft tokens granted in the step in flight
   // Plan entries of the step in flight that computed prompt positions: the entry's id followed by
   // its forked children (any of them holds the same prompt blocks).
   std::vector<std::vector<RequestId>> prompt_writers_;

@@ -66,9 +66,21 @@ class FakeEngine {
     s.mutable_blocks().SetWeightVersion(version);
   }
 
+  // Speculative decoding: every decode asks for 0..max_draft draft tokens and accepts a random
+  // number of them (their KV moved into place, the rejected slots scribbled on and released).
+  void EnableDrafts(uint32_t seed, int64_t max_draft) {
+    draft_rng_.seed(seed);
+    max_draft_ = max_draft;
+  }
+
   // Runs one step: schedules, checks the plan, writes and reads KV, reports the sampled tokens.
   Plan Step() {
-    StatusOr<Plan> plan = s.Schedule();
+    auto uni = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(draft_rng_);
+    };
+    Scheduler::DraftWanted wanted;
+    if (max_draft_ > 0) wanted = [&](RequestId) { return uni(0, max_draft_); };
+    StatusOr<Plan> plan = s.Schedule(wanted);
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return {};
     for (RequestId id : plan->preempted) {
@@ -85,7 +97,13 @@ class FakeEngine {
       EXPECT_GE(e.num_tokens, 1);
       total += e.num_tokens;
       Info& in = info_.at(e.id);
-      EXPECT_EQ(e.samples, e.start + e.num_tokens == in.prompt + in.generated) << e.id;
+      EXPECT_EQ(e.samples, e.start + e.num_tokens - e.num_draft_tokens == in.prompt + in.generated)
+          << e.id;
+      if (e.num_draft_tokens > 0) {
+        ++num_drafted_steps;
+        EXPECT_TRUE(e.samples && e.forked.empty() && in.generated > 0) << e.id;
+        EXPECT_LT(in.generated + e.num_draft_tokens, in.max_tokens) << e.id;
+      }
       EXPECT_GE(std::ssize(e.block_table) * block_size_, e.start + e.num_tokens);
       if (in.computed == 0 && in.generated > 0) ++num_reprefills;
       if (e.start != in.computed) {
@@ -98,7 +116,7 @@ class FakeEngine {
         if (in.generated > 0) ++num_reprefill_hits;
       }
       uint64_t h = 0;
-      for (int64_t p = 0; p < e.start + e.num_tokens; ++p) {
+      for (int64_t p = 0; p < e.start + e.num_tokens - e.num_draft_tokens; ++p) {
         h = Mix(h, in.tokens.at(static_cast<size_t>(p)));
         if (p < e.start) continue;
         const BlockId b = e.block_table.at(static_cast<size_t>(p / block_size_));
@@ -107,7 +125,14 @@ class FakeEngine {
         slots_[SlotOf(e.block_table, p)] = {h, version_};
         in.versions.push_back(version_);
       }
-      in.computed = e.start + e.num_tokens;
+      // Draft slots: only this sequence's, written with scribbles the engine would overwrite.
+      for (int64_t p = e.start + e.num_tokens - e.num_draft_tokens; p < e.start + e.num_tokens;
+           ++p) {
+        const BlockId b = e.block_table.at(static_cast<size_t>(p / block_size_));
+        EXPECT_EQ(s.blocks().ref_count(b), 1) << "draft slot " << p << " in shared block " << b;
+        slots_[SlotOf(e.block_table, p)] = {0xdead, -1};
+      }
+      in.computed = e.start + e.num_tokens - e.num_draft_tokens;
       for (RequestId c : e.forked) {
         Info& child = info_.at(c);
         EXPECT_TRUE(std::equal(child.tokens.begin(), child.tokens.end(), in.tokens.begin()));
@@ -121,7 +146,8 @@ class FakeEngine {
     for (const ScheduledSeq& e : plan->seqs) {
       const Info& in = info_.at(e.id);
       uint64_t h = 0;
-      for (int64_t p = 0; p < e.start + e.num_tokens; ++p) {  // attention reads [0, end)
+      const int64_t end = e.start + e.num_tokens - e.num_draft_tokens;
+      for (int64_t p = 0; p < end; ++p) {  // attention reads [0, end)
         h = Mix(h, in.tokens.at(static_cast<size_t>(p)));
         const Stamp want = {h, in.versions.at(static_cast<size_t>(p))};
         if (slots_[SlotOf(e.block_table, p)] != want) {
@@ -135,7 +161,29 @@ class FakeEngine {
         sampled.push_back(c);
       }
     }
-    StatusOr<std::vector<RequestId>> done = s.OnTokens(sampled);
+    // Accepted drafts: their K/V moves to the slots of their positions (the table is the same).
+    std::vector<int64_t> appended(sampled.size(), 1);
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      const RequestId id = sampled[i];
+      auto e = std::ranges::find(plan->seqs, id, &ScheduledSeq::id);
+      if (e == plan->seqs.end() || e->num_draft_tokens == 0) continue;
+      Info& in = info_.at(id);
+      const int64_t accepted = uni(0, e->num_draft_tokens);
+      uint64_t h = 0;
+      for (int64_t p = 0; p <= e->start; ++p) h = Mix(h, in.tokens.at(static_cast<size_t>(p)));
+      for (int64_t a = 0; a < accepted; ++a) {
+        const auto token = static_cast<int32_t>(3000000 + uni(0, 999));
+        in.tokens.push_back(token);
+        ++in.generated;
+        h = Mix(h, token);
+        slots_[SlotOf(e->block_table, e->start + 1 + a)] = {h, version_};
+        in.versions.push_back(version_);
+        ++in.computed;
+      }
+      appended[i] = accepted + 1;
+      num_accepted_drafts += accepted;
+    }
+    StatusOr<std::vector<RequestId>> done = s.OnTokens(sampled, appended);
     EXPECT_TRUE(done.ok()) << done.status();
     for (RequestId id : sampled) {
       Info& in = info_.at(id);
@@ -162,6 +210,8 @@ class FakeEngine {
   int64_t num_reprefill_hits = 0;  // of those, ones that reused cached prompt blocks
   int64_t num_forks = 0;           // group children forked from their parent's prompt
   int64_t num_reused_tokens = 0;   // positions skipped at admission (prefix cache hits)
+  int64_t num_drafted_steps = 0;    // decodes that verified draft tokens
+  int64_t num_accepted_drafts = 0;  // draft tokens accepted
 
  private:
   using Stamp = std::pair<uint64_t, int64_t>;  // (hash of the ids at [0, p], weight version)
@@ -187,6 +237,8 @@ class FakeEngine {
   int64_t version_ = 0;
   std::vector<Stamp> slots_;
   std::map<RequestId, Info> info_;
+  std::mt19937 draft_rng_;
+  int64_t max_draft_ = 0;
 };
 
 std::vector<RequestId> Ids(const Plan& p) {
@@ -534,7 +586,7 @@ struct SimTotals {
 // Requests arrive, stop and abort at random for thousands of steps, in groups or alone. With
 // `share_prefixes`, prompts start with random lengths of a few base prompts and the weights are
 // swapped at random between steps (also while sequences run).
-void Simulate(uint32_t seed, bool share_prefixes, SimTotals* totals) {
+void Simulate(uint32_t seed, bool share_prefixes, SimTotals* totals, int64_t max_draft = 0) {
   std::mt19937 rng(seed);
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -543,6 +595,7 @@ void Simulate(uint32_t seed, bool share_prefixes, SimTotals* totals) {
   const auto num_blocks = static_cast<int32_t>(uni(4, 40));
   FakeEngine e({.max_num_batched_tokens = uni(1, 48), .max_num_seqs = uni(1, 12)}, block_size,
                num_blocks);
+  if (max_draft > 0) e.EnableDrafts(seed, max_draft);
   const int64_t capacity = int64_t{block_size} * num_blocks;
   std::vector<std::vector<int32_t>> bases(3);
   for (auto& b : bases) {
@@ -613,6 +666,9 @@ void Simulate(uint32_t seed, bool share_prefixes, SimTotals* totals) {
   if (share_prefixes) {
     EXPECT_GT(e.num_reused_tokens, 0) << "seed " << seed;
   }
+  if (max_draft > 0) {
+    EXPECT_GT(e.num_accepted_drafts, 0) << "seed " << seed;
+  }
   totals->reused_tokens += e.num_reused_tokens;
   totals->reprefill_hits += e.num_reprefill_hits;
   std::printf(
@@ -642,6 +698,49 @@ TEST(SchedulerTest, RandomizedSimulationWithSharedPrefixesAndWeightSwaps) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_GT(totals.reprefill_hits, 0);  // preempted requests reused their own prompt blocks
+}
+
+// Speculative decoding's many random accept/reject patterns: every step reads exactly its own KV,
+// no block leaks (all free at the end), drafts never preempt.
+TEST(SchedulerTest, RandomizedSimulationWithDraftTokens) {
+  SimTotals totals;
+  for (uint32_t seed : {21u, 22u, 23u, 25u, 26u, 28u}) {
+    Simulate(seed, /*share_prefixes=*/seed % 2 == 0, &totals, /*max_draft=*/6);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(SchedulerTest, DraftTokensUseTheLeftoverBudgetAndAreReleased) {
+  FakeEngine e({.max_num_batched_tokens = 6, .max_num_seqs = 4}, /*block_size=*/4, 64);
+  ASSERT_TRUE(e.Add(1, 3, 20).ok());
+  ASSERT_TRUE(e.Add(2, 3, 20).ok());
+  e.Step();  // both prefills
+  const auto want4 = [](RequestId) { return int64_t{4}; };
+  StatusOr<Plan> p = e.s.Schedule(want4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->seqs.size(), 2u);
+  // Two decodes take 2 of 6; request 1 gets the 4 left, request 2 none.
+  EXPECT_EQ(p->seqs[0].num_draft_tokens, 4);
+  EXPECT_EQ(p->seqs[0].num_tokens, 5);
+  EXPECT_EQ(p->seqs[1].num_draft_tokens, 0);
+  EXPECT_EQ(p->num_batched_tokens, 6);
+  EXPECT_EQ(*e.s.blocks().num_tokens(1), 3 + 1 + 4);
+  const std::vector<RequestId> ids = {1, 2};
+  // Too many tokens for request 1 (at most 5) or 2 (at most 1): refused, nothing changes.
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{6, 1}, {2, 2}, {0, 1}}) {
+    EXPECT_EQ(e.s.OnTokens(ids, bad).status().code(), StatusCode::kInvalidArgument);
+  }
+  const std::vector<int64_t> appended = {3, 1};  // 2 drafts accepted + 1 sampled
+  ASSERT_TRUE(e.s.OnTokens(ids, appended).ok());
+  EXPECT_EQ(*e.s.num_generated(1), 1 + 3);
+  EXPECT_EQ(*e.s.blocks().num_tokens(1), 3 + 1 + 2);  // the 2 rejected slots given back
+  EXPECT_EQ(*e.s.blocks().num_blocks(1), 2);
+  e.s.CheckInvariants();
+  // Drafts stop one short of max_tokens: 20 - 4 - 1 = 15 at most.
+  const auto want99 = [](RequestId) { return int64_t{99}; };
+  p = e.s.Schedule(want99);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->seqs[0].num_draft_tokens, 4);  // the budget still binds
 }
 
 }  // namespace
