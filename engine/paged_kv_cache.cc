@@ -43,4 +43,18 @@ void PagedKvCache::CopyBlock(int64_t src, int64_t dst) {
   }
 }
 
+void PagedKvCache::CopySlot(int64_t src, int64_t src_slot, int64_t dst, int64_t dst_slot) {
+  LAMINAR_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_ && src_slot >= 0 &&
+                src_slot < block_size_ && dst_slot >= 0 && dst_slot < block_size_)
+      << "slot copy " << src << ":" << src_slot << " -> " << dst << ":" << dst_slot;
+  const size_t row = static_cast<size_t>(num_kv_heads_ * head_dim_);
+  const size_t from = static_cast<size_t>(src * block_size_ + src_slot) * row;
+  const size_t to = static_cast<size_t>(dst * block_size_ + dst_slot) * row;
+  for (int64_t l = 0; l < num_layers_; ++l) {
+    for (auto pool : {Keys(l), Values(l)}) {
+      std::copy_n(pool.begin() + from, row, pool.begin() + to);
+    }
+  }
+}
+
 }  // namespace laminar::engine

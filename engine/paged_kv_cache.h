@@ -28,6 +28,10 @@ class PagedKvCache {
   // Copies every slot of block `src` into block `dst`, in all layers, keys and values (a
   // rollout::BlockCopy). Block ids outside [0, num_blocks): LAMINAR_CHECK.
   void CopyBlock(int64_t src, int64_t dst);
+  // Copies the K/V of one token slot, `src_slot` of block `src` (all layers), into `dst_slot` of
+  // block `dst`: speculative decoding moves an accepted draft token's KV to its position's slot.
+  // Ids outside [0, num_blocks) or slots outside [0, block_size): LAMINAR_CHECK.
+  void CopySlot(int64_t src, int64_t src_slot, int64_t dst, int64_t dst_slot);
   // Bytes held (both k and v) and bytes of one token's KV across all layers.
   size_t size_bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
   size_t bytes_per_token() const {

@@ -42,14 +42,29 @@ uint64_t Xoshiro256::Next() {
   return result;
 }
 
-SampledToken Sampler::Sample(std::span<const float> logits) {
+int64_t TokenDistribution::IndexOf(int32_t id) const {
+  if (dense) return id >= 0 && id < std::ssize(ids) ? id : -1;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == id) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+void Sampler::Distribution(std::span<const float> logits, TokenDistribution* out) {
   const int64_t v = static_cast<int64_t>(logits.size());
-  if (params_.temperature <= 0.0f) {
+  out->ids.clear();
+  out->probs.clear();
+  out->greedy_top.clear();
+  out->greedy = params_.temperature <= 0.0f;
+  if (out->greedy) {
     int64_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
     double mx = logits[best], sum = 0;
     for (float l : logits) sum += std::exp(double(l) - mx);
     const double log_z = mx + std::log(sum);
-    SampledToken out{static_cast<int32_t>(best), static_cast<float>(-std::log(sum)), {}};
+    out->ids = {static_cast<int32_t>(best)};
+    out->probs = {1.0};
+    out->dense = false;
+    out->greedy_logprob = static_cast<float>(-std::log(sum));
     if (params_.logprobs > 0) {
       const int64_t k = std::min<int64_t>(params_.logprobs, v);
       std::vector<int32_t> ids(static_cast<size_t>(v));
@@ -58,9 +73,9 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
         return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
       });
       for (int64_t i = 0; i < k; ++i)
-        out.top.push_back({ids[i], static_cast<float>(double(logits[ids[i]]) - log_z)});
+        out->greedy_top.push_back({ids[i], static_cast<float>(double(logits[ids[i]]) - log_z)});
     }
-    return out;
+    return;
   }
   const double inv_t = 1.0 / params_.temperature;
   // Candidates sorted by logit, descending (ties by id), truncated by top-k.
@@ -70,16 +85,19 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
   int64_t keep = v;
+  bool sorted = true;
   if (params_.top_k > 0 && params_.top_k < v) {
     keep = params_.top_k;
     std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
   } else if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  } else {
+    sorted = false;
   }
   candidates_.resize(static_cast<size_t>(keep));
   double mx = -std::numeric_limits<double>::infinity();
   for (const auto& c : candidates_) mx = std::max(mx, double(c.first) * inv_t);
-  std::vector<double>& p = probs_;  // reused: no allocation per token
+  std::vector<double>& p = out->probs;
   p.resize(candidates_.size());
   double z = 0;
   for (size_t i = 0; i < candidates_.size(); ++i)
@@ -102,30 +120,50 @@ SampledToken Sampler::Sample(std::span<const float> logits) {
   }
   double mass = 0;
   for (size_t i = 0; i < n; ++i) mass += p[i];
-  double r = rng_.Uniform() * mass, cdf = 0;
-  size_t pick = n - 1;
-  for (size_t i = 0; i < n; ++i) {
-    cdf += p[i];
-    if (r < cdf) {
-      pick = i;
-      break;
-    }
+  p.resize(n);
+  for (double& x : p) x /= mass;
+  out->ids.resize(n);
+  for (size_t i = 0; i < n; ++i) out->ids[i] = candidates_[i].second;
+  out->dense = !sorted && static_cast<int64_t>(n) == v;
+}
+
+size_t Sampler::DrawIndex(std::span<const double> weights) {
+  double mass = 0;
+  for (double w : weights) mass += w;
+  const double r = rng_.Uniform() * mass;
+  double cdf = 0;
+  size_t pick = weights.size() - 1;
+  while (pick > 0 && weights[pick] <= 0) --pick;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    cdf += weights[i];
+    if (r < cdf) return i;
   }
-  SampledToken out{candidates_[pick].second, static_cast<float>(std::log(p[pick] / mass)), {}};
+  return pick;
+}
+
+SampledToken Sampler::Record(const TokenDistribution& dist, size_t index) const {
+  if (dist.greedy) return {dist.ids[0], dist.greedy_logprob, dist.greedy_top};
+  const std::vector<double>& p = dist.probs;
+  SampledToken out{dist.ids[index], static_cast<float>(std::log(p[index])), {}};
   if (params_.logprobs > 0) {
-    // Candidates [0, n) are sorted unless nothing truncated; order a copy of the first k.
+    const size_t n = p.size();
     const size_t k = std::min<size_t>(static_cast<size_t>(params_.logprobs), n);
     std::vector<size_t> order(n);
     for (size_t i = 0; i < n; ++i) order[i] = i;
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](size_t a, size_t b) {
-      return p[a] > p[b] || (p[a] == p[b] && candidates_[a].second < candidates_[b].second);
+      return p[a] > p[b] || (p[a] == p[b] && dist.ids[a] < dist.ids[b]);
     });
     for (size_t i = 0; i < k; ++i) {
-      out.top.push_back(
-          {candidates_[order[i]].second, static_cast<float>(std::log(p[order[i]] / mass))});
+      out.top.push_back({dist.ids[order[i]], static_cast<float>(std::log(p[order[i]]))});
     }
   }
   return out;
+}
+
+SampledToken Sampler::Sample(std::span<const float> logits) {
+  Distribution(logits, &dist_);
+  if (dist_.greedy) return Record(dist_, 0);
+  return Record(dist_, DrawIndex(dist_.probs));
 }
 
 }  // namespace laminar::engine

@@ -54,6 +54,24 @@ class Xoshiro256 {
   uint64_t s_[4];
 };
 
+// The exact distribution a Sampler draws a token from, for one row of logits: the tokens kept
+// after temperature and truncation with their probabilities. Speculative decoding verifies drafted
+// tokens against it (rollout/speculative.h).
+struct TokenDistribution {
+  bool greedy = false;        // temperature 0: a point mass on ids[0], the argmax
+  std::vector<int32_t> ids;   // kept tokens; when `dense`, every token with ids[i] == i
+  std::vector<double> probs;  // [ids.size()], summing to 1
+  bool dense = false;
+  float greedy_logprob = 0;  // greedy: the argmax's log-softmax at temperature 1 (recorded)
+  std::vector<TokenLogprob> greedy_top;  // greedy: top logprobs at temperature 1
+  // Index of `id` in ids, or -1 when truncated away.
+  int64_t IndexOf(int32_t id) const;
+  double Prob(int32_t id) const {
+    const int64_t i = IndexOf(id);
+    return i < 0 ? 0.0 : probs[static_cast<size_t>(i)];
+  }
+};
+
 // Per request; not thread-safe (owns its RNG).
 class Sampler {
  public:
@@ -66,11 +84,22 @@ class Sampler {
   // Draws from `logits` [V] (f32, unchanged).
   SampledToken Sample(std::span<const float> logits);
 
+  // The distribution Sample would draw from for `logits` [V] (no RNG use).
+  void Distribution(std::span<const float> logits, TokenDistribution* out);
+  // Draws an index of `weights` [n] (unnormalized, >= 0, positive sum) by its weight, with one
+  // uniform of this sampler's stream; the last positive one on rounding.
+  size_t DrawIndex(std::span<const double> weights);
+  // One uniform in [0, 1) from this sampler's stream (speculative acceptance tests).
+  double Uniform() { return rng_.Uniform(); }
+  // The record of emitting token dist.ids[index] drawn from `dist`: its logprob under `dist`
+  // (greedy: the temperature-1 logprob) and, when params().logprobs > 0, the top of `dist`.
+  SampledToken Record(const TokenDistribution& dist, size_t index) const;
+
  private:
   SamplingParams params_;
   Xoshiro256 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<double> probs_;  // unnormalized probabilities of candidates_
+  TokenDistribution dist_;  // Sample's, reused: no allocation per token
 };
 
 }  // namespace laminar::engine

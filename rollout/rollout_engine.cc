@@ -3,6 +3,7 @@
 #include "rollout/rollout_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <string>
 #include <utility>
@@ -50,6 +51,7 @@ Status RolloutEngineConfig::Validate() const {
     return InvalidArgumentError("rollout engine config: num_blocks must be > 0, got " +
                                 std::to_string(num_blocks));
   }
+  LAMINAR_RETURN_IF_ERROR(speculative.Validate());
   return scheduler.Validate();
 }
 
@@ -60,7 +62,10 @@ StatusOr<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(const engine::Lla
   if (!config.token_bytes) {
     config.token_bytes = [](int32_t) -> StatusOr<std::string> { return std::string(); };
   }
-  return std::unique_ptr<RolloutEngine>(new RolloutEngine(model, std::move(config)));
+  LAMINAR_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, MakeDrafter(config.speculative));
+  std::unique_ptr<RolloutEngine> engine(new RolloutEngine(model, std::move(config)));
+  engine->drafter_ = std::move(drafter);
+  return engine;
 }
 
 RolloutEngine::RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfig config)
@@ -123,7 +128,8 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
                                 .logprobs = {},
                                 .top_logprobs = {},
                                 .sampler = engine::Sampler(params),
-                                .matcher = matcher});
+                                .matcher = matcher,
+                                .acceptance = {}});
   }
   return request_id;
 }
@@ -139,9 +145,14 @@ void RolloutEngine::MoveTokens(Sample& s, Out* out) {
   out->top_logprobs = std::move(s.top_logprobs);
 }
 
+void RolloutEngine::EndSample(RequestId id, const Sample& s) {
+  if (drafter_ != nullptr) drafter_->OnSequenceEnd(id, s.request_id, s.tokens, s.num_prompt_tokens);
+}
+
 FinishedSample RolloutEngine::Finish(RequestId id, FinishReason reason) {
   auto it = samples_.find(id);
   LAMINAR_CHECK(it != samples_.end()) << "finishing unknown sample " << id;
+  EndSample(id, it->second);
   FinishedSample out;
   MoveTokens(it->second, &out);
   out.finish_reason = reason;
@@ -154,8 +165,12 @@ StatusOr<bool> RolloutEngine::SampleToken(RequestId id, std::span<const float> l
                                           std::vector<FinishedSample>* finished) {
   auto it = samples_.find(id);
   LAMINAR_CHECK(it != samples_.end()) << "the plan samples unknown sequence " << id;
-  Sample& s = it->second;
-  engine::SampledToken token = s.sampler.Sample(logits);
+  return Append(id, it->second.sampler.Sample(logits), finished);
+}
+
+StatusOr<bool> RolloutEngine::Append(RequestId id, engine::SampledToken token,
+                                     std::vector<FinishedSample>* finished) {
+  Sample& s = samples_.at(id);
   LAMINAR_ASSIGN_OR_RETURN(StopMatcher::Step stop, s.matcher.Push(token.id),
                            "sample " + std::to_string(id));
   s.tokens.push_back(token.id);
@@ -167,8 +182,78 @@ StatusOr<bool> RolloutEngine::SampleToken(RequestId id, std::span<const float> l
   return true;
 }
 
+std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() const {
+  const SpeculativeConfig& spec = config_.speculative;
+  std::vector<RequestId> ids;
+  for (const auto& [id, s] : samples_) {
+    if (std::ssize(s.tokens) > s.num_prompt_tokens) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  std::vector<AcceptanceStats> stats;
+  for (RequestId id : ids) stats.push_back(samples_.at(id).acceptance);
+  std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
+  if (spec.adaptive) {
+    budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
+                               /*explore_nodes=*/std::min<int64_t>(4, spec.max_draft_tokens));
+  }
+  std::unordered_map<RequestId, int64_t> out;
+  for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = budgets[i];
+  return out;
+}
+
+StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
+                                              std::span<const float> logits,
+                                              std::vector<FinishedSample>* finished) {
+  Sample& s = samples_.at(seq.id);
+  const int64_t v = model_->config().vocab_size;
+  VerifiedPath path = VerifyTree(tree, logits, v, s.sampler);
+  const auto accepted = std::ssize(path.accepted_nodes);
+  // The accepted nodes' KV moves from the slot of position start + node to start + depth.
+  const int64_t bs = config_.block_size;
+  for (int64_t k = 0; k < accepted; ++k) {
+    const int64_t from = seq.start + path.accepted_nodes[k], to = seq.start + 1 + k;
+    if (from == to) continue;
+    cache_.CopySlot(seq.block_table[from / bs], from % bs, seq.block_table[to / bs], to % bs);
+  }
+  // A rejection ended the walk unless the last accepted node (or the root) is a leaf.
+  const int32_t last = accepted > 0 ? path.accepted_nodes.back() : 0;
+  const bool rejected = std::ranges::find(tree.parents, last) != tree.parents.end();
+  s.acceptance.Record(accepted, rejected);
+  ++spec_stats_.verify_steps;
+  spec_stats_.drafted_tokens += tree.size();
+  spec_stats_.accepted_tokens += accepted;
+  int64_t appended = 0;
+  for (engine::SampledToken& token : path.tokens) {
+    LAMINAR_ASSIGN_OR_RETURN(bool done, Append(seq.id, std::move(token), finished));
+    if (done) return 0;
+    ++appended;
+  }
+  return appended;
+}
+
 StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
-  LAMINAR_ASSIGN_OR_RETURN(Plan plan, scheduler_.Schedule());
+  // Speculation: budgets for the decodes, and their trees proposed when the scheduler asks.
+  std::unordered_map<RequestId, int64_t> budgets;
+  std::unordered_map<RequestId, DraftTree> trees;
+  Scheduler::DraftWanted draft_wanted;
+  if (drafter_ != nullptr) {
+    budgets = PlanDrafts();
+    draft_wanted = [&](RequestId id) -> int64_t {
+      auto b = budgets.find(id);
+      if (b == budgets.end() || b->second <= 0) return 0;
+      const Sample& s = samples_.at(id);
+      DraftTree tree = drafter_->Propose({.seq = id,
+                                          .group = s.request_id,
+                                          .tokens = s.tokens,
+                                          .num_prompt_tokens = s.num_prompt_tokens,
+                                          .max_nodes = b->second,
+                                          .sampling = &s.sampler.params()});
+      const int64_t n = tree.size();
+      if (n > 0) trees[id] = std::move(tree);
+      return n;
+    };
+  }
+  LAMINAR_ASSIGN_OR_RETURN(Plan plan, scheduler_.Schedule(draft_wanted));
   last_step_empty_ = plan.empty();
   std::vector<FinishedSample> finished;
   if (plan.empty()) {
@@ -180,35 +265,70 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   tokens.reserve(static_cast<size_t>(plan.num_batched_tokens));
   std::vector<engine::SequenceSpan> spans;
   std::vector<std::span<const int32_t>> tables;
-  for (const ScheduledSeq& seq : plan.seqs) {
+  std::vector<std::vector<int32_t>> parents(plan.seqs.size());
+  const int64_t v = model_->config().vocab_size;
+  for (size_t b = 0; b < plan.seqs.size(); ++b) {
+    const ScheduledSeq& seq = plan.seqs[b];
     const Sample& s = samples_.at(seq.id);
-    LAMINAR_CHECK(seq.start + seq.num_tokens <= static_cast<int64_t>(s.tokens.size()))
+    const int64_t fed = seq.num_tokens - seq.num_draft_tokens;
+    LAMINAR_CHECK(seq.start + fed <= static_cast<int64_t>(s.tokens.size()))
         << "sequence " << seq.id << " scheduled past its " << s.tokens.size() << " tokens";
-    tokens.insert(tokens.end(), s.tokens.begin() + seq.start,
-                  s.tokens.begin() + seq.start + seq.num_tokens);
-    spans.push_back({0, seq.start, seq.num_tokens});
+    tokens.insert(tokens.end(), s.tokens.begin() + seq.start, s.tokens.begin() + seq.start + fed);
+    if (seq.num_draft_tokens > 0) {
+      DraftTree& tree = trees.at(seq.id);
+      LAMINAR_CHECK_GE(tree.size(), seq.num_draft_tokens) << "sequence " << seq.id;
+      tree.Truncate(seq.num_draft_tokens);
+      LAMINAR_RETURN_IF_ERROR(tree.Validate(v), "drafter " + drafter_->name());
+      tokens.insert(tokens.end(), tree.tokens.begin(), tree.tokens.end());
+      parents[b] = tree.SpanParents();
+    }
+    spans.emplace_back(0, seq.start, seq.num_tokens, parents[b]);
     tables.emplace_back(seq.block_table);
   }
   std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
   LAMINAR_RETURN_IF_ERROR(model_->Forward(tokens, spans, tables, &cache_,
                                           engine::LogitsFor::kLastTokenOfEachSequence, &logits),
                           "rollout step");
-  const int64_t v = model_->config().vocab_size;
+  if (drafter_ != nullptr) {
+    costs_.Record(plan.num_batched_tokens,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   std::vector<RequestId> sampled;
-  for (size_t b = 0; b < plan.seqs.size(); ++b) {
-    const ScheduledSeq& seq = plan.seqs[b];
+  std::vector<int64_t> appended;
+  int64_t row = 0;
+  for (const ScheduledSeq& seq : plan.seqs) {
+    const int64_t rows = 1 + seq.num_draft_tokens;
+    std::span<const float> first(logits.data() + row * v, static_cast<size_t>(rows * v));
+    row += rows;
     if (!seq.samples) continue;
-    std::span<const float> row(logits.data() + static_cast<int64_t>(b) * v, static_cast<size_t>(v));
+    if (drafter_ != nullptr && seq.forked.empty() &&
+        seq.start >= samples_.at(seq.id).num_prompt_tokens) {
+      ++spec_stats_.decode_steps;
+    }
+    if (seq.num_draft_tokens > 0) {
+      LAMINAR_ASSIGN_OR_RETURN(int64_t n, AcceptDrafts(seq, trees.at(seq.id), first, &finished));
+      if (n > 0) {
+        sampled.push_back(seq.id);
+        appended.push_back(n);
+      }
+      continue;
+    }
     std::vector<RequestId> ids = {seq.id};
     ids.insert(ids.end(), seq.forked.begin(), seq.forked.end());
     for (RequestId id : ids) {
-      LAMINAR_ASSIGN_OR_RETURN(bool done, SampleToken(id, row, &finished));
-      if (!done) sampled.push_back(id);
+      LAMINAR_ASSIGN_OR_RETURN(bool done,
+                               SampleToken(id, first.first(static_cast<size_t>(v)), &finished));
+      if (!done) {
+        sampled.push_back(id);
+        appended.push_back(1);
+      }
     }
   }
   // The stop matcher ends a sample at max_tokens before the scheduler would; any id the scheduler
   // still finishes here reached its length.
-  LAMINAR_ASSIGN_OR_RETURN(std::vector<RequestId> at_length, scheduler_.OnTokens(sampled));
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<RequestId> at_length,
+                           scheduler_.OnTokens(sampled, appended));
   for (RequestId id : at_length) finished.push_back(Finish(id, FinishReason::kLength));
   return finished;
 }
@@ -265,6 +385,7 @@ StatusOr<std::vector<SampleState>> RolloutEngine::Export(int64_t request_id) {
     st.stop = s.matcher.options();
     st.matcher = s.matcher.Export();
     st.version = config_.weight_version;
+    EndSample(id, s);
     out.push_back(std::move(st));
     samples_.erase(id);
   }
@@ -336,7 +457,8 @@ StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
                               .logprobs = std::move(state.logprobs),
                               .top_logprobs = std::move(state.top_logprobs),
                               .sampler = engine::Sampler(state.sampling, state.rng),
-                              .matcher = std::move(matcher)});
+                              .matcher = std::move(matcher),
+                              .acceptance = {}});
   return request_id;
 }
 

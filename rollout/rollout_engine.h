@@ -15,6 +15,7 @@
 #include "engine/paged_kv_cache.h"
 #include "engine/sampler.h"
 #include "rollout/scheduler.h"
+#include "rollout/speculative.h"
 #include "rollout/stop_matcher.h"
 
 namespace laminar::rollout {
@@ -28,6 +29,7 @@ struct RolloutEngineConfig {
   // match; stop ids and max_tokens still apply).
   TokenBytesFn token_bytes;
   bool strips_leading_space = false;  // SentencePiece's dummy prefix (StopMatcher::Create)
+  SpeculativeConfig speculative;      // drafter "off": no speculation
   // InvalidArgument naming the field for bad values.
   Status Validate() const;
 };
@@ -94,7 +96,7 @@ uint64_t SampleSeed(uint64_t request_seed, int32_t sample_index);
 // thread-safe: one thread calls Add and Step.
 class RolloutEngine {
  public:
-  // Errors: the config's Validate error.
+  // Errors: the config's Validate error (Unimplemented for a drafter not built yet).
   static StatusOr<std::unique_ptr<RolloutEngine>> Create(const engine::LlamaModel* model,
                                                          RolloutEngineConfig config);
 
@@ -108,7 +110,12 @@ class RolloutEngine {
   // Runs one engine step: the plan's block copies, one forward with logits for the last position
   // of each scheduled sequence, a token for every sequence that samples (and for its forked
   // group children, from the same logits, each with its own sampler), the stop rules. Returns the
-  // samples that finished in this step (in plan order). Errors: the scheduler's or the model's
+  // samples that finished in this step (in plan order).
+  // With speculation on, decodes also feed a drafted token tree (as many nodes as the scheduler
+  // grants from the leftover budget and blocks, sized by PlanDraftBudgets), verified in the same
+  // forward (VerifyTree): a sequence appends its accepted drafts and one sampled token, each
+  // through the stop rules in order; the accepted drafts' KV moves to their positions' slots and
+  // the rejected ones' slots are released. Errors: the scheduler's or the model's
   // (a bug in the engine), after which the engine should be dropped.
   StatusOr<std::vector<FinishedSample>> Step();
 
@@ -156,6 +163,8 @@ class RolloutEngine {
   int64_t num_in_flight() const { return static_cast<int64_t>(samples_.size()); }
 
   bool idle() const { return scheduler_.idle(); }
+  const SpecStats& spec_stats() const { return spec_stats_; }
+  const StepCostModel& step_costs() const { return costs_; }
   const Scheduler& scheduler() const { return scheduler_; }
   const engine::PagedKvCache& kv_cache() const { return cache_; }
   int64_t weight_version() const { return config_.weight_version; }
@@ -171,6 +180,7 @@ class RolloutEngine {
     std::vector<std::vector<engine::TokenLogprob>> top_logprobs;
     engine::Sampler sampler;
     StopMatcher matcher;
+    AcceptanceStats acceptance;  // speculation's history for this sample
   };
 
   RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfig config);
@@ -183,6 +193,20 @@ class RolloutEngine {
   StatusOr<bool> SampleToken(RequestId id, std::span<const float> logits,
                              std::vector<FinishedSample>* finished);
   FinishedSample Finish(RequestId id, FinishReason reason);
+  // Appends `token` to `id` through its stop rules; true when the sample finished (it is then
+  // finished in the scheduler and moved to `finished`).
+  StatusOr<bool> Append(RequestId id, engine::SampledToken token,
+                        std::vector<FinishedSample>* finished);
+  // The draft node budgets of this step's decodes, by sequence (PlanDraftBudgets).
+  std::unordered_map<RequestId, int64_t> PlanDrafts() const;
+  // Verifies the tree of `seq` against its logits rows [1 + n, V], moves the accepted KV into
+  // place and appends the emitted tokens. Returns the tokens appended while the sample runs
+  // (0 when it finished).
+  StatusOr<int64_t> AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
+                                 std::span<const float> logits,
+                                 std::vector<FinishedSample>* finished);
+  // The drafter forgets a sample leaving the engine.
+  void EndSample(RequestId id, const Sample& s);
   template <typename Out>
   static void MoveTokens(Sample& s, Out* out);
 
@@ -193,7 +217,10 @@ class RolloutEngine {
   std::unordered_map<RequestId, Sample> samples_;
   int64_t next_request_id_ = 0;
   RequestId next_seq_id_ = 0;
-  bool last_step_empty_ = false;  // the last Step's plan scheduled nothing
+  bool last_step_empty_ = false;      // the last Step's plan scheduled nothing
+  std::unique_ptr<Drafter> drafter_;  // null: speculation off
+  StepCostModel costs_;
+  SpecStats spec_stats_;
 };
 
 }  // namespace laminar::rollout

@@ -312,9 +312,9 @@ StatusOr<std::vector<RequestId>> Scheduler::OnTokens(std::span<const RequestId> 
     auto draft = draft_slots_.find(id);
     const int64_t most = 1 + (draft == draft_slots_.end() ? 0 : draft->second);
     if (appended(i) < 1 || appended(i) > most) {
-      return InvalidArgumentError("scheduler: OnTokens() reports " +
-                                  std::to_string(appended(i)) + " tokens for " + ReqName(id) +
-                                  ", which could append 1.." + std::to_string(most));
+      return InvalidArgumentError("scheduler: OnTokens() reports " + std::to_string(appended(i)) +
+                                  " tokens for " + ReqName(id) + ", which could append 1.." +
+                                  std::to_string(most));
     }
   }
   for (RequestId id : expected_samples_) {

@@ -151,11 +151,11 @@ class Scheduler {
   // nothing changes. `num_appended` (empty: 1 each) gives how many tokens each of them appended,
   // in [1, 1 + its num_draft_tokens] (InvalidArgument otherwise): the accepted drafts, whose K/V
   // the engine has moved to the slots of their positions, and one sampled token. The slots of the
-  // rejected drafts are released here. The last plan's KV must have been written: the full prompt blocks it completed
-  // are registered in the prefix cache (for each plan entry that computed prompt positions, through
-  // it or, if it is gone, one of its forked children still running). Returns the ids that reached
-  // max_tokens: they are finished and freed (their blocks stay cached while evictable).
-  // FailedPrecondition if no plan is outstanding.
+  // rejected drafts are released here. The last plan's KV must have been written: the full prompt
+  // blocks it completed are registered in the prefix cache (for each plan entry that computed
+  // prompt positions, through it or, if it is gone, one of its forked children still running).
+  // Returns the ids that reached max_tokens: they are finished and freed (their blocks stay cached
+  // while evictable). FailedPrecondition if no plan is outstanding.
   StatusOr<std::vector<RequestId>> OnTokens(std::span<const RequestId> sampled,
                                             std::span<const int64_t> num_appended = {});
 
@@ -206,7 +206,8 @@ class Scheduler {
   std::vector<RequestId> running_;  // admission order
   bool step_in_flight_ = false;
   std::unordered_set<RequestId> expected_samples_;
-  std::unordered_map<RequestId, int64_t> draft_slots_;  // draft tokens granted in the step in flight
+  std::unordered_map<RequestId, int64_t>
+      draft_slots_;  // draft tokens granted in the step in flight
   // Plan entries of the step in flight that computed prompt positions: the entry's id followed by
   // its forked children (any of them holds the same prompt blocks).
   std::vector<std::vector<RequestId>> prompt_writers_;

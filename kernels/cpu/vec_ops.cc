@@ -198,7 +198,9 @@ void BlockedTreeAttention(std::span<const float> q, std::span<const float> k_row
   for (int64_t i = 0; i < t; ++i) {
     LAMINAR_CHECK(ancestors[i] >> i == 1) << "tree token " << i << " must see itself, no later";
   }
-  auto row_of = [&](int64_t p) { return block_table[p / block_size] * block_size + p % block_size; };
+  auto row_of = [&](int64_t p) {
+    return block_table[p / block_size] * block_size + p % block_size;
+  };
   AttendSegments(
       q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, prefix + t, out, pool, isa,
       [&](int64_t i) { return prefix + std::popcount(ancestors[i]); },

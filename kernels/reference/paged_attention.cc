@@ -102,7 +102,8 @@ void PagedTreeAttention(std::span<const float> q, std::span<const float> k_pool,
     for (int64_t p = 0; p < prefix; ++p)
       rows.push_back(SlotRow(block_table, block_size, num_blocks, p));
     for (int64_t j = 0; j <= i; ++j) {
-      if (ancestors[i] >> j & 1) rows.push_back(SlotRow(block_table, block_size, num_blocks, prefix + j));
+      if (ancestors[i] >> j & 1)
+        rows.push_back(SlotRow(block_table, block_size, num_blocks, prefix + j));
     }
   });
 }

@@ -135,8 +135,8 @@ TEST_P(PagedForwardTest, TreeEqualsEachRootToLeafChain) {
   std::vector<float> logits;
   auto prefill = [&](PagedKvCache* cache) {
     SequenceSpan span{0, 0, n};
-    ASSERT_TRUE((*m)->Forward(prompt, {&span, 1}, tables, cache, LogitsFor::kAllTokens, &logits)
-                    .ok());
+    ASSERT_TRUE(
+        (*m)->Forward(prompt, {&span, 1}, tables, cache, LogitsFor::kAllTokens, &logits).ok());
   };
   PagedKvCache tree_cache = (*m)->NewPagedCache(num_blocks, c.block_size);
   prefill(&tree_cache);

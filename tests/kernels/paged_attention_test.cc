@@ -231,8 +231,8 @@ TEST(PagedAttentionTest, TreeEqualsEachRootToLeafChain) {
     for (cpu::Isa isa : AvailableIsas()) {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> got(q.size(), std::numeric_limits<float>::quiet_NaN());
-        cpu::PagedTreeAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, prefix, anc, n, h, hkv,
-                                d, got, p, isa);
+        cpu::PagedTreeAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, prefix, anc, n, h, hkv, d,
+                                got, p, isa);
         for (size_t i = 0; i < got.size(); ++i) {
           ASSERT_LE(std::abs(double(got[i]) - tree[i]),
                     kAttentionF32.abs + kAttentionF32.rel * std::abs(tree[i]))

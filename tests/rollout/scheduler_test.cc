@@ -206,10 +206,10 @@ class FakeEngine {
 
   Scheduler s;
   std::vector<RequestId> finished_by_length;
-  int64_t num_reprefills = 0;      // prefills of a preempted request (prompt + generated tokens)
-  int64_t num_reprefill_hits = 0;  // of those, ones that reused cached prompt blocks
-  int64_t num_forks = 0;           // group children forked from their parent's prompt
-  int64_t num_reused_tokens = 0;   // positions skipped at admission (prefix cache hits)
+  int64_t num_reprefills = 0;       // prefills of a preempted request (prompt + generated tokens)
+  int64_t num_reprefill_hits = 0;   // of those, ones that reused cached prompt blocks
+  int64_t num_forks = 0;            // group children forked from their parent's prompt
+  int64_t num_reused_tokens = 0;    // positions skipped at admission (prefix cache hits)
   int64_t num_drafted_steps = 0;    // decodes that verified draft tokens
   int64_t num_accepted_drafts = 0;  // draft tokens accepted
 

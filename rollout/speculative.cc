@@ -1,0 +1,420 @@
+// Speculative decoding: tree verification with exact acceptance, the suffix drafter, and the
+// measured-cost planning of draft budgets (see speculative.h).
+#include "rollout/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <utility>
+
+#include "core/check.h"
+
+namespace laminar::rollout {
+
+// ---------------------------------------------------------------------------------------------
+// DraftTree
+
+void DraftTree::Truncate(int64_t n) {
+  if (n >= size()) return;
+  tokens.resize(static_cast<size_t>(n));
+  parents.resize(static_cast<size_t>(n));
+  if (!child_q.empty()) {
+    child_q.resize(static_cast<size_t>(n + 1));
+    // A kept node whose children were all cut keeps its row; it is never read.
+  }
+}
+
+std::vector<int32_t> DraftTree::SpanParents() const {
+  std::vector<int32_t> out = {-1};
+  out.insert(out.end(), parents.begin(), parents.end());
+  return out;
+}
+
+Status DraftTree::Validate(int64_t vocab) const {
+  if (parents.size() != tokens.size()) {
+    return InvalidArgumentError("draft tree: " + std::to_string(parents.size()) + " parents for " +
+                                std::to_string(tokens.size()) + " tokens");
+  }
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    if (parents[j] < 0 || parents[j] > static_cast<int32_t>(j)) {
+      return InvalidArgumentError("draft tree: node " + std::to_string(j + 1) + " has parent " +
+                                  std::to_string(parents[j]) + " (must be in [0, " +
+                                  std::to_string(j) + "])");
+    }
+    if (tokens[j] < 0 || tokens[j] >= vocab) {
+      return InvalidArgumentError("draft tree: node " + std::to_string(j + 1) + " has token " +
+                                  std::to_string(tokens[j]) + " outside the vocabulary of " +
+                                  std::to_string(vocab));
+    }
+  }
+  if (!child_q.empty()) {
+    if (child_q.size() != tokens.size() + 1) {
+      return InvalidArgumentError("draft tree: " + std::to_string(child_q.size()) +
+                                  " drafter distributions for " +
+                                  std::to_string(tokens.size() + 1) + " nodes");
+    }
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      const auto& q = child_q[static_cast<size_t>(parents[j])];
+      if (static_cast<int64_t>(q.size()) != vocab || q[static_cast<size_t>(tokens[j])] <= 0) {
+        return InvalidArgumentError("draft tree: node " + std::to_string(j + 1) +
+                                    " was not drawn from its parent's distribution (size " +
+                                    std::to_string(q.size()) + ")");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verification
+
+namespace {
+
+// Divides `w` by its sum; false (and `w` unchanged) when the sum is not positive.
+bool Normalize(std::vector<double>& w) {
+  double sum = 0;
+  for (double x : w) sum += x;
+  if (!(sum > 0)) return false;
+  for (double& x : w) x /= sum;
+  return true;
+}
+
+}  // namespace
+
+VerifiedPath VerifyTree(const DraftTree& tree, std::span<const float> logits, int64_t vocab,
+                        engine::Sampler& sampler) {
+  const int64_t n = tree.size();
+  LAMINAR_CHECK_EQ(static_cast<int64_t>(logits.size()), (n + 1) * vocab);
+  std::vector<std::vector<int32_t>> children(static_cast<size_t>(n + 1));
+  for (int64_t j = 0; j < n; ++j) children[tree.parents[j]].push_back(static_cast<int32_t>(j + 1));
+  const bool has_q = !tree.child_q.empty();
+  VerifiedPath out;
+  engine::TokenDistribution dist;
+  std::vector<double> residual;
+  int32_t node = 0;
+  while (true) {
+    sampler.Distribution(
+        logits.subspan(static_cast<size_t>(node * vocab), static_cast<size_t>(vocab)), &dist);
+    int32_t accepted = -1;
+    if (dist.greedy) {
+      // The point mass on the argmax: a child is accepted iff it is the argmax.
+      for (int32_t c : children[node]) {
+        if (tree.tokens[c - 1] == dist.ids[0]) {
+          accepted = c;
+          break;
+        }
+      }
+      out.tokens.push_back(sampler.Record(dist, 0));
+      if (accepted < 0) return out;
+      out.accepted_nodes.push_back(accepted);
+      node = accepted;
+      continue;
+    }
+    residual = dist.probs;
+    for (int32_t c : children[node]) {
+      const int32_t x = tree.tokens[c - 1];
+      const int64_t ix = dist.IndexOf(x);
+      const double px = ix < 0 ? 0.0 : residual[static_cast<size_t>(ix)];
+      double accept = px;
+      const std::vector<float>* q = has_q ? &tree.child_q[node] : nullptr;
+      if (q != nullptr) {
+        const double qx = (*q)[static_cast<size_t>(x)];
+        accept = px <= 0 ? 0.0 : qx > 0 ? std::min(1.0, px / qx) : 1.0;
+      }
+      if (sampler.Uniform() < accept) {
+        accepted = c;
+        out.tokens.push_back(sampler.Record(dist, static_cast<size_t>(ix)));
+        break;
+      }
+      // Rejected: the residual distribution the next sibling (or the final draw) is tested on.
+      std::vector<double> before = residual;
+      if (q != nullptr) {
+        for (size_t i = 0; i < residual.size(); ++i)
+          residual[i] = std::max(0.0, residual[i] - double((*q)[static_cast<size_t>(dist.ids[i])]));
+      } else if (ix >= 0) {
+        residual[static_cast<size_t>(ix)] = 0;
+      }
+      if (!Normalize(residual)) residual = std::move(before);  // rounding only: p == q
+    }
+    if (accepted < 0) {
+      out.tokens.push_back(sampler.Record(dist, sampler.DrawIndex(residual)));
+      return out;
+    }
+    out.accepted_nodes.push_back(accepted);
+    node = accepted;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Suffix drafter
+
+Status SuffixDrafterConfig::Validate() const {
+  if (min_match < 1 || max_match < min_match || max_match > 64) {
+    return InvalidArgumentError("suffix drafter: need 1 <= min_match <= max_match <= 64, got " +
+                                std::to_string(min_match) + " and " + std::to_string(max_match));
+  }
+  if (max_continuations < 1 || recent_responses < 0) {
+    return InvalidArgumentError(
+        "suffix drafter: max_continuations must be >= 1 and "
+        "recent_responses >= 0");
+  }
+  if (!(min_share >= 0 && min_share <= 1)) {
+    return InvalidArgumentError("suffix drafter: min_share must be in [0, 1], got " +
+                                std::to_string(min_share));
+  }
+  return OkStatus();
+}
+
+SuffixDrafter::SuffixDrafter(SuffixDrafterConfig config) : config_(config) {
+  const Status st = config_.Validate();
+  LAMINAR_CHECK(st.ok()) << st;
+}
+
+uint64_t SuffixDrafter::GramKey(std::span<const int32_t> gram) {
+  // SplitMix64 steps over the length and the ids.
+  uint64_t h = gram.size();
+  for (int32_t t : gram) {
+    uint64_t z = h + 0x9E3779B97F4A7C15ull + static_cast<uint32_t>(t);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    h = z ^ (z >> 31);
+  }
+  return h;
+}
+
+void SuffixDrafter::IndexFrom(int64_t doc, int64_t from) {
+  const std::vector<int32_t>& t = docs_.at(doc).tokens;
+  for (int64_t end = from; end < std::ssize(t); ++end) {
+    for (int64_t n = config_.min_match; n <= config_.max_match && n <= end + 1; ++n) {
+      index_[GramKey(
+                 std::span(t).subspan(static_cast<size_t>(end + 1 - n), static_cast<size_t>(n)))]
+          .push_back({doc, end});
+    }
+  }
+}
+
+void SuffixDrafter::Unindex(int64_t doc) {
+  const std::vector<int32_t>& t = docs_.at(doc).tokens;
+  for (int64_t end = 0; end < std::ssize(t); ++end) {
+    for (int64_t n = config_.min_match; n <= config_.max_match && n <= end + 1; ++n) {
+      auto it = index_.find(
+          GramKey(std::span(t).subspan(static_cast<size_t>(end + 1 - n), static_cast<size_t>(n))));
+      if (it == index_.end()) continue;
+      std::erase_if(it->second, [&](const Occurrence& o) { return o.doc == doc && o.end == end; });
+      if (it->second.empty()) index_.erase(it);
+    }
+  }
+}
+
+void SuffixDrafter::Sync(int64_t doc, int64_t group, std::span<const int32_t> tokens) {
+  auto it = docs_.find(doc);
+  if (it != docs_.end() && it->second.tokens.size() <= tokens.size() &&
+      std::equal(it->second.tokens.begin(), it->second.tokens.end(), tokens.begin())) {
+    const int64_t from = std::ssize(it->second.tokens);
+    it->second.tokens.insert(it->second.tokens.end(), tokens.begin() + from, tokens.end());
+    IndexFrom(doc, from);
+    return;
+  }
+  if (it != docs_.end()) {  // not a continuation of what was indexed: start over
+    Unindex(doc);
+    docs_.erase(it);
+  }
+  docs_[doc] = Document{.tokens = {tokens.begin(), tokens.end()}, .group = group};
+  IndexFrom(doc, 0);
+}
+
+DraftTree SuffixDrafter::Propose(const DraftContext& ctx) {
+  DraftTree tree;
+  Sync(ctx.seq, ctx.group, ctx.tokens);
+  const int64_t len = std::ssize(ctx.tokens);
+  if (ctx.max_nodes <= 0) return tree;
+  // The longest suffix that occurs somewhere visible with a continuation.
+  std::vector<Occurrence> found;
+  for (int64_t k = std::min<int64_t>(config_.max_match, len); k >= config_.min_match; --k) {
+    const auto gram = ctx.tokens.subspan(static_cast<size_t>(len - k));
+    auto it = index_.find(GramKey(gram));
+    if (it == index_.end()) continue;
+    for (auto o = it->second.rbegin(); o != it->second.rend(); ++o) {
+      if (o->doc == ctx.seq && o->end == len - 1) continue;  // the suffix itself
+      const Document& d = docs_.at(o->doc);
+      if (d.group != -1 && d.group != ctx.group) continue;
+      if (o->end + 1 >= std::ssize(d.tokens)) continue;  // nothing follows
+      if (!std::equal(gram.begin(), gram.end(), d.tokens.begin() + (o->end + 1 - k))) continue;
+      found.push_back(*o);
+      if (std::ssize(found) >= config_.max_continuations) break;
+    }
+    if (!found.empty()) break;
+  }
+  if (found.empty()) return tree;
+  // A trie of the continuations; node 0 is the root.
+  struct TrieNode {
+    int32_t token = 0, parent = -1, count = 0;
+    std::vector<int32_t> children;
+  };
+  std::vector<TrieNode> trie(1);
+  for (const Occurrence& o : found) {
+    const auto& t = docs_.at(o.doc).tokens;
+    int32_t at = 0;
+    ++trie[0].count;
+    for (int64_t p = o.end + 1; p < std::ssize(t) && p <= o.end + ctx.max_nodes; ++p) {
+      int32_t next = -1;
+      for (int32_t c : trie[at].children) {
+        if (trie[c].token == t[p]) next = c;
+      }
+      if (next < 0) {
+        next = static_cast<int32_t>(trie.size());
+        trie.push_back({t[p], at, 0, {}});
+        trie[at].children.push_back(next);
+      }
+      ++trie[next].count;
+      at = next;
+    }
+  }
+  // Best first by how many continuations pass through a node; a node's parent always comes first.
+  const double total = trie[0].count;
+  auto worse = [&](int32_t a, int32_t b) {
+    return trie[a].count < trie[b].count || (trie[a].count == trie[b].count && a > b);
+  };
+  std::priority_queue<int32_t, std::vector<int32_t>, decltype(worse)> frontier(worse);
+  for (int32_t c : trie[0].children) frontier.push(c);
+  std::vector<int32_t> tree_index(trie.size(), 0);  // trie node -> tree node
+  while (!frontier.empty() && tree.size() < ctx.max_nodes) {
+    const int32_t best = frontier.top();
+    frontier.pop();
+    if (trie[best].count < config_.min_share * total) break;
+    tree.tokens.push_back(trie[best].token);
+    tree.parents.push_back(tree_index[trie[best].parent]);
+    tree_index[best] = static_cast<int32_t>(tree.size());
+    for (int32_t c : trie[best].children) frontier.push(c);
+  }
+  return tree;
+}
+
+void SuffixDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t> tokens,
+                                  int64_t num_prompt_tokens) {
+  if (docs_.contains(seq)) {
+    Unindex(seq);
+    docs_.erase(seq);
+  }
+  if (config_.recent_responses == 0 || std::ssize(tokens) <= num_prompt_tokens) return;
+  const int64_t key = ~next_recent_++;  // negative: never a sequence id
+  docs_[key] = Document{.tokens = {tokens.begin() + num_prompt_tokens, tokens.end()}, .group = -1};
+  IndexFrom(key, 0);
+  recent_.push_back(key);
+  while (std::ssize(recent_) > config_.recent_responses) {
+    Unindex(recent_.front());
+    docs_.erase(recent_.front());
+    recent_.pop_front();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+Status SpeculativeConfig::Validate() const {
+  if (drafter == "layer_skip" || drafter == "draft_model") {
+    return UnimplementedError("rollout.speculative.drafter: '" + drafter +
+                              "' is not built yet; use suffix or off");
+  }
+  if (drafter != "off" && drafter != "suffix") {
+    return InvalidArgumentError("rollout.speculative.drafter: '" + drafter +
+                                "' is not one of off, suffix, layer_skip, draft_model");
+  }
+  if (max_draft_tokens < 1 || max_draft_tokens > 63) {
+    return InvalidArgumentError("rollout.speculative.max_draft_tokens must be in [1, 63], got " +
+                                std::to_string(max_draft_tokens));
+  }
+  return suffix.Validate();
+}
+
+StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config) {
+  LAMINAR_RETURN_IF_ERROR(config.Validate());
+  if (config.drafter == "suffix") return std::unique_ptr<Drafter>(new SuffixDrafter(config.suffix));
+  return std::unique_ptr<Drafter>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adaptivity
+
+void AcceptanceStats::Record(int64_t num_accepted, bool rejected, double decay) {
+  accepted = decay * accepted + static_cast<double>(num_accepted);
+  rejections = decay * rejections + (rejected ? 1.0 : 0.0);
+}
+
+double AcceptanceStats::ExpectedAccepted(int64_t d) const {
+  double sum = 0, term = 1;
+  for (int64_t k = 0; k < d; ++k) sum += (term *= alpha());
+  return sum;
+}
+
+namespace {
+constexpr size_t kCostWindow = 256;
+}  // namespace
+
+void StepCostModel::Record(int64_t tokens, double seconds) {
+  window_.emplace_back(tokens, seconds);
+  if (window_.size() > kCostWindow) window_.pop_front();
+  Fit();
+}
+
+bool StepCostModel::ready() const {
+  if (window_.size() < 4) return false;
+  for (const auto& [t, s] : window_) {
+    if (t != window_.front().first) return true;
+  }
+  return false;
+}
+
+double StepCostModel::Seconds(int64_t tokens) const {
+  return a_ + b_ * static_cast<double>(tokens);
+}
+
+void StepCostModel::Fit() {
+  const double n = static_cast<double>(window_.size());
+  double st = 0, ss = 0, stt = 0, sts = 0;
+  for (const auto& [t, s] : window_) {
+    st += double(t);
+    ss += s;
+    stt += double(t) * double(t);
+    sts += double(t) * s;
+  }
+  const double var = stt - st * st / n;
+  b_ = var > 0 ? (sts - st * ss / n) / var : 0.0;
+  if (b_ < 0) b_ = 0;
+  a_ = std::max(0.0, (ss - b_ * st) / n);
+}
+
+std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
+                                      const StepCostModel& cost, int64_t base_tokens,
+                                      int64_t max_nodes, int64_t explore_nodes) {
+  std::vector<int64_t> budget(alpha.size(), 0);
+  if (max_nodes <= 0 || alpha.empty()) return budget;
+  if (!cost.ready()) {
+    std::fill(budget.begin(), budget.end(), std::min(explore_nodes, max_nodes));
+    return budget;
+  }
+  // Gains of the next draft token of each sequence: alpha^(budget + 1), best first.
+  double tokens = static_cast<double>(alpha.size());
+  int64_t fed = base_tokens;
+  double rate = tokens / std::max(cost.Seconds(fed), 1e-12);
+  std::vector<double> next_gain(alpha.size());
+  for (size_t i = 0; i < alpha.size(); ++i) next_gain[i] = alpha[i].alpha();
+  while (true) {
+    size_t best = alpha.size();
+    for (size_t i = 0; i < alpha.size(); ++i) {
+      if (budget[i] < max_nodes && (best == alpha.size() || next_gain[i] > next_gain[best]))
+        best = i;
+    }
+    if (best == alpha.size()) break;
+    const double new_rate = (tokens + next_gain[best]) / std::max(cost.Seconds(fed + 1), 1e-12);
+    if (!(new_rate > rate)) break;
+    tokens += next_gain[best];
+    rate = new_rate;
+    ++fed;
+    ++budget[best];
+    next_gain[best] *= alpha[best].alpha();
+  }
+  return budget;
+}
+
+}  // namespace laminar::rollout

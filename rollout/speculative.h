@@ -1,0 +1,212 @@
+// Speculative decoding for the rollout engine, exact for RL (issue 11): drafters propose a token
+// tree per sequence, the target verifies every tree of a step in one packed forward with a tree
+// mask (engine::SequenceSpan::tree_parents), and the acceptance rules below keep every emitted
+// token distributed exactly as the policy's sampler would draw it, with the target's logprob
+// recorded. References: speculative sampling (Leviathan et al., ICML 2023, §2.3; Chen et al.,
+// arXiv 2302.01318, Alg. 2), tree verification with recursive rejection over siblings (SpecInfer,
+// Miao et al., ASPLOS 2024, §4.3), suffix-based drafting (SuffixDecoding, Oliaro et al., arXiv
+// 2411.04975), SwiftSpec (arXiv 2506.11309).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+
+namespace laminar::rollout {
+
+// A token tree drafted for one sequence. Node 0 is the root: the sequence's last sampled token,
+// fed this step. Nodes 1..n are drafted, parents before children (node j's parent < j), so every
+// prefix of the node list is itself a tree.
+struct DraftTree {
+  std::vector<int32_t> tokens;   // [n] token of node j + 1
+  std::vector<int32_t> parents;  // [n] parent node of node j + 1, in [0, j]
+  // For drafters that sample: child_q[node] is the distribution [V] (probabilities summing to 1)
+  // every child of `node` was drawn from, independently; an empty row for a node without
+  // children. Empty for deterministic drafters (their candidates are tested with the point-mass
+  // rule).
+  std::vector<std::vector<float>> child_q;  // [n + 1] or empty
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  // Keeps the first `n` drafted nodes (a tree, by the order above).
+  void Truncate(int64_t n);
+  // The span's parents for engine::SequenceSpan::tree_parents: [n + 1], -1 for the root.
+  std::vector<int32_t> SpanParents() const;
+  // InvalidArgument naming the first bad node (parent order, ids outside [0, vocab), q rows).
+  Status Validate(int64_t vocab) const;
+};
+
+// What verification of one tree emits.
+struct VerifiedPath {
+  std::vector<int32_t> accepted_nodes;  // drafted nodes on the accepted path, root excluded
+  // accepted_nodes.size() + 1 tokens: each accepted node's, then the one sampled where the path
+  // ends (the correction after a rejection, or the bonus token when a leaf was accepted). Each
+  // with the target's logprob under the sampler's distribution (engine::Sampler::Record).
+  std::vector<engine::SampledToken> tokens;
+};
+
+// Verifies `tree` against the target's logits [(n + 1), V] (row j: the target's next-token logits
+// after node j) and emits the accepted path, drawing every uniform from `sampler` (the sequence's
+// own stream, so an exported sample carries it). The target distribution p at a node is the
+// sampler's (temperature, top-k, top-p, min-p: engine::Sampler::Distribution). Walking down from
+// the root, the children of the current node are tried in order:
+//   - drafter probabilities q (tree.child_q): accept child x with probability min(1, p(x)/q(x));
+//     on rejection p becomes the residual norm(max(0, p - q)) and the next sibling is tried;
+//   - deterministic drafter: accept x with probability p(x) (the point-mass rule); on rejection
+//     p becomes p with x removed, renormalized.
+// The first accepted child becomes the current node; when no child is accepted (or the node has
+// none) one token is drawn from the current p and the walk ends. At temperature 0 p is the point
+// mass on the argmax, so exactly the greedy tokens come out. Recorded logprobs are always those of
+// the unmodified p (the policy), never of q or of a residual.
+VerifiedPath VerifyTree(const DraftTree& tree, std::span<const float> logits, int64_t vocab,
+                        engine::Sampler& sampler);
+
+// What a drafter sees of one sequence when asked for a tree.
+struct DraftContext {
+  int64_t seq = 0;                  // the engine's sequence id (unique while it runs)
+  int64_t group = 0;                // the request id: the samples of one GRPO group share it
+  std::span<const int32_t> tokens;  // prompt then generated tokens; the last one is the root
+  int64_t num_prompt_tokens = 0;
+  int64_t max_nodes = 0;  // drafted nodes at most (>= 1)
+  const engine::SamplingParams* sampling = nullptr;
+};
+
+// Proposes token trees. Called from the engine's thread.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  // A tree of at most ctx.max_nodes drafted nodes (possibly none).
+  virtual DraftTree Propose(const DraftContext& ctx) = 0;
+  // `seq` left the engine (finished, aborted or exported) with these tokens.
+  virtual void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
+                             int64_t num_prompt_tokens) = 0;
+};
+
+struct SuffixDrafterConfig {
+  int32_t max_match = 8;           // longest suffix looked up, in tokens
+  int32_t min_match = 2;           // shorter matches propose nothing
+  int32_t max_continuations = 16;  // occurrences of the longest match followed, most recent first
+  int32_t recent_responses = 64;   // finished responses kept for every sequence to draft from
+  // A node is drafted only when at least this share of the followed continuations pass through it.
+  double min_share = 0.1;
+  Status Validate() const;
+};
+
+// The `suffix` drafter: training-free, model-free, always in step with the policy. It indexes
+// every n-gram (n <= max_match) of each running sequence (prompt and response, as they grow), of
+// the other samples of its GRPO group, and of the last `recent_responses` finished responses. To
+// draft, it finds the longest suffix of the sequence (>= min_match tokens) that occurs elsewhere
+// in its group's or the recent texts, follows up to max_continuations occurrences, merges what
+// follows them into a trie, and drafts the trie's most shared nodes (best first, up to the node
+// budget). GRPO samples of one prompt repeat each other heavily, which this exploits.
+class SuffixDrafter final : public Drafter {
+ public:
+  explicit SuffixDrafter(SuffixDrafterConfig config);
+  std::string name() const override { return "suffix"; }
+  DraftTree Propose(const DraftContext& ctx) override;
+  void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
+                     int64_t num_prompt_tokens) override;
+  // Texts indexed now (running sequences and recent responses). For tests.
+  int64_t num_documents() const { return static_cast<int64_t>(docs_.size()); }
+
+ private:
+  struct Document {
+    std::vector<int32_t> tokens;
+    int64_t group = -1;  // -1: a recent response, visible to every sequence
+  };
+  struct Occurrence {
+    int64_t doc = 0;
+    int64_t end = 0;  // index of the n-gram's last token in the document
+  };
+  static uint64_t GramKey(std::span<const int32_t> gram);
+  // Indexes the n-grams of `doc` ending at positions [from, size).
+  void IndexFrom(int64_t doc, int64_t from);
+  void Unindex(int64_t doc);
+  // Appends the tokens `doc` does not hold yet (a running sequence's new tokens).
+  void Sync(int64_t doc, int64_t group, std::span<const int32_t> tokens);
+
+  SuffixDrafterConfig config_;
+  std::unordered_map<int64_t, Document> docs_;  // key: sequence id, or ~n for recent response n
+  std::unordered_map<uint64_t, std::vector<Occurrence>> index_;
+  std::deque<int64_t> recent_;  // document keys of recent responses, oldest first
+  int64_t next_recent_ = 0;
+};
+
+// The recipe's `rollout.speculative` block.
+struct SpeculativeConfig {
+  // off | suffix (layer_skip and draft_model are named by the issue; not built yet: Unimplemented)
+  std::string drafter = "off";
+  // Drafted nodes per tree at most, in [1, 63] (the verification span holds the root too, and
+  // tree attention takes at most 64 tokens).
+  int64_t max_draft_tokens = 8;
+  // true: each step's budgets come from PlanDraftBudgets (acceptance history and measured step
+  // costs; speculation switches itself off when it does not pay). false: every decode asks for
+  // max_draft_tokens.
+  bool adaptive = true;
+  SuffixDrafterConfig suffix;
+  bool enabled() const { return drafter != "off"; }
+  // InvalidArgument naming the field; Unimplemented for a drafter not built yet.
+  Status Validate() const;
+};
+
+// The drafter `config` names (null for off). Errors: config.Validate()'s.
+StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config);
+
+// Counters of speculation in an engine (totals since construction). The per-step metrics
+// (docs/metrics.md): rollout/spec_accept_rate = accepted_tokens / drafted_tokens,
+// rollout/spec_mean_accepted_len = (accepted_tokens + verify_steps) / verify_steps (tokens emitted
+// per verified tree), rollout/spec_enabled_frac = verify_steps / decode_steps.
+struct SpecStats {
+  int64_t decode_steps = 0;     // decode entries (one sequence, one step), speculating or not
+  int64_t verify_steps = 0;     // of those, with a draft tree
+  int64_t drafted_tokens = 0;   // nodes verified
+  int64_t accepted_tokens = 0;  // nodes accepted
+};
+
+// The acceptance history of one sequence: alpha, the per-token acceptance rate (maximum-likelihood
+// of a geometric acceptance process: accepted / (accepted + rejections)), with exponential
+// forgetting so it follows the sequence.
+struct AcceptanceStats {
+  double accepted = 1.0;  // prior: one accepted of two tried
+  double rejections = 1.0;
+  void Record(int64_t num_accepted, bool rejected, double decay = 0.9);
+  double alpha() const { return accepted / (accepted + rejections); }
+  // Expected accepted tokens of a chain of d drafts: sum_{k=1..d} alpha^k.
+  double ExpectedAccepted(int64_t d) const;
+};
+
+// The measured cost of an engine step as a function of the tokens it feeds: a least-squares line
+// seconds = a + b * tokens over the recent steps (a sliding window), so speculation is decided
+// from measured costs, not constants.
+class StepCostModel {
+ public:
+  void Record(int64_t tokens, double seconds);
+  // False until steps of at least two distinct sizes were seen.
+  bool ready() const;
+  double Seconds(int64_t tokens) const;  // a + b * tokens (b >= 0)
+  double fixed() const { return a_; }
+  double per_token() const { return b_; }
+
+ private:
+  void Fit();
+  std::deque<std::pair<int64_t, double>> window_;
+  double a_ = 0, b_ = 0;
+};
+
+// How many draft nodes each decoding sequence gets this step: adding one more draft token to the
+// sequence whose next one is most likely accepted, for as long as the expected tokens it adds per
+// second of extra step time beat the step's tokens per second so far (both from `cost`). Returns
+// [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large batch
+// whose extra rows cost real compute). Before `cost` is ready, every sequence gets
+// `explore_nodes` so that costs get measured.
+std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
+                                      const StepCostModel& cost, int64_t base_tokens,
+                                      int64_t max_nodes, int64_t explore_nodes);
+
+}  // namespace laminar::rollout
