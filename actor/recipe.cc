@@ -75,6 +75,15 @@ ConfigSchema BuildSchema() {
               "the rollout's projection weights, quantized from each pulled version: f32, bf16, "
               "w8a8 (int8) or w4a8 (4-bit groups over int8)",
               {"f32", "bf16", "w8a8", "w4a8"});
+  s.AddString("rollout.speculative.drafter", "off",
+              "speculative decoding's drafter: off, or suffix (drafts from the sequence, its "
+              "GRPO group and recent responses; exact, the policy's distribution and logprobs)",
+              {"off", "suffix", "layer_skip", "draft_model"});
+  s.AddInt("rollout.speculative.max_draft_tokens", w.engine.speculative.max_draft_tokens,
+           "drafted tokens per sequence and step at most", 1, 63);
+  s.AddBool("rollout.speculative.adaptive", w.engine.speculative.adaptive,
+            "size drafts from each sequence's acceptance and the measured step costs (off when "
+            "it does not pay); false: always max_draft_tokens");
   s.AddInt("rollout.kv_cache_mb", 256, "KV cache per rollout, MiB", 1);
   s.AddInt("rollout.block_size", w.engine.block_size, "KV tokens per block", 1, 4096);
   s.AddInt("rollout.max_num_seqs", w.engine.scheduler.max_num_seqs, "running sequences at most", 1);
@@ -237,6 +246,10 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.engine.scheduler.max_num_batched_tokens = r.GetInt("rollout.max_num_batched_tokens");
   LAMINAR_ASSIGN_OR_RETURN(w.weight_format,
                            engine::ParseWeightFormat(r.GetString("rollout.weight_dtype")));
+  w.engine.speculative.drafter = r.GetString("rollout.speculative.drafter");
+  w.engine.speculative.max_draft_tokens = r.GetInt("rollout.speculative.max_draft_tokens");
+  w.engine.speculative.adaptive = r.GetBool("rollout.speculative.adaptive");
+  LAMINAR_RETURN_IF_ERROR(w.engine.speculative.Validate(), "recipe");
   w.max_groups = static_cast<int32_t>(r.GetInt("rollout.max_groups"));
   w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
   w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));

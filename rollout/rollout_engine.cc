@@ -129,7 +129,8 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
                                 .top_logprobs = {},
                                 .sampler = engine::Sampler(params),
                                 .matcher = matcher,
-                                .acceptance = {}});
+                                .acceptance = {},
+                                .steps_without_draft = 0});
   }
   return request_id;
 }
@@ -182,7 +183,7 @@ StatusOr<bool> RolloutEngine::Append(RequestId id, engine::SampledToken token,
   return true;
 }
 
-std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() const {
+std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   const SpeculativeConfig& spec = config_.speculative;
   std::vector<RequestId> ids;
   for (const auto& [id, s] : samples_) {
@@ -197,7 +198,17 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() const {
                                /*explore_nodes=*/std::min<int64_t>(4, spec.max_draft_tokens));
   }
   std::unordered_map<RequestId, int64_t> out;
-  for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = budgets[i];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    // Exploration: a sequence left without drafts for kExploreEvery decodes tries two, so that
+    // its acceptance rate and the cost of larger steps keep being measured.
+    constexpr int64_t kExploreEvery = 16;
+    Sample& s = samples_.at(ids[i]);
+    if (budgets[i] == 0 && ++s.steps_without_draft >= kExploreEvery) {
+      budgets[i] = std::min<int64_t>(2, spec.max_draft_tokens);
+    }
+    if (budgets[i] > 0) s.steps_without_draft = 0;
+    out[ids[i]] = budgets[i];
+  }
   return out;
 }
 
@@ -458,7 +469,8 @@ StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
                               .top_logprobs = std::move(state.top_logprobs),
                               .sampler = engine::Sampler(state.sampling, state.rng),
                               .matcher = std::move(matcher),
-                              .acceptance = {}});
+                              .acceptance = {},
+                              .steps_without_draft = 0});
   return request_id;
 }
 

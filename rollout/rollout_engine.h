@@ -181,6 +181,7 @@ class RolloutEngine {
     engine::Sampler sampler;
     StopMatcher matcher;
     AcceptanceStats acceptance;  // speculation's history for this sample
+    int64_t steps_without_draft = 0;
   };
 
   RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfig config);
@@ -197,8 +198,9 @@ class RolloutEngine {
   // finished in the scheduler and moved to `finished`).
   StatusOr<bool> Append(RequestId id, engine::SampledToken token,
                         std::vector<FinishedSample>* finished);
-  // The draft node budgets of this step's decodes, by sequence (PlanDraftBudgets).
-  std::unordered_map<RequestId, int64_t> PlanDrafts() const;
+  // The draft node budgets of this step's decodes, by sequence (PlanDraftBudgets, plus a short
+  // draft now and then for sequences it leaves out: exploration).
+  std::unordered_map<RequestId, int64_t> PlanDrafts();
   // Verifies the tree of `seq` against its logits rows [1 + n, V], moves the accepted KV into
   // place and appends the emitted tokens. Returns the tokens appended while the sample runs
   // (0 when it finished).

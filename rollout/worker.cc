@@ -261,6 +261,14 @@ Status RolloutWorker::SendHeartbeat() {
     c["relay/pull_wait_s"] = stats_.pull_wait_s;
     c["rollout/weight_build_s"] = stats_.weight_build_s;
   }
+  if (engine_) {
+    const SpecStats& sp = engine_->spec_stats();
+    auto& c = *h->mutable_counters();
+    c["rollout/spec_decode_steps"] = static_cast<double>(sp.decode_steps);
+    c["rollout/spec_verify_steps"] = static_cast<double>(sp.verify_steps);
+    c["rollout/spec_drafted_tokens"] = static_cast<double>(sp.drafted_tokens);
+    c["rollout/spec_accepted_tokens"] = static_cast<double>(sp.accepted_tokens);
+  }
   auto reply = Call(std::move(req));
   if (!reply.ok()) {
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": heartbeat failed: " << reply.status();

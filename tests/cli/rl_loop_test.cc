@@ -153,6 +153,9 @@ void CheckRun(const fs::path& dir, int64_t steps, int64_t max_staleness) {
                             "relay/publish_stall_s",
                             "relay/pull_wait_s",
                             "rollout/weight_build_s",
+                            "rollout/spec_accept_rate",
+                            "rollout/spec_mean_accepted_len",
+                            "rollout/spec_enabled_frac",
                             "relay/bytes",
                             "timing_s/reward",
                             "timing_s/old_log_prob",
@@ -199,6 +202,12 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
   // Longer responses and at least 6 steps, so that generation spans several versions.
   const bool async = mode == "async";
   run.overrides = {async ? "actor.max_steps=0" : "actor.max_steps=6", "rollout.max_tokens=48"};
+  // One mode also runs the rollouts with speculative decoding (the suffix drafter).
+  const bool speculative = mode == "one_step_off";
+  if (speculative) {
+    run.overrides.push_back("rollout.speculative.drafter=suffix");
+    run.overrides.push_back("rollout.speculative.adaptive=false");  // always draft: a fixed path
+  }
   run.Start(2);
   if (async) {
     // Trajectory-level asynchrony: at some moment the two rollouts hold different versions.
@@ -212,8 +221,18 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
   const int64_t bound = mode == "sync" ? 0 : mode == "one_step_off" ? 1 : 1000;
   const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
   CheckRun(run.dir, async ? static_cast<int64_t>(metrics.size()) : 6, bound);
-  double stale = 0;
-  for (const auto& m : metrics) stale = std::max(stale, m["staleness/max"].get<double>());
+  double stale = 0, spec_frac = 0, spec_accept = 0;
+  for (const auto& m : metrics) {
+    stale = std::max(stale, m["staleness/max"].get<double>());
+    spec_frac = std::max(spec_frac, m["rollout/spec_enabled_frac"].get<double>());
+    spec_accept = std::max(spec_accept, m["rollout/spec_accept_rate"].get<double>());
+  }
+  if (speculative) {
+    EXPECT_GT(spec_frac, 0) << "no decode verified a draft; see " << run.dir;
+    EXPECT_GT(spec_accept, 0) << "no draft accepted; see " << run.dir;
+  } else {
+    EXPECT_EQ(spec_frac, 0);
+  }
   if (mode == "sync") {
     EXPECT_EQ(stale, 0);  // on-policy: every rollout waits for each version
   } else {

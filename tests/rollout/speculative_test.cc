@@ -469,6 +469,21 @@ TEST_P(SpeculativeEngineTest, GreedyEqualsSpeculationOffAcrossAWeightSwap) {
   ExpectSameGreedy(RunAll(*spec, GreedyRequests(20)), RunAll(*off, GreedyRequests(20)));
 }
 
+TEST_P(SpeculativeEngineTest, AdaptiveBudgetsStayExactAndDraftWhileTheyPay) {
+  auto off = *RolloutEngine::Create(model_.get(), EngineConfig("off"));
+  RolloutEngineConfig c = EngineConfig("suffix");
+  c.speculative.adaptive = true;
+  auto spec = *RolloutEngine::Create(model_.get(), c);
+  ExpectSameGreedy(RunAll(*spec, GreedyRequests(40)), RunAll(*off, GreedyRequests(40)));
+  const SpecStats st = spec->spec_stats();
+  std::printf("adaptive: %lld of %lld decodes verified drafts, %lld of %lld drafts accepted\n",
+              static_cast<long long>(st.verify_steps), static_cast<long long>(st.decode_steps),
+              static_cast<long long>(st.accepted_tokens),
+              static_cast<long long>(st.drafted_tokens));
+  EXPECT_GT(st.verify_steps, 0);
+  EXPECT_TRUE(spec->step_costs().ready());
+}
+
 TEST_P(SpeculativeEngineTest, ExportMidSpeculationImportsAndContinuesIdentically) {
   auto off = *RolloutEngine::Create(model_.get(), EngineConfig("off"));
   const auto want = RunAll(*off, GreedyRequests(24));
