@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,12 +20,16 @@
 #include "bench/hw_limits.h"
 #include "bench/model_bench.h"
 #include "bench/rollout_bench.h"
+#include "bench/spec_bench.h"
 #include "bench/train_bench.h"
 #include "cli/command.h"
 #include "engine/llama_model.h"
 #include "kernels/cpu/cpu_features.h"
+#include "model/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
+#include "model/tokenizer_loader.h"
+#include "rollout/manager/prompt_dataset.h"
 
 namespace laminar::cli {
 namespace {
@@ -66,6 +71,14 @@ struct BenchArgs {
   std::vector<int64_t> peer_npl = {8, 32, 64};
   std::string peer_fa = "both";
   int64_t dram_mb = 1024;  // buffer of the DRAM bandwidth measurement
+  // spec (the shared flags --batch, --prompts, --max-tokens take these defaults when not given)
+  std::string data;  // JSONL prompts (GSM8K: field "question")
+  std::string prompt_key = "question";
+  std::vector<std::string> drafters = {"suffix"};
+  std::vector<float> temperatures = {0.0f, 1.0f};
+  int64_t max_draft_tokens = 8;
+  bool fixed_drafts = false;
+  std::function<bool(const char*)> given;  // whether a flag was on the command line
 };
 
 // The default weight format of `bench rollout`: the trainer's own precision, so the default run
@@ -433,7 +446,112 @@ int RunGemm(const BenchArgs& a) {
   return 0;
 }
 
+// `bench spec`: each drafter against speculation off, per batch and temperature, on chat-rendered
+// prompts of a JSONL dataset (GRPO groups of --n).
+int RunSpec(const BenchArgs& a) {
+  if (a.data.empty()) {
+    return CommandFail("bench",
+                       "bench spec needs --data PROMPTS.jsonl (GSM8K: "
+                       "../shared/data/datasets/gsm8k/test.jsonl, field 'question')",
+                       2);
+  }
+  if (a.weights.size() > 1) return CommandFail("bench", "bench spec takes one --weights", 2);
+  auto path = model::ResolveModelPath(a.model);
+  if (!path.ok()) return Fail(path.status());
+  auto ckpt = model::LoadCheckpoint(*path);
+  if (!ckpt.ok()) return Fail(ckpt.status());
+  auto tok = model::LoadTokenizerForModel(*path, "");
+  if (!tok.ok()) return Fail(tok.status());
+  manager::PromptDatasetOptions d;
+  d.prompt_key = a.prompt_key;
+  d.ground_truth_key = "";
+  d.default_data_source = "bench";
+  auto chat = model::ResolveChatFormat("auto", ckpt->chat_template);
+  if (!chat.ok()) return Fail(chat.status());
+  d.chat = *chat;
+  auto set = manager::LoadPromptDataset(a.data, **tok, d);
+  if (!set.ok()) return Fail(set.status());
+  const int32_t num_prompts = a.given("--prompts") ? a.prompts : 2;
+  if (std::ssize(set->rows) < num_prompts) {
+    return CommandFail("bench",
+                       a.data + " has " + std::to_string(set->rows.size()) +
+                           " prompts, fewer than --prompts " + std::to_string(num_prompts),
+                       2);
+  }
+  bench::SpecLoad load;
+  for (int32_t i = 0; i < num_prompts; ++i) load.prompts.push_back(set->rows[i].prompt_ids);
+  load.n = a.n;
+  load.max_tokens = a.given("--max-tokens") ? a.max_tokens : 128;
+  for (int64_t id : ckpt->config.eos_token_ids) load.stop_ids.push_back(static_cast<int32_t>(id));
+  if ((*tok)->eos_id() >= 0) load.stop_ids.push_back((*tok)->eos_id());
+  load.seed = a.seed;
+  load.block_size = a.block_size;
+  const std::vector<int64_t> batches =
+      a.given("--batch") ? a.batches : std::vector<int64_t>{1, 4, 16};
+  const std::string weights = a.weights.empty() ? "f32" : a.weights[0];
+  auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
+                                       *engine::ParseWeightFormat(weights));
+  if (!lm.ok()) return Fail(lm.status());
+  nlohmann::json rows = nlohmann::json::array();
+  for (const float t : a.temperatures) {
+    for (const int64_t b : batches) {
+      double off_tps = 0, off_tail = 0;
+      std::vector<std::string> drafters = {"off"};
+      drafters.insert(drafters.end(), a.drafters.begin(), a.drafters.end());
+      for (const std::string& drafter : drafters) {
+        bench::SpecCase c{.drafter = drafter,
+                          .batch = b,
+                          .temperature = t,
+                          .max_draft_tokens = a.max_draft_tokens,
+                          .adaptive = !a.fixed_drafts};
+        auto r = bench::RunSpecCase(**lm, load, c);
+        if (!r.ok()) return Fail(r.status());
+        if (drafter == "off") {
+          off_tps = r->tokens_per_s;
+          off_tail = r->tail_tokens_per_s;
+        }
+        const double speedup = off_tps > 0 ? r->tokens_per_s / off_tps : 0;
+        const double tail_speedup = off_tail > 0 ? r->tail_tokens_per_s / off_tail : 0;
+        rows.push_back({{"drafter", drafter},
+                        {"batch", b},
+                        {"temperature", t},
+                        {"generated_tokens", r->generated_tokens},
+                        {"wall_s", r->wall_s},
+                        {"tokens_per_s", r->tokens_per_s},
+                        {"speedup_vs_off", speedup},
+                        {"mean_accepted_len", r->mean_accepted_len},
+                        {"accept_rate", r->accept_rate},
+                        {"enabled_frac", r->enabled_frac},
+                        {"decode_steps", r->spec.decode_steps},
+                        {"budgeted", r->spec.budgeted},
+                        {"empty_drafts", r->spec.empty_drafts},
+                        {"tail_tokens", r->tail_tokens},
+                        {"tail_tokens_per_s", r->tail_tokens_per_s},
+                        {"tail_speedup_vs_off", tail_speedup}});
+        std::fprintf(stderr,
+                     "T=%.1f batch %3lld %-7s %7.1f tok/s (x%.2f)  accepted len %.2f  "
+                     "enabled %.2f  tail %7.1f tok/s (x%.2f)\n",
+                     t, static_cast<long long>(b), drafter.c_str(), r->tokens_per_s, speedup,
+                     r->mean_accepted_len, r->enabled_frac, r->tail_tokens_per_s, tail_speedup);
+      }
+    }
+  }
+  nlohmann::json out = {{"model", *path},
+                        {"weights_dtype", weights},
+                        {"data", a.data},
+                        {"prompts", num_prompts},
+                        {"n", load.n},
+                        {"max_tokens", load.max_tokens},
+                        {"max_draft_tokens", a.max_draft_tokens},
+                        {"adaptive", !a.fixed_drafts},
+                        {"cores", std::thread::hardware_concurrency()},
+                        {"rows", rows}};
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
 int RunBench(const BenchArgs& a) {
+  if (a.what == "spec") return RunSpec(a);
   if (a.what == "gemm") return RunGemm(a);
   if (a.what == "broadcast") return RunBroadcast(a);
   if (a.what == "train") return RunTrain(a);
@@ -493,10 +611,10 @@ std::function<int()> SetupBench(CLI::App* app) {
   auto a = std::make_shared<BenchArgs>();
   app->add_option("what", a->what,
                   "hw (limits only), decode, prefill, gemm (quantized matmuls vs oneDNN), rollout "
-                  "(rollout engine vs llama.cpp), train (trainer), broadcast (relay tier) or "
-                  "publish (actor stall)")
+                  "(rollout engine vs llama.cpp), spec (speculative decoding vs off), train "
+                  "(trainer), broadcast (relay tier) or publish (actor stall)")
       ->check(CLI::IsMember(
-          {"hw", "decode", "prefill", "gemm", "rollout", "train", "broadcast", "publish"}));
+          {"hw", "decode", "prefill", "gemm", "rollout", "spec", "train", "broadcast", "publish"}));
   app->add_option("--model", a->model, "checkpoint path or model name");
   app->add_option("--batch", a->batches, "decode batch sizes (gemm: the M rows)")
       ->check(CLI::Range(1, 4096));
@@ -574,11 +692,26 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app->add_option("--peer-fa", a->peer_fa, "rollout: the peer's flash attention: on, off or both")
       ->check(CLI::IsMember({"on", "off", "both"}));
+  app->add_option("--data", a->data, "spec: JSONL prompts (e.g. GSM8K's test.jsonl)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--prompt-key", a->prompt_key, "spec: the prompt field of --data");
+  app->add_option("--drafters", a->drafters, "spec: drafters measured against off")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"suffix"}));
+  app->add_option("--temperatures", a->temperatures, "spec: sampling temperatures")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 100.0));
+  app->add_option("--max-draft-tokens", a->max_draft_tokens, "spec: drafted tokens per tree")
+      ->check(CLI::Range(1, 63));
+  app->add_flag("--fixed-drafts", a->fixed_drafts,
+                "spec: always draft --max-draft-tokens (no adaptive budgets)");
+  a->given = [app](const char* flag) { return app->count(flag) > 0; };
   return [a] { return RunBench(*a); };
 }
 LAMINAR_REGISTER_COMMAND(
     "bench",
-    "benchmarks with JSON output: hw, decode, prefill, gemm, rollout, train, broadcast, publish",
+    "benchmarks with JSON output: hw, decode, prefill, gemm, rollout, spec, train, broadcast, "
+    "publish",
     SetupBench);
 
 }  // namespace

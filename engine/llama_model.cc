@@ -90,12 +90,39 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfi
   m->backend_ = backend;
   m->format_ = format;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
-  if (threads > 1) m->pool_ = std::make_unique<ThreadPool>(threads - 1);
+  if (threads > 1) m->pool_ = std::make_shared<ThreadPool>(threads - 1);
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
   LAMINAR_RETURN_IF_ERROR(m->Quantize());
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
   kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, RopeScalingOf(config),
                             m->inv_freq_);
+  return m;
+}
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LayerSubset(
+    std::span<const int64_t> layers) const {
+  if (layers.empty()) return InvalidArgumentError("layer subset: no layer");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= std::ssize(layers_) ||
+        (i > 0 && layers[i] <= layers[i - 1])) {
+      return InvalidArgumentError("layer subset: layer " + std::to_string(layers[i]) + " (entry " +
+                                  std::to_string(i) + ") is not ascending in [0, " +
+                                  std::to_string(layers_.size()) + ")");
+    }
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->config_ = config_;
+  m->config_.num_hidden_layers = static_cast<int64_t>(layers.size());
+  m->backend_ = backend_;
+  m->format_ = format_;
+  m->pool_ = pool_;
+  m->embed_ = embed_;
+  m->final_norm_ = final_norm_;
+  m->lm_head_ = lm_head_;
+  m->inv_freq_ = inv_freq_;
+  for (int64_t l : layers) m->layers_.push_back(layers_[static_cast<size_t>(l)]);
+  m->projection_bytes_ = projection_bytes_ * static_cast<int64_t>(layers.size()) /
+                         std::max<int64_t>(1, std::ssize(layers_));
   return m;
 }
 

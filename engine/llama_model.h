@@ -95,6 +95,13 @@ class LlamaModel {
                                                       Backend backend = Backend::kCpu,
                                                       WeightFormat format = WeightFormat::kF32);
 
+  // A model that runs only `layers` (ascending indices into this model's, at least one) with this
+  // model's embedding, final norm and head: self-speculative decoding's drafter (layer skipping,
+  // Draft & Verify, Zhang et al., ACL 2024). It shares the weights and the thread pool: this model
+  // must outlive it, and their Forward calls may not overlap. Its config has
+  // num_hidden_layers = layers.size(). InvalidArgument for an empty, unsorted or out-of-range list.
+  StatusOr<std::unique_ptr<LlamaModel>> LayerSubset(std::span<const int64_t> layers) const;
+
   const model::ModelConfig& config() const { return config_; }
   WeightFormat weight_format() const { return format_; }
   // Bytes of projection weights one decode step reads (all layers and the head, in their format).
@@ -177,8 +184,9 @@ class LlamaModel {
   Backend backend_ = Backend::kCpu;
   WeightFormat format_ = WeightFormat::kF32;
   int64_t projection_bytes_ = 0;
-  std::unique_ptr<ThreadPool> pool_;  // the caller's thread works too: hardware threads - 1
-  std::vector<Tensor> owned_;         // f32 conversions of f16/bf16 weights
+  // The caller's thread works too: hardware threads - 1. Shared with LayerSubset views.
+  std::shared_ptr<ThreadPool> pool_;
+  std::vector<Tensor> owned_;  // f32 conversions of f16/bf16 weights
   std::span<const float> embed_, final_norm_;
   Weight lm_head_;
   std::vector<Layer> layers_;

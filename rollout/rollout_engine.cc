@@ -63,6 +63,7 @@ StatusOr<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(const engine::Lla
     config.token_bytes = [](int32_t) -> StatusOr<std::string> { return std::string(); };
   }
   LAMINAR_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, MakeDrafter(config.speculative));
+  if (drafter != nullptr) LAMINAR_RETURN_IF_ERROR(drafter->OnWeights(model), "speculative drafter");
   std::unique_ptr<RolloutEngine> engine(new RolloutEngine(model, std::move(config)));
   engine->drafter_ = std::move(drafter);
   return engine;
@@ -247,6 +248,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   std::unordered_map<RequestId, int64_t> budgets;
   std::unordered_map<RequestId, DraftTree> trees;
   Scheduler::DraftWanted draft_wanted;
+  const auto t0 = std::chrono::steady_clock::now();  // the cost model times drafting too
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
     draft_wanted = [&](RequestId id) -> int64_t {
@@ -260,6 +262,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
                                           .max_nodes = b->second,
                                           .sampling = &s.sampler.params()});
       const int64_t n = tree.size();
+      ++spec_stats_.budgeted;
+      spec_stats_.empty_drafts += n == 0;
       if (n > 0) trees[id] = std::move(tree);
       return n;
     };
@@ -297,11 +301,14 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     tables.emplace_back(seq.block_table);
   }
   std::vector<float> logits;
-  const auto t0 = std::chrono::steady_clock::now();
   LAMINAR_RETURN_IF_ERROR(model_->Forward(tokens, spans, tables, &cache_,
                                           engine::LogitsFor::kLastTokenOfEachSequence, &logits),
                           "rollout step");
-  if (drafter_ != nullptr) {
+  // The cost model covers decode steps only (prefill chunks run other kernels at other sizes).
+  const bool decodes_only = std::ranges::all_of(plan.seqs, [](const ScheduledSeq& q) {
+    return q.num_tokens - q.num_draft_tokens == 1 && q.forked.empty();
+  });
+  if (drafter_ != nullptr && decodes_only) {
     costs_.Record(plan.num_batched_tokens,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -366,6 +373,9 @@ Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t versio
     return InvalidArgumentError(
         "rollout engine: the new weights' shapes (vocab, hidden, layers, kv heads, head dim, "
         "context) differ from the engine's");
+  }
+  if (drafter_ != nullptr) {
+    LAMINAR_RETURN_IF_ERROR(drafter_->OnWeights(model), "rollout engine: speculative drafter");
   }
   model_ = model;
   config_.weight_version = version;

@@ -309,14 +309,136 @@ void SuffixDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<cons
 }
 
 // ---------------------------------------------------------------------------------------------
+// Model drafters
+
+ModelDrafter::ModelDrafter(std::string name, double min_confidence, uint64_t seed)
+    : name_(std::move(name)), min_confidence_(min_confidence), rng_(seed) {}
+
+std::unique_ptr<ModelDrafter> ModelDrafter::LayerSkip(int64_t keep_layers, double min_confidence,
+                                                      uint64_t seed) {
+  std::unique_ptr<ModelDrafter> d(new ModelDrafter("layer_skip", min_confidence, seed));
+  d->keep_layers_ = keep_layers;
+  return d;
+}
+
+std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel* draft,
+                                                       double min_confidence, uint64_t seed) {
+  LAMINAR_CHECK(draft != nullptr) << "draft_model needs a model";
+  std::unique_ptr<ModelDrafter> d(new ModelDrafter("draft_model", min_confidence, seed));
+  d->model_ = draft;
+  return d;
+}
+
+Status ModelDrafter::OnWeights(const engine::LlamaModel* policy) {
+  caches_.clear();  // KV of the old drafter weights
+  if (name_ == "draft_model") {
+    if (model_->config().vocab_size != policy->config().vocab_size) {
+      return InvalidArgumentError(
+          "draft_model: its vocabulary of " + std::to_string(model_->config().vocab_size) +
+          " tokens differs from the policy's " + std::to_string(policy->config().vocab_size));
+    }
+    return OkStatus();
+  }
+  // Evenly spaced layers, the first and the last among them.
+  const int64_t total = policy->config().num_hidden_layers;
+  const int64_t keep =
+      std::clamp<int64_t>(keep_layers_ > 0 ? keep_layers_ : (total + 1) / 2, 1, total);
+  std::vector<int64_t> layers;
+  for (int64_t i = 0; i < keep; ++i) {
+    const int64_t l = keep == 1 ? 0 : i * (total - 1) / (keep - 1);
+    if (layers.empty() || l > layers.back()) layers.push_back(l);
+  }
+  LAMINAR_ASSIGN_OR_RETURN(owned_, policy->LayerSubset(layers), "layer_skip drafter");
+  model_ = owned_.get();
+  return OkStatus();
+}
+
+std::vector<float> ModelDrafter::Feed(SeqCache& cache, std::span<const int32_t> tokens,
+                                      int64_t start) {
+  const engine::SequenceSpan span(0, start, std::ssize(tokens) - start);
+  std::vector<float> logits;
+  const Status st =
+      model_->Forward(tokens.subspan(static_cast<size_t>(start)), {&span, 1}, &cache.kv,
+                      engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+  LAMINAR_CHECK(st.ok()) << "drafter forward: " << st;
+  cache.tokens.assign(tokens.begin(), tokens.end());
+  return logits;
+}
+
+DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
+  DraftTree tree;
+  if (model_ == nullptr || ctx.max_nodes <= 0 || ctx.sampling == nullptr) return tree;
+  const int64_t len = std::ssize(ctx.tokens), v = model_->config().vocab_size;
+  const int64_t need = len + ctx.max_nodes;
+  if (need > model_->config().max_position_embeddings) return tree;
+  auto it = caches_.find(ctx.seq);
+  if (it == caches_.end() || it->second.kv.max_positions() < need) {
+    const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
+                                          model_->config().max_position_embeddings);
+    it = caches_.insert_or_assign(ctx.seq, SeqCache{model_->NewCache(1, cap), {}}).first;
+  }
+  SeqCache& cache = it->second;
+  // Positions whose KV is valid: the common prefix with what the cache was fed (at least one
+  // token is fed, for the logits).
+  int64_t valid = 0;
+  while (valid < std::ssize(cache.tokens) && valid < len - 1 &&
+         cache.tokens[static_cast<size_t>(valid)] == ctx.tokens[static_cast<size_t>(valid)]) {
+    ++valid;
+  }
+  std::vector<int32_t> seq(ctx.tokens.begin(), ctx.tokens.end());
+  std::vector<float> logits = Feed(cache, seq, valid);
+  engine::SamplingParams params = *ctx.sampling;
+  params.logprobs = 0;
+  engine::Sampler sampler(params, rng_.state());
+  engine::TokenDistribution dist;
+  double confidence = 1.0;
+  const bool greedy = params.temperature <= 0.0f;
+  if (!greedy) tree.child_q.emplace_back();
+  for (int64_t i = 0; i < ctx.max_nodes; ++i) {
+    sampler.Distribution(logits, &dist);
+    const size_t pick = greedy ? 0 : sampler.DrawIndex(dist.probs);
+    const int32_t token = dist.ids[pick];
+    tree.tokens.push_back(token);
+    tree.parents.push_back(static_cast<int32_t>(i));
+    if (!greedy) {
+      std::vector<float>& q = tree.child_q.back();
+      q.assign(static_cast<size_t>(v), 0.f);
+      for (size_t j = 0; j < dist.ids.size(); ++j)
+        q[dist.ids[j]] = static_cast<float>(dist.probs[j]);
+      tree.child_q.emplace_back();  // the new node's row, filled if it gets a child
+    }
+    confidence *= greedy ? 1.0 : dist.probs[pick];
+    if (i + 1 == ctx.max_nodes || confidence < min_confidence_) break;
+    seq.push_back(token);
+    logits = Feed(cache, seq, std::ssize(seq) - 1);
+  }
+  rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
+  return tree;
+}
+
+void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t>,
+                                 int64_t) {
+  caches_.erase(seq);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Configuration
 
 Status SpeculativeConfig::Validate() const {
-  if (drafter == "layer_skip" || drafter == "draft_model") {
-    return UnimplementedError("rollout.speculative.drafter: '" + drafter +
-                              "' is not built yet; use suffix or off");
+  if (drafter == "draft_model" && draft_model == nullptr) {
+    return InvalidArgumentError(
+        "rollout.speculative.drafter: draft_model needs a drafter model (none given)");
   }
-  if (drafter != "off" && drafter != "suffix") {
+  if (layer_skip_keep < 0) {
+    return InvalidArgumentError("rollout.speculative.layer_skip_keep must be >= 0, got " +
+                                std::to_string(layer_skip_keep));
+  }
+  if (!(min_confidence >= 0 && min_confidence < 1)) {
+    return InvalidArgumentError("rollout.speculative.min_confidence must be in [0, 1), got " +
+                                std::to_string(min_confidence));
+  }
+  if (drafter != "off" && drafter != "suffix" && drafter != "layer_skip" &&
+      drafter != "draft_model") {
     return InvalidArgumentError("rollout.speculative.drafter: '" + drafter +
                                 "' is not one of off, suffix, layer_skip, draft_model");
   }
@@ -330,6 +452,14 @@ Status SpeculativeConfig::Validate() const {
 StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config) {
   LAMINAR_RETURN_IF_ERROR(config.Validate());
   if (config.drafter == "suffix") return std::unique_ptr<Drafter>(new SuffixDrafter(config.suffix));
+  if (config.drafter == "layer_skip") {
+    return std::unique_ptr<Drafter>(
+        ModelDrafter::LayerSkip(config.layer_skip_keep, config.min_confidence, config.seed));
+  }
+  if (config.drafter == "draft_model") {
+    return std::unique_ptr<Drafter>(
+        ModelDrafter::DraftModel(config.draft_model, config.min_confidence, config.seed));
+  }
   return std::unique_ptr<Drafter>();
 }
 

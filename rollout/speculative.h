@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/kv_cache.h"
+#include "engine/llama_model.h"
 #include "engine/sampler.h"
 
 namespace laminar::rollout {
@@ -86,6 +88,53 @@ class Drafter {
   // `seq` left the engine (finished, aborted or exported) with these tokens.
   virtual void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                              int64_t num_prompt_tokens) = 0;
+  // The engine's policy is now `policy` (at creation and at every weight swap; borrowed, alive
+  // until the next call). Errors: the drafter cannot follow it (then speculation stops).
+  virtual Status OnWeights(const engine::LlamaModel* /*policy*/) { return OkStatus(); }
+};
+
+// The model drafters: `layer_skip` (the policy itself with a subset of its layers, rebuilt from
+// every new version: self-speculation) and `draft_model` (a separate small model with the same
+// vocabulary). Each running sequence has its own KV cache in the drafter; a proposal catches the
+// cache up on the sequence's new tokens (reusing the longest prefix it already holds), then
+// drafts a chain: greedy at temperature 0 (deterministic: the point-mass rule), otherwise each
+// token drawn from the drafter's distribution q under the request's sampling parameters, with q
+// recorded for the min(1, p/q) test. The chain stops early once the product of the drafted
+// tokens' q falls below min_confidence.
+class ModelDrafter final : public Drafter {
+ public:
+  // layer_skip: `keep_layers` evenly spaced layers of each policy (first and last included).
+  static std::unique_ptr<ModelDrafter> LayerSkip(int64_t keep_layers, double min_confidence,
+                                                 uint64_t seed);
+  // draft_model: `draft` (borrowed, outliving the drafter); its vocabulary must be the policy's
+  // (checked in OnWeights).
+  static std::unique_ptr<ModelDrafter> DraftModel(const engine::LlamaModel* draft,
+                                                  double min_confidence, uint64_t seed);
+
+  std::string name() const override { return name_; }
+  DraftTree Propose(const DraftContext& ctx) override;
+  void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
+                     int64_t num_prompt_tokens) override;
+  Status OnWeights(const engine::LlamaModel* policy) override;
+  // The model drafting now (null before OnWeights for layer_skip).
+  const engine::LlamaModel* model() const { return model_; }
+
+ private:
+  ModelDrafter(std::string name, double min_confidence, uint64_t seed);
+  struct SeqCache {
+    engine::KvCache kv;
+    std::vector<int32_t> tokens;  // the tokens whose KV it holds, positions 0..size-1
+  };
+  // Feeds `tokens` from position `start` into `cache`; the next-token logits [V] of the last one.
+  std::vector<float> Feed(SeqCache& cache, std::span<const int32_t> tokens, int64_t start);
+
+  std::string name_;
+  double min_confidence_;
+  int64_t keep_layers_ = 0;                    // layer_skip
+  std::unique_ptr<engine::LlamaModel> owned_;  // layer_skip: the view of the current policy
+  const engine::LlamaModel* model_ = nullptr;
+  engine::Xoshiro256 rng_;
+  std::unordered_map<int64_t, SeqCache> caches_;
 };
 
 struct SuffixDrafterConfig {
@@ -140,7 +189,7 @@ class SuffixDrafter final : public Drafter {
 
 // The recipe's `rollout.speculative` block.
 struct SpeculativeConfig {
-  // off | suffix (layer_skip and draft_model are named by the issue; not built yet: Unimplemented)
+  // off | suffix | layer_skip | draft_model (ModelDrafter)
   std::string drafter = "off";
   // Drafted nodes per tree at most, in [1, 63] (the verification span holds the root too, and
   // tree attention takes at most 64 tokens).
@@ -150,8 +199,13 @@ struct SpeculativeConfig {
   // max_draft_tokens.
   bool adaptive = true;
   SuffixDrafterConfig suffix;
+  int64_t layer_skip_keep = 0;  // layer_skip: layers kept (0: half the policy's, rounded up)
+  // draft_model: the drafter model (borrowed; outlives the engine). Required for draft_model.
+  const engine::LlamaModel* draft_model = nullptr;
+  double min_confidence = 0.05;  // model drafters: see ModelDrafter
+  uint64_t seed = 0;             // model drafters' own sampling stream
   bool enabled() const { return drafter != "off"; }
-  // InvalidArgument naming the field; Unimplemented for a drafter not built yet.
+  // InvalidArgument naming the field.
   Status Validate() const;
 };
 
@@ -167,6 +221,8 @@ struct SpecStats {
   int64_t verify_steps = 0;     // of those, with a draft tree
   int64_t drafted_tokens = 0;   // nodes verified
   int64_t accepted_tokens = 0;  // nodes accepted
+  int64_t budgeted = 0;         // decodes given a draft budget (the drafter was asked)
+  int64_t empty_drafts = 0;     // of those, the drafter proposed nothing
 };
 
 // The acceptance history of one sequence: alpha, the per-token acceptance rate (maximum-likelihood

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "engine/llama_model.h"
 #include "model/llama2c.h"
@@ -391,8 +392,10 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
 
 // ---- the engine -----------------------------------------------------------------------------
 
-RolloutEngineConfig EngineConfig(const std::string& drafter, int32_t block_size = 4) {
+RolloutEngineConfig EngineConfig(const std::string& drafter, int32_t block_size = 4,
+                                 const engine::LlamaModel* draft_model = nullptr) {
   RolloutEngineConfig c;
+  c.speculative.draft_model = draft_model;
   c.block_size = block_size;
   c.num_blocks = 256;
   c.scheduler.max_num_batched_tokens = 128;
@@ -440,30 +443,40 @@ std::vector<RolloutRequest> GreedyRequests(int32_t max_tokens) {
   return reqs;
 }
 
-class SpeculativeEngineTest : public ::testing::TestWithParam<engine::Backend> {
+using EngineParam = std::tuple<engine::Backend, std::string>;
+
+// On a tiny random model: the reference backend and the CPU one, each drafter. The draft_model
+// drafter runs a model with other random weights (it is often wrong: many rejections).
+class SpeculativeEngineTest : public ::testing::TestWithParam<EngineParam> {
  protected:
   void SetUp() override {
     config_ = testing::TinyLlamaConfig();
     weights_ = testing::RandomWeights(config_, 3, 0.5f);
     weights2_ = testing::RandomWeights(config_, 4, 0.5f);
-    model_ = *engine::LlamaModel::Create(config_, weights_, GetParam());
-    model2_ = *engine::LlamaModel::Create(config_, weights2_, GetParam());
+    const engine::Backend backend = std::get<0>(GetParam());
+    model_ = *engine::LlamaModel::Create(config_, weights_, backend);
+    model2_ = *engine::LlamaModel::Create(config_, weights2_, backend);
+    drafter_ = std::get<1>(GetParam());
+  }
+  RolloutEngineConfig Spec(int32_t block_size = 4) const {
+    return EngineConfig(drafter_, block_size, model2_.get());
   }
   model::ModelConfig config_;
   model::WeightStore weights_, weights2_;
   std::unique_ptr<engine::LlamaModel> model_, model2_;
+  std::string drafter_;
 };
 
 TEST_P(SpeculativeEngineTest, GreedyEqualsSpeculationOffAcrossAWeightSwap) {
   auto off = *RolloutEngine::Create(model_.get(), EngineConfig("off"));
-  auto spec = *RolloutEngine::Create(model_.get(), EngineConfig("suffix", 3));
+  auto spec = *RolloutEngine::Create(model_.get(), Spec(3));
   ExpectSameGreedy(RunAll(*spec, GreedyRequests(24)), RunAll(*off, GreedyRequests(24)));
   const SpecStats st = spec->spec_stats();
   EXPECT_GT(st.verify_steps, 0);
   EXPECT_GT(st.accepted_tokens, 0);
   EXPECT_LT(st.accepted_tokens, st.drafted_tokens);  // some drafts rejected too
-  // New weights: the drafter still remembers responses of the old policy; verification keeps
-  // the output that of the new one.
+  // New weights: the drafter still remembers responses of the old policy (suffix) or drafts with
+  // other weights (draft_model); verification keeps the output that of the new policy.
   ASSERT_TRUE(off->SetWeights(model2_.get(), 8).ok());
   ASSERT_TRUE(spec->SetWeights(model2_.get(), 8).ok());
   ExpectSameGreedy(RunAll(*spec, GreedyRequests(20)), RunAll(*off, GreedyRequests(20)));
@@ -471,24 +484,50 @@ TEST_P(SpeculativeEngineTest, GreedyEqualsSpeculationOffAcrossAWeightSwap) {
 
 TEST_P(SpeculativeEngineTest, AdaptiveBudgetsStayExactAndDraftWhileTheyPay) {
   auto off = *RolloutEngine::Create(model_.get(), EngineConfig("off"));
-  RolloutEngineConfig c = EngineConfig("suffix");
+  RolloutEngineConfig c = Spec();
   c.speculative.adaptive = true;
   auto spec = *RolloutEngine::Create(model_.get(), c);
   ExpectSameGreedy(RunAll(*spec, GreedyRequests(40)), RunAll(*off, GreedyRequests(40)));
   const SpecStats st = spec->spec_stats();
-  std::printf("adaptive: %lld of %lld decodes verified drafts, %lld of %lld drafts accepted\n",
-              static_cast<long long>(st.verify_steps), static_cast<long long>(st.decode_steps),
-              static_cast<long long>(st.accepted_tokens),
-              static_cast<long long>(st.drafted_tokens));
   EXPECT_GT(st.verify_steps, 0);
   EXPECT_TRUE(spec->step_costs().ready());
+}
+
+TEST_P(SpeculativeEngineTest, SampledTokensAreTheEnginesAndLogprobsThePolicys) {
+  // Sampling with speculation: every recorded logprob is the policy's for that token (recomputed
+  // by a plain forward over prompt + response), never the drafter's.
+  RolloutEngineConfig c = Spec();
+  auto spec = *RolloutEngine::Create(model_.get(), c);
+  std::vector<RolloutRequest> reqs = GreedyRequests(16);
+  for (RolloutRequest& r : reqs) {
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = 5;
+  }
+  const auto out = RunAll(*spec, reqs);
+  EXPECT_GT(spec->spec_stats().verify_steps, 0);
+  for (const auto& [k, f] : out) {
+    std::vector<int32_t> all = f.prompt_ids;
+    all.insert(all.end(), f.generated_ids.begin(), f.generated_ids.end());
+    engine::KvCache kv = model_->NewCache(1, std::ssize(all));
+    const engine::SequenceSpan span(0, 0, std::ssize(all));
+    std::vector<float> logits;
+    ASSERT_TRUE(model_->Forward(all, {&span, 1}, &kv, engine::LogitsFor::kAllTokens, &logits).ok());
+    engine::SamplingParams p = reqs[0].sampling;
+    for (size_t i = 0; i < f.generated_ids.size(); ++i) {
+      const size_t row = f.prompt_ids.size() - 1 + i;
+      const auto d = Dist(
+          p, std::span<const float>(logits).subspan(row * config_.vocab_size, config_.vocab_size));
+      ASSERT_GT(d.Prob(f.generated_ids[i]), 0) << "a token outside the policy's support";
+      EXPECT_NEAR(f.logprobs[i], std::log(d.Prob(f.generated_ids[i])), 2e-4);
+    }
+  }
 }
 
 TEST_P(SpeculativeEngineTest, ExportMidSpeculationImportsAndContinuesIdentically) {
   auto off = *RolloutEngine::Create(model_.get(), EngineConfig("off"));
   const auto want = RunAll(*off, GreedyRequests(24));
-  auto a = *RolloutEngine::Create(model_.get(), EngineConfig("suffix"));
-  auto b = *RolloutEngine::Create(model_.get(), EngineConfig("suffix"));
+  auto a = *RolloutEngine::Create(model_.get(), Spec());
+  auto b = *RolloutEngine::Create(model_.get(), Spec());
   for (auto& r : GreedyRequests(24)) ASSERT_TRUE(a->Add(r).ok());
   std::map<std::pair<int64_t, int32_t>, FinishedSample> got;
   for (int i = 0; i < 6; ++i) {
@@ -512,20 +551,35 @@ TEST_P(SpeculativeEngineTest, ExportMidSpeculationImportsAndContinuesIdentically
   ExpectSameGreedy(got, want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, SpeculativeEngineTest,
-                         ::testing::Values(engine::Backend::kReference, engine::Backend::kCpu));
+INSTANTIATE_TEST_SUITE_P(
+    BackendsAndDrafters, SpeculativeEngineTest,
+    ::testing::Combine(::testing::Values(engine::Backend::kReference, engine::Backend::kCpu),
+                       ::testing::Values("suffix", "layer_skip", "draft_model")),
+    [](const ::testing::TestParamInfo<EngineParam>& p) {
+      return std::string(std::get<0>(p.param) == engine::Backend::kCpu ? "cpu_" : "ref_") +
+             std::get<1>(p.param);
+    });
 
-TEST(SpeculativeEngineTest, RefusesDraftersNotBuiltAndBadSizes) {
+TEST(SpeculativeConfigTest, RefusesBadDrafterSettings) {
   auto config = testing::TinyLlamaConfig();
   auto weights = testing::RandomWeights(config, 3, 0.5f);
   auto m = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
-  RolloutEngineConfig c = EngineConfig("layer_skip");
-  EXPECT_EQ(RolloutEngine::Create(m.get(), c).status().code(), StatusCode::kUnimplemented);
+  RolloutEngineConfig c = EngineConfig("draft_model");  // no model given
+  EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("needs a drafter model"),
+            std::string::npos);
   c = EngineConfig("medusa");
   EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("medusa"), std::string::npos);
   c = EngineConfig("suffix");
   c.speculative.max_draft_tokens = 64;
   EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("max_draft_tokens"),
+            std::string::npos);
+  // A draft model with another vocabulary.
+  auto other = config;
+  other.vocab_size += 1;
+  auto other_weights = testing::RandomWeights(other, 3, 0.5f);
+  auto d = *engine::LlamaModel::Create(other, other_weights, engine::Backend::kReference);
+  c = EngineConfig("draft_model", 4, d.get());
+  EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("vocabulary"),
             std::string::npos);
 }
 
@@ -563,68 +617,73 @@ double HomogeneityPValue(const std::map<K, int64_t>& a, const std::map<K, int64_
 }
 
 // On stories260K: the tokens of GRPO groups sampled with speculation (suffix drafter, always on)
-// have the same distribution as without. 2560 responses of 10 tokens after BOS per engine; for
-// each k in 1..8 the pairs (token k + 1, token k + 2), which speculation verifies, are compared
-// between the two engines by a two-sample chi-square. Positions where the policy has a single
-// outcome are skipped; the smallest p-value must exceed 1e-3 / (positions tested) (Bonferroni: a
-// correct engine fails under one seed in a thousand).
+// have the same distribution as without, for each drafter. 768 responses of 10 tokens after BOS
+// per engine; for each k in 1..8 the pairs (token k + 1, token k + 2), which speculation verifies,
+// are compared between the two engines by a two-sample chi-square. Positions where the policy has a
+// single outcome are skipped; the smallest p-value must exceed 1e-3 / (positions tested)
+// (Bonferroni: a correct engine fails under one seed in a thousand).
 TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   model::ModelConfig config;
   model::WeightStore weights;
   ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
   auto m = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  const std::vector<int64_t> draft_layers = {0, 4};
+  auto draft = *m->LayerSubset(draft_layers);  // the draft_model drafter's separate model
   constexpr int kTokens = 10;
-  for (const Setting s : {Setting{1.0f, 1.0f}, Setting{0.7f, 0.9f}}) {
-    using Pair = std::pair<int32_t, int32_t>;
-    std::map<Pair, int64_t> counts[2][kTokens - 2];  // [engine][k]
-    int64_t n = 0;
-    for (int spec = 0; spec < 2; ++spec) {
-      RolloutEngineConfig c = EngineConfig(spec ? "suffix" : "off", 16);
-      c.num_blocks = 2048;
-      c.scheduler.max_num_batched_tokens = 4096;
-      auto e = *RolloutEngine::Create(m.get(), c);
-      std::vector<RolloutRequest> reqs;
-      for (int g = 0; g < 40; ++g) {
-        RolloutRequest r;
-        r.prompt_ids = {1};  // BOS
-        r.sampling.temperature = s.temperature;
-        r.sampling.top_p = s.top_p;
-        r.sampling.seed = static_cast<uint64_t>(1000 * spec + g);
-        r.stop.max_tokens = kTokens;
-        r.n = 64;
-        reqs.push_back(r);
+  for (const std::string drafter : {"suffix", "layer_skip", "draft_model"})
+    for (const Setting s : {Setting{1.0f, 1.0f}, Setting{0.7f, 0.9f}}) {
+      using Pair = std::pair<int32_t, int32_t>;
+      std::map<Pair, int64_t> counts[2][kTokens - 2];  // [engine][k]
+      int64_t n = 0;
+      for (int spec = 0; spec < 2; ++spec) {
+        RolloutEngineConfig c = EngineConfig(spec ? drafter : "off", 16, draft.get());
+        c.speculative.max_draft_tokens = drafter == "suffix" ? 6 : 3;
+        c.num_blocks = 2048;
+        c.scheduler.max_num_batched_tokens = 4096;
+        auto e = *RolloutEngine::Create(m.get(), c);
+        std::vector<RolloutRequest> reqs;
+        for (int g = 0; g < 12; ++g) {
+          RolloutRequest r;
+          r.prompt_ids = {1};  // BOS
+          r.sampling.temperature = s.temperature;
+          r.sampling.top_p = s.top_p;
+          r.sampling.seed = static_cast<uint64_t>(1000 * spec + g + 7777 * (spec == 0));
+          r.stop.max_tokens = kTokens;
+          r.n = 64;
+          reqs.push_back(r);
+        }
+        const auto out = RunAll(*e, reqs);
+        n = std::ssize(out);
+        for (const auto& [key, f] : out) {
+          ASSERT_EQ(f.generated_ids.size(), static_cast<size_t>(kTokens));
+          for (int k = 0; k + 2 < kTokens; ++k)
+            ++counts[spec][k][{f.generated_ids[k + 1], f.generated_ids[k + 2]}];
+        }
+        if (spec) {
+          const SpecStats& st = e->spec_stats();
+          EXPECT_GT(st.accepted_tokens, 100);
+          std::printf(
+              "%s T=%.1f top_p=%.2f: %lld drafted, %lld accepted in %lld verifications\n",
+              drafter.c_str(), s.temperature, s.top_p, static_cast<long long>(st.drafted_tokens),
+              static_cast<long long>(st.accepted_tokens), static_cast<long long>(st.verify_steps));
+        }
       }
-      const auto out = RunAll(*e, reqs);
-      n = std::ssize(out);
-      for (const auto& [key, f] : out) {
-        ASSERT_EQ(f.generated_ids.size(), static_cast<size_t>(kTokens));
-        for (int k = 0; k + 2 < kTokens; ++k)
-          ++counts[spec][k][{f.generated_ids[k + 1], f.generated_ids[k + 2]}];
+      std::vector<std::pair<int, double>> tested;
+      for (int k = 0; k + 2 < kTokens; ++k) {
+        int64_t bins = 0;
+        const double p = HomogeneityPValue(counts[0][k], counts[1][k], n, &bins);
+        if (bins < 2) continue;
+        tested.emplace_back(k, p);
+        std::printf("  tokens %d-%d: %lld samples each, %lld bins, p = %.3f\n", k + 2, k + 3,
+                    static_cast<long long>(n), static_cast<long long>(bins), p);
       }
-      if (spec) {
-        const SpecStats& st = e->spec_stats();
-        EXPECT_GT(st.accepted_tokens, 100);
-        std::printf("T=%.1f top_p=%.2f: %lld drafted, %lld accepted in %lld verifications\n",
-                    s.temperature, s.top_p, static_cast<long long>(st.drafted_tokens),
-                    static_cast<long long>(st.accepted_tokens),
-                    static_cast<long long>(st.verify_steps));
+      ASSERT_FALSE(tested.empty()) << "no position with more than one outcome";
+      for (const auto& [k, p] : tested) {
+        EXPECT_GT(p, 1e-3 / static_cast<double>(tested.size()))
+            << "tokens " << k + 2 << "-" << k + 3;
       }
     }
-    std::vector<std::pair<int, double>> tested;
-    for (int k = 0; k + 2 < kTokens; ++k) {
-      int64_t bins = 0;
-      const double p = HomogeneityPValue(counts[0][k], counts[1][k], n, &bins);
-      if (bins < 2) continue;
-      tested.emplace_back(k, p);
-      std::printf("  tokens %d-%d: %lld samples each, %lld bins, p = %.3f\n", k + 2, k + 3,
-                  static_cast<long long>(n), static_cast<long long>(bins), p);
-    }
-    ASSERT_FALSE(tested.empty()) << "no position with more than one outcome";
-    for (const auto& [k, p] : tested) {
-      EXPECT_GT(p, 1e-3 / static_cast<double>(tested.size())) << "tokens " << k + 2 << "-" << k + 3;
-    }
-  }
 }
 
 }  // namespace

@@ -1,0 +1,91 @@
+// Speculative decoding against speculation off on the rollout engine (see spec_bench.h).
+#include "bench/spec_bench.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace laminar::bench {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& load,
+                              const SpecCase& c) {
+  if (load.prompts.empty() || load.n < 1 || load.max_tokens < 1 || c.batch < 1) {
+    return InvalidArgumentError("spec bench: needs prompts, n >= 1, max_tokens >= 1, batch >= 1");
+  }
+  size_t longest = 0;
+  for (const auto& p : load.prompts) longest = std::max(longest, p.size());
+  rollout::RolloutEngineConfig config;
+  config.block_size = load.block_size;
+  const int64_t positions = static_cast<int64_t>(longest) + load.max_tokens + 64;  // + drafts
+  config.num_blocks =
+      static_cast<int32_t>(c.batch * ((positions + load.block_size - 1) / load.block_size) + 4);
+  config.scheduler.max_num_seqs = c.batch;
+  config.scheduler.max_num_batched_tokens = load.max_num_batched_tokens;
+  config.speculative.drafter = c.drafter;
+  config.speculative.max_draft_tokens = c.max_draft_tokens;
+  config.speculative.adaptive = c.adaptive;
+  auto request = [&](size_t r, int32_t n, int32_t max_tokens) {
+    rollout::RolloutRequest req;
+    req.prompt_ids = load.prompts[r];
+    req.sampling.temperature = c.temperature;
+    req.sampling.seed = load.seed + r;
+    req.stop.max_tokens = max_tokens;
+    req.stop.stop_token_ids = load.stop_ids;
+    req.n = n;
+    return req;
+  };
+  {  // Warm-up on its own engine: the kernels' shapes and the allocator, untimed.
+    LAMINAR_ASSIGN_OR_RETURN(auto warm, rollout::RolloutEngine::Create(&model, config));
+    LAMINAR_RETURN_IF_ERROR(warm->Add(request(0, 1, std::min(load.max_tokens, 8))).status());
+    LAMINAR_RETURN_IF_ERROR(warm->RunToCompletion().status(), "spec bench warm-up");
+  }
+  LAMINAR_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create(&model, config));
+  SpecRun run;
+  const double start = Now();
+  for (size_t r = 0; r < load.prompts.size(); ++r) {
+    LAMINAR_RETURN_IF_ERROR(engine->Add(request(r, load.n, load.max_tokens)).status(),
+                            "spec bench prompt " + std::to_string(r));
+  }
+  while (!engine->idle()) {
+    const bool alone = engine->num_in_flight() == 1;
+    int64_t before = 0;
+    if (alone) before = static_cast<int64_t>(engine->InFlight()[0].generated_ids.size());
+    const double t0 = Now();
+    LAMINAR_ASSIGN_OR_RETURN(std::vector<rollout::FinishedSample> done, engine->Step(),
+                             "spec bench");
+    const double step_s = Now() - t0;
+    for (const auto& f : done) run.generated_tokens += std::ssize(f.generated_ids);
+    if (alone) {
+      const int64_t after = done.empty()
+                                ? static_cast<int64_t>(engine->InFlight()[0].generated_ids.size())
+                                : std::ssize(done[0].generated_ids);
+      run.tail_tokens += after - before;
+      run.tail_s += step_s;
+    }
+  }
+  run.wall_s = Now() - start;
+  run.tokens_per_s = static_cast<double>(run.generated_tokens) / run.wall_s;
+  run.tail_tokens_per_s = run.tail_s > 0 ? static_cast<double>(run.tail_tokens) / run.tail_s : 0;
+  run.spec = engine->spec_stats();
+  const auto& s = run.spec;
+  if (s.verify_steps > 0) {
+    run.mean_accepted_len = static_cast<double>(s.accepted_tokens + s.verify_steps) /
+                            static_cast<double>(s.verify_steps);
+  }
+  if (s.drafted_tokens > 0) {
+    run.accept_rate =
+        static_cast<double>(s.accepted_tokens) / static_cast<double>(s.drafted_tokens);
+  }
+  if (s.decode_steps > 0) {
+    run.enabled_frac = static_cast<double>(s.verify_steps) / static_cast<double>(s.decode_steps);
+  }
+  return run;
+}
+
+}  // namespace laminar::bench

@@ -1,0 +1,59 @@
+// `laminar bench spec` (issue 11): generated tokens/s of the rollout engine with each speculative
+// drafter against speculation off, measured in the same run on the same prompts: GRPO groups at a
+// fixed number of running sequences (batch), and the long tail (steps where the last sequence of
+// the load runs alone).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/llama_model.h"
+#include "rollout/rollout_engine.h"
+
+namespace laminar::bench {
+
+// The prompts and how they are sampled.
+struct SpecLoad {
+  std::vector<std::vector<int32_t>> prompts;  // one GRPO group each, >= 1
+  int32_t n = 8;                              // samples per prompt
+  int32_t max_tokens = 128;                   // per sample
+  std::vector<int32_t> stop_ids;              // EOS ids: responses end where the policy ends them
+  uint64_t seed = 0;                          // request r samples with seed + r
+  int32_t block_size = 16;
+  int64_t max_num_batched_tokens = 2048;
+};
+
+// One configuration: the drafter ("off" or a SpeculativeConfig drafter), the running sequences at
+// most (the batch) and the temperature.
+struct SpecCase {
+  std::string drafter = "off";
+  int64_t batch = 1;
+  float temperature = 1.0f;
+  int64_t max_draft_tokens = 8;
+  bool adaptive = true;
+};
+
+struct SpecRun {
+  int64_t generated_tokens = 0;
+  double wall_s = 0;
+  double tokens_per_s = 0;
+  rollout::SpecStats spec;       // the engine's counters over the run
+  double mean_accepted_len = 0;  // (accepted + verifications) / verifications; 0 without any
+  double accept_rate = 0;        // accepted / drafted
+  double enabled_frac = 0;       // verifications / decode steps
+  // The long tail: steps that ran with a single sequence left in flight.
+  int64_t tail_tokens = 0;
+  double tail_s = 0;
+  double tail_tokens_per_s = 0;
+};
+
+// Runs every prompt of `load` as one request of load.n samples on a fresh engine over `model`
+// (speculation per `c`, max_num_seqs = c.batch, KV blocks for c.batch whole sequences), after an
+// untimed warm-up, and times it. Errors: the engine's (Create, Add, Step); InvalidArgument for an
+// empty load.
+StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& load,
+                              const SpecCase& c);
+
+}  // namespace laminar::bench
