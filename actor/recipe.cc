@@ -79,6 +79,11 @@ ConfigSchema BuildSchema() {
               "speculative decoding's drafter: off, or suffix (drafts from the sequence, its "
               "GRPO group and recent responses; exact, the policy's distribution and logprobs)",
               {"off", "suffix", "layer_skip", "draft_model"});
+  s.AddString("rollout.speculative.draft_model", "",
+              "drafter draft_model: a checkpoint (path or model name) of a small model with the "
+              "policy's vocabulary, loaded by each rollout");
+  s.AddInt("rollout.speculative.layer_skip_keep", 0,
+           "drafter layer_skip: policy layers kept, evenly spaced (0: half)", 0);
   s.AddInt("rollout.speculative.max_draft_tokens", w.engine.speculative.max_draft_tokens,
            "drafted tokens per sequence and step at most", 1, 63);
   s.AddBool("rollout.speculative.adaptive", w.engine.speculative.adaptive,
@@ -249,7 +254,17 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.engine.speculative.drafter = r.GetString("rollout.speculative.drafter");
   w.engine.speculative.max_draft_tokens = r.GetInt("rollout.speculative.max_draft_tokens");
   w.engine.speculative.adaptive = r.GetBool("rollout.speculative.adaptive");
-  LAMINAR_RETURN_IF_ERROR(w.engine.speculative.Validate(), "recipe");
+  w.engine.speculative.layer_skip_keep = r.GetInt("rollout.speculative.layer_skip_keep");
+  w.draft_model_path = r.GetString("rollout.speculative.draft_model");
+  if (w.engine.speculative.drafter == "draft_model") {
+    if (w.draft_model_path.empty()) {
+      return InvalidArgumentError(
+          "recipe rollout.speculative.drafter: draft_model needs rollout.speculative.draft_model "
+          "(a checkpoint)");
+    }
+  } else {
+    LAMINAR_RETURN_IF_ERROR(w.engine.speculative.Validate(), "recipe");
+  }
   w.max_groups = static_cast<int32_t>(r.GetInt("rollout.max_groups"));
   w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
   w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));

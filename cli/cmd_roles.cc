@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -198,6 +199,22 @@ int RunRollout(const RoleArgs& a) {
   const model::ModelConfig& mc = policy->checkpoint.config;
   auto options = actor::RolloutWorkerOptionsOf(*recipe, rollout::KvBytesPerToken(mc));
   if (!options.ok()) return fail(options.status().message());
+  // The draft_model drafter's model, loaded here and alive until the worker is gone.
+  std::optional<model::Checkpoint> draft_ckpt;
+  std::unique_ptr<engine::LlamaModel> draft_model;
+  if (!options->draft_model_path.empty() && options->engine.speculative.drafter == "draft_model") {
+    auto draft_path = model::ResolveModelPath(options->draft_model_path);
+    if (!draft_path.ok())
+      return fail("rollout.speculative.draft_model: " + draft_path.status().ToString());
+    auto loaded = model::LoadCheckpoint(*draft_path);
+    if (!loaded.ok()) return fail("rollout.speculative.draft_model: " + loaded.status().ToString());
+    draft_ckpt = std::move(*loaded);
+    auto built = engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights,
+                                            engine::Backend::kCpu, options->weight_format);
+    if (!built.ok()) return fail("rollout.speculative.draft_model: " + built.status().ToString());
+    draft_model = std::move(*built);
+    options->engine.speculative.draft_model = draft_model.get();
+  }
   auto reward = actor::RewardOf(*recipe);
   if (!reward.ok()) return fail(std::string(reward.status().message()));
   options->id = !a.id.empty()            ? a.id

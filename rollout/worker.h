@@ -32,6 +32,9 @@ struct RolloutWorkerOptions {
   std::string manager;              // the manager's control endpoint
   std::vector<std::string> relays;  // relay control endpoints, the local one first
   RolloutEngineConfig engine;       // token_bytes and weight_version are set by the worker
+  // rollout.speculative.draft_model: the draft_model drafter's checkpoint; the caller loads it and
+  // sets engine.speculative.draft_model (which must outlive the worker).
+  std::string draft_model_path;
   // The projection weights of each pulled version, quantized by the worker (rollout.weight_dtype).
   engine::WeightFormat weight_format = engine::WeightFormat::kF32;
   int32_t max_groups = 4;             // prompt groups in flight at most

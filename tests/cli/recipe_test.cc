@@ -71,6 +71,27 @@ TEST(RecipeRewardTest, FailureScoreReachesTheRollouts) {
   EXPECT_EQ(w->reward_failure_score, -1.0);
 }
 
+TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
+  auto r = Recipe(
+      "rollout: {speculative: {drafter: layer_skip, max_draft_tokens: 5, "
+      "layer_skip_keep: 3, adaptive: false}}\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto w = actor::RolloutWorkerOptionsOf(*r, 1024);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->engine.speculative.drafter, "layer_skip");
+  EXPECT_EQ(w->engine.speculative.max_draft_tokens, 5);
+  EXPECT_EQ(w->engine.speculative.layer_skip_keep, 3);
+  EXPECT_FALSE(w->engine.speculative.adaptive);
+  // draft_model without its checkpoint; an unknown drafter; a size out of range.
+  auto no_model = Recipe("rollout: {speculative: {drafter: draft_model}}\n");
+  ASSERT_TRUE(no_model.ok());
+  auto bad = actor::RolloutWorkerOptionsOf(*no_model, 1024);
+  EXPECT_NE(bad.status().message().find("rollout.speculative.draft_model"), std::string::npos)
+      << bad.status();
+  EXPECT_FALSE(Recipe("rollout: {speculative: {drafter: medusa}}\n").ok());
+  EXPECT_FALSE(Recipe("rollout: {speculative: {max_draft_tokens: 64}}\n").ok());
+}
+
 TEST(RecipeRewardTest, BadSpecsNameTheKey) {
   const std::pair<const char*, const char*> cases[] = {
       {"reward: {name: gsm9k}\n", "gsm9k"},

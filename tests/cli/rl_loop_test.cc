@@ -202,10 +202,17 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
   // Longer responses and at least 6 steps, so that generation spans several versions.
   const bool async = mode == "async";
   run.overrides = {async ? "actor.max_steps=0" : "actor.max_steps=6", "rollout.max_tokens=48"};
-  // One mode also runs the rollouts with speculative decoding (the suffix drafter).
-  const bool speculative = mode == "one_step_off";
+  // Two modes also run the rollouts with speculative decoding: the suffix drafter, and a draft
+  // model (the policy's own checkpoint, loaded by each rollout; the drafts are always accepted
+  // at first and less so as the policy trains).
+  const bool speculative = mode != "async";
   if (speculative) {
-    run.overrides.push_back("rollout.speculative.drafter=suffix");
+    if (mode == "one_step_off") {
+      run.overrides.push_back("rollout.speculative.drafter=suffix");
+    } else {
+      run.overrides.push_back("rollout.speculative.drafter=draft_model");
+      run.overrides.push_back("rollout.speculative.draft_model=" + model);
+    }
     run.overrides.push_back("rollout.speculative.adaptive=false");  // always draft: a fixed path
   }
   run.Start(2);
