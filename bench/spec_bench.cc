@@ -30,6 +30,7 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   config.speculative.drafter = c.drafter;
   config.speculative.max_draft_tokens = c.max_draft_tokens;
   config.speculative.adaptive = c.adaptive;
+  config.speculative.draft_model = c.draft_model;
   auto request = [&](size_t r, int32_t n, int32_t max_tokens) {
     rollout::RolloutRequest req;
     req.prompt_ids = load.prompts[r];

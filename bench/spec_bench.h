@@ -33,6 +33,7 @@ struct SpecCase {
   float temperature = 1.0f;
   int64_t max_draft_tokens = 8;
   bool adaptive = true;
+  const engine::LlamaModel* draft_model = nullptr;  // drafter draft_model (borrowed)
 };
 
 struct SpecRun {

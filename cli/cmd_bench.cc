@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -78,6 +79,7 @@ struct BenchArgs {
   std::vector<float> temperatures = {0.0f, 1.0f};
   int64_t max_draft_tokens = 8;
   bool fixed_drafts = false;
+  std::string draft_model;  // the draft_model drafter's checkpoint
   std::function<bool(const char*)> given;  // whether a flag was on the command line
 };
 
@@ -492,6 +494,20 @@ int RunSpec(const BenchArgs& a) {
   auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
                                        *engine::ParseWeightFormat(weights));
   if (!lm.ok()) return Fail(lm.status());
+  std::optional<model::Checkpoint> draft_ckpt;
+  std::unique_ptr<engine::LlamaModel> draft;
+  if (std::ranges::find(a.drafters, "draft_model") != a.drafters.end()) {
+    if (a.draft_model.empty()) return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
+    auto dpath = model::ResolveModelPath(a.draft_model);
+    if (!dpath.ok()) return Fail(dpath.status());
+    auto dc = model::LoadCheckpoint(*dpath);
+    if (!dc.ok()) return Fail(dc.status());
+    draft_ckpt = std::move(*dc);
+    auto dm = engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights,
+                                         engine::Backend::kCpu, *engine::ParseWeightFormat(weights));
+    if (!dm.ok()) return Fail(dm.status());
+    draft = std::move(*dm);
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (const float t : a.temperatures) {
     for (const int64_t b : batches) {
@@ -503,7 +519,8 @@ int RunSpec(const BenchArgs& a) {
                           .batch = b,
                           .temperature = t,
                           .max_draft_tokens = a.max_draft_tokens,
-                          .adaptive = !a.fixed_drafts};
+                          .adaptive = !a.fixed_drafts,
+                          .draft_model = draft.get()};
         auto r = bench::RunSpecCase(**lm, load, c);
         if (!r.ok()) return Fail(r.status());
         if (drafter == "off") {
@@ -697,7 +714,9 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--prompt-key", a->prompt_key, "spec: the prompt field of --data");
   app->add_option("--drafters", a->drafters, "spec: drafters measured against off")
       ->delimiter(',')
-      ->check(CLI::IsMember({"suffix"}));
+      ->check(CLI::IsMember({"suffix", "layer_skip", "draft_model"}));
+  app->add_option("--draft-model", a->draft_model,
+                  "spec: the draft_model drafter's checkpoint (same vocabulary as --model)");
   app->add_option("--temperatures", a->temperatures, "spec: sampling temperatures")
       ->delimiter(',')
       ->check(CLI::Range(0.0, 100.0));
