@@ -29,7 +29,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libspdlog-dev libcli11-dev
   libxxhash-dev libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev libucx-dev
-  libdnnl-dev libgloo-dev clang-format gnuplot-nox
+  libdnnl-dev ocl-icd-opencl-dev libgloo-dev clang-format gnuplot-nox
 )
 if [ "$want_dev" = 1 ]; then
   packages+=(clang libclang-rt-14-dev clang-tidy)
