@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -79,7 +79,7 @@ struct BenchArgs {
   std::vector<float> temperatures = {0.0f, 1.0f};
   int64_t max_draft_tokens = 8;
   bool fixed_drafts = false;
-  std::string draft_model;  // the draft_model drafter's checkpoint
+  std::string draft_model;                 // the draft_model drafter's checkpoint
   std::function<bool(const char*)> given;  // whether a flag was on the command line
 };
 
@@ -497,14 +497,16 @@ int RunSpec(const BenchArgs& a) {
   std::optional<model::Checkpoint> draft_ckpt;
   std::unique_ptr<engine::LlamaModel> draft;
   if (std::ranges::find(a.drafters, "draft_model") != a.drafters.end()) {
-    if (a.draft_model.empty()) return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
+    if (a.draft_model.empty())
+      return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
     auto dpath = model::ResolveModelPath(a.draft_model);
     if (!dpath.ok()) return Fail(dpath.status());
     auto dc = model::LoadCheckpoint(*dpath);
     if (!dc.ok()) return Fail(dc.status());
     draft_ckpt = std::move(*dc);
-    auto dm = engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights,
-                                         engine::Backend::kCpu, *engine::ParseWeightFormat(weights));
+    auto dm =
+        engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights, engine::Backend::kCpu,
+                                   *engine::ParseWeightFormat(weights));
     if (!dm.ok()) return Fail(dm.status());
     draft = std::move(*dm);
   }

@@ -248,13 +248,13 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   std::unordered_map<RequestId, int64_t> budgets;
   std::unordered_map<RequestId, DraftTree> trees;
   Scheduler::DraftWanted draft_wanted;
-  const auto t0 = std::chrono::steady_clock::now();  // the cost model times drafting too
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
     draft_wanted = [&](RequestId id) -> int64_t {
       auto b = budgets.find(id);
       if (b == budgets.end() || b->second <= 0) return 0;
       const Sample& s = samples_.at(id);
+      const auto draft_start = std::chrono::steady_clock::now();
       DraftTree tree = drafter_->Propose({.seq = id,
                                           .group = s.request_id,
                                           .tokens = s.tokens,
@@ -262,6 +262,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
                                           .max_nodes = b->second,
                                           .sampling = &s.sampler.params()});
       const int64_t n = tree.size();
+      costs_.RecordDraft(
+          n, std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count());
       ++spec_stats_.budgeted;
       spec_stats_.empty_drafts += n == 0;
       if (n > 0) trees[id] = std::move(tree);
@@ -301,6 +303,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     tables.emplace_back(seq.block_table);
   }
   std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
   LAMINAR_RETURN_IF_ERROR(model_->Forward(tokens, spans, tables, &cache_,
                                           engine::LogitsFor::kLastTokenOfEachSequence, &logits),
                           "rollout step");

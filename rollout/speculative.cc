@@ -425,10 +425,6 @@ void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const
 // Configuration
 
 Status SpeculativeConfig::Validate() const {
-  if (drafter == "draft_model" && draft_model == nullptr) {
-    return InvalidArgumentError(
-        "rollout.speculative.drafter: draft_model needs a drafter model (none given)");
-  }
   if (layer_skip_keep < 0) {
     return InvalidArgumentError("rollout.speculative.layer_skip_keep must be >= 0, got " +
                                 std::to_string(layer_skip_keep));
@@ -457,6 +453,10 @@ StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config) 
         ModelDrafter::LayerSkip(config.layer_skip_keep, config.min_confidence, config.seed));
   }
   if (config.drafter == "draft_model") {
+    if (config.draft_model == nullptr) {
+      return InvalidArgumentError(
+          "rollout.speculative.drafter: draft_model needs a drafter model (none given)");
+    }
     return std::unique_ptr<Drafter>(
         ModelDrafter::DraftModel(config.draft_model, config.min_confidence, config.seed));
   }
@@ -485,6 +485,13 @@ void StepCostModel::Record(int64_t tokens, double seconds) {
   window_.emplace_back(tokens, seconds);
   if (window_.size() > kCostWindow) window_.pop_front();
   Fit();
+}
+
+void StepCostModel::RecordDraft(int64_t tokens, double seconds) {
+  if (tokens <= 0) return;
+  const double per = seconds / static_cast<double>(tokens);
+  draft_per_token_ = draft_seen_ ? 0.9 * draft_per_token_ + 0.1 * per : per;
+  draft_seen_ = true;
 }
 
 bool StepCostModel::ready() const {
@@ -524,9 +531,11 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
     return budget;
   }
   // Gains of the next draft token of each sequence: alpha^(budget + 1), best first.
+  constexpr double kMinGain = 0.05;  // expected tokens a draft token must add
   double tokens = static_cast<double>(alpha.size());
-  int64_t fed = base_tokens;
-  double rate = tokens / std::max(cost.Seconds(fed), 1e-12);
+  double seconds = std::max(cost.Seconds(base_tokens), 1e-12);
+  const double marginal = cost.per_token() + cost.draft_per_token();
+  double rate = tokens / seconds;
   std::vector<double> next_gain(alpha.size());
   for (size_t i = 0; i < alpha.size(); ++i) next_gain[i] = alpha[i].alpha();
   while (true) {
@@ -535,12 +544,12 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
       if (budget[i] < max_nodes && (best == alpha.size() || next_gain[i] > next_gain[best]))
         best = i;
     }
-    if (best == alpha.size()) break;
-    const double new_rate = (tokens + next_gain[best]) / std::max(cost.Seconds(fed + 1), 1e-12);
+    if (best == alpha.size() || next_gain[best] < kMinGain) break;
+    const double new_rate = (tokens + next_gain[best]) / (seconds + marginal);
     if (!(new_rate > rate)) break;
     tokens += next_gain[best];
+    seconds += marginal;
     rate = new_rate;
-    ++fed;
     ++budget[best];
     next_gain[best] *= alpha[best].alpha();
   }

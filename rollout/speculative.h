@@ -200,7 +200,8 @@ struct SpeculativeConfig {
   bool adaptive = true;
   SuffixDrafterConfig suffix;
   int64_t layer_skip_keep = 0;  // layer_skip: layers kept (0: half the policy's, rounded up)
-  // draft_model: the drafter model (borrowed; outlives the engine). Required for draft_model.
+  // draft_model: the drafter model (borrowed; outlives the engine). Required for draft_model by
+  // MakeDrafter (not by Validate: a rollout worker builds it from the first version it pulls).
   const engine::LlamaModel* draft_model = nullptr;
   double min_confidence = 0.05;  // model drafters: see ModelDrafter
   uint64_t seed = 0;             // model drafters' own sampling stream
@@ -209,7 +210,8 @@ struct SpeculativeConfig {
   Status Validate() const;
 };
 
-// The drafter `config` names (null for off). Errors: config.Validate()'s.
+// The drafter `config` names (null for off). Errors: config.Validate()'s; InvalidArgument for
+// draft_model without a draft model.
 StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config);
 
 // Counters of speculation in an engine (totals since construction). The per-step metrics
@@ -243,6 +245,10 @@ struct AcceptanceStats {
 class StepCostModel {
  public:
   void Record(int64_t tokens, double seconds);
+  // A drafter took `seconds` to propose `tokens` (> 0) tokens: kept as an exponential moving
+  // average of seconds per drafted token (model drafters run a forward per token).
+  void RecordDraft(int64_t tokens, double seconds);
+  double draft_per_token() const { return draft_per_token_; }
   // False until steps of at least two distinct sizes were seen.
   bool ready() const;
   double Seconds(int64_t tokens) const;  // a + b * tokens (b >= 0)
@@ -253,11 +259,15 @@ class StepCostModel {
   void Fit();
   std::deque<std::pair<int64_t, double>> window_;
   double a_ = 0, b_ = 0;
+  double draft_per_token_ = 0;
+  bool draft_seen_ = false;
 };
 
 // How many draft nodes each decoding sequence gets this step: adding one more draft token to the
 // sequence whose next one is most likely accepted, for as long as the expected tokens it adds per
-// second of extra step time beat the step's tokens per second so far (both from `cost`). Returns
+// second of extra time (one more row in the step, per_token, plus drafting it, draft_per_token)
+// beat the step's tokens per second so far (both from `cost`), and it is expected to add at least
+// 0.05 tokens. Returns
 // [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large batch
 // whose extra rows cost real compute). Before `cost` is ready, every sequence gets
 // `explore_nodes` so that costs get measured.

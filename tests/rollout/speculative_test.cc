@@ -380,6 +380,16 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   StepCostModel steep;
   for (int t : {1, 4, 16, 40, 64, 8}) steep.Record(t, 0.001 + 0.001 * t);
   EXPECT_EQ(PlanDraftBudgets(good, steep, 4, 8, 2), (std::vector<int64_t>(4, 0)));
+  // Flat steps, but each drafted token costs as much as a step (a slow model drafter): none.
+  StepCostModel slow_drafter = flat;
+  slow_drafter.RecordDraft(4, 0.04);
+  EXPECT_EQ(PlanDraftBudgets(good, slow_drafter, 4, 8, 2), (std::vector<int64_t>(4, 0)));
+  // A drafter whose tokens are never accepted gets nothing even when drafting is free.
+  std::vector<AcceptanceStats> hopeless(2);
+  for (auto& a : hopeless) {
+    for (int i = 0; i < 40; ++i) a.Record(0, true);
+  }
+  EXPECT_EQ(PlanDraftBudgets(hopeless, flat, 2, 8, 2), (std::vector<int64_t>(2, 0)));
   // In between: some drafts, the first ones of each sequence (alpha equal), fewer than the max.
   StepCostModel mid;
   for (int t : {1, 4, 16, 40, 64, 8}) mid.Record(t, 0.01 + 0.0005 * t);
