@@ -105,6 +105,13 @@ Status Actor::Publish(StepMetrics* metrics) {
   const int64_t version = trainer_->policy_version();
   const model::WeightStore store = trainer_->params().ToWeightStore();
   LAMINAR_ASSIGN_OR_RETURN(std::vector<relay::TensorBytes> tensors, relay::TensorsOf(store));
+  if (options_.draft_model_weights != nullptr) {
+    LAMINAR_ASSIGN_OR_RETURN(
+        std::vector<relay::TensorBytes> draft,
+        relay::TensorsOf(*options_.draft_model_weights, relay::kDraftModelPrefix),
+        "actor: the draft model");
+    tensors.insert(tensors.end(), draft.begin(), draft.end());
+  }
   LAMINAR_ASSIGN_OR_RETURN(double stall, publisher_->Publish(version, tensors),
                            "actor: publishing version " + std::to_string(version));
   proto::ManagerRequest req;

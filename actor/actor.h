@@ -38,6 +38,10 @@ struct ActorOptions {
   std::optional<int64_t> max_staleness;
   bool drop_stale = true;
   trainer::TrainerConfig trainer;
+  // rollout.speculative.drafter draft_model: the draft model's weights (plain dtypes), published
+  // with every version under relay::kDraftModelPrefix so that rollouts, however late they start,
+  // pull them from their relay like the policy's. Null: none.
+  std::shared_ptr<const model::WeightStore> draft_model_weights;
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t save_every = 0;      // steps between checkpoints (0: only at the end)
   int keep_last = 2;

@@ -79,9 +79,11 @@ ConfigSchema BuildSchema() {
               "speculative decoding's drafter: off, or suffix (drafts from the sequence, its "
               "GRPO group and recent responses; exact, the policy's distribution and logprobs)",
               {"off", "suffix", "layer_skip", "draft_model"});
-  s.AddString("rollout.speculative.draft_model", "",
-              "drafter draft_model: a checkpoint (path or model name) of a small model with the "
-              "policy's vocabulary, loaded by each rollout");
+  s.AddString(
+      "rollout.speculative.draft_model", "",
+      "drafter draft_model: a checkpoint (path or model name) of a small model with the "
+      "policy's vocabulary; the actor publishes its weights with every version and rollouts "
+      "pull them from their relay");
   s.AddInt("rollout.speculative.layer_skip_keep", 0,
            "drafter layer_skip: policy layers kept, evenly spaced (0: half)", 0);
   s.AddInt("rollout.speculative.max_draft_tokens", w.engine.speculative.max_draft_tokens,

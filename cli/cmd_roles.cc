@@ -32,6 +32,7 @@
 #include "rollout/manager/manager_server.h"
 #include "rollout/manager/prompt_dataset.h"
 #include "rollout/worker.h"
+#include "trainer/parameters.h"
 
 namespace laminar::cli {
 namespace {
@@ -90,6 +91,23 @@ StatusOr<Policy> LoadPolicy(const Config& recipe) {
   LAMINAR_ASSIGN_OR_RETURN(p.tokenizer,
                            model::LoadTokenizerForModel(path, recipe.GetString("model.tokenizer")));
   return p;
+}
+
+// rollout.speculative.draft_model's checkpoint when the recipe's drafter is draft_model (nullopt
+// otherwise); its vocabulary must be the policy's. The actor publishes its weights, the rollouts
+// take its architecture from it.
+StatusOr<std::optional<model::Checkpoint>> LoadDraftModel(const Config& recipe,
+                                                          const model::ModelConfig& policy) {
+  if (recipe.GetString("rollout.speculative.drafter") != "draft_model") return std::nullopt;
+  const std::string key = "rollout.speculative.draft_model";
+  LAMINAR_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(recipe.GetString(key)), key);
+  LAMINAR_ASSIGN_OR_RETURN(model::Checkpoint ckpt, model::LoadCheckpoint(path), key);
+  if (ckpt.config.vocab_size != policy.vocab_size) {
+    return InvalidArgumentError(key + ": " + path + " has a vocabulary of " +
+                                std::to_string(ckpt.config.vocab_size) +
+                                " tokens, the policy's has " + std::to_string(policy.vocab_size));
+  }
+  return std::optional<model::Checkpoint>(std::move(ckpt));
 }
 
 int RunManager(const RoleArgs& a) {
@@ -199,22 +217,10 @@ int RunRollout(const RoleArgs& a) {
   const model::ModelConfig& mc = policy->checkpoint.config;
   auto options = actor::RolloutWorkerOptionsOf(*recipe, rollout::KvBytesPerToken(mc));
   if (!options.ok()) return fail(options.status().message());
-  // The draft_model drafter's model, loaded here and alive until the worker is gone.
-  std::optional<model::Checkpoint> draft_ckpt;
-  std::unique_ptr<engine::LlamaModel> draft_model;
-  if (!options->draft_model_path.empty() && options->engine.speculative.drafter == "draft_model") {
-    auto draft_path = model::ResolveModelPath(options->draft_model_path);
-    if (!draft_path.ok())
-      return fail("rollout.speculative.draft_model: " + draft_path.status().ToString());
-    auto loaded = model::LoadCheckpoint(*draft_path);
-    if (!loaded.ok()) return fail("rollout.speculative.draft_model: " + loaded.status().ToString());
-    draft_ckpt = std::move(*loaded);
-    auto built = engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights,
-                                            engine::Backend::kCpu, options->weight_format);
-    if (!built.ok()) return fail("rollout.speculative.draft_model: " + built.status().ToString());
-    draft_model = std::move(*built);
-    options->engine.speculative.draft_model = draft_model.get();
-  }
+  // The draft_model drafter's architecture; its weights come from the relay with each version.
+  auto draft = LoadDraftModel(*recipe, mc);
+  if (!draft.ok()) return fail(draft.status().message());
+  if (draft->has_value()) options->draft_model_config = (*draft)->config;
   auto reward = actor::RewardOf(*recipe);
   if (!reward.ok()) return fail(std::string(reward.status().message()));
   options->id = !a.id.empty()            ? a.id
@@ -269,6 +275,17 @@ int RunActor(const RoleArgs& a) {
   auto options = actor::ActorOptionsOf(*recipe);
   if (!options.ok()) return fail(options.status().message());
   options->id = a.id.empty() ? "actor" : a.id;
+  auto draft = LoadDraftModel(*recipe, policy->checkpoint.config);
+  if (!draft.ok()) return fail(draft.status().message());
+  if (draft->has_value()) {
+    // Published in f32, like the policy (a quantized checkpoint is dequantized here).
+    auto params = trainer::ParameterSet::FromWeights((*draft)->config, (*draft)->weights);
+    if (!params.ok()) {
+      return fail("rollout.speculative.draft_model: " + params.status().ToString());
+    }
+    options->draft_model_weights =
+        std::make_shared<const model::WeightStore>(params->ToWeightStore());
+  }
   std::unique_ptr<CoordinatorClient> coordinator;
   if (!a.coordinator.empty()) {
     auto plan = ClusterPlanOf(*recipe);

@@ -6,7 +6,8 @@
 
 namespace laminar::relay {
 
-StatusOr<std::vector<TensorBytes>> TensorsOf(const model::WeightStore& store) {
+StatusOr<std::vector<TensorBytes>> TensorsOf(const model::WeightStore& store,
+                                             std::string_view prefix) {
   std::vector<TensorBytes> out;
   for (const std::string& name : store.Names()) {
     if (store.GetQuantized(name) != nullptr) {
@@ -14,7 +15,7 @@ StatusOr<std::vector<TensorBytes>> TensorsOf(const model::WeightStore& store) {
                                   " is quantized; only plain dtypes can be published");
     }
     LAMINAR_ASSIGN_OR_RETURN(TensorView view, store.Get(name));
-    out.push_back({.name = name,
+    out.push_back({.name = std::string(prefix) + name,
                    .dtype = view.dtype(),
                    .shape = view.shape().dims(),
                    .bytes = {static_cast<const uint8_t*>(view.data()), view.size_bytes()}});
@@ -22,10 +23,14 @@ StatusOr<std::vector<TensorBytes>> TensorsOf(const model::WeightStore& store) {
   return out;
 }
 
-StatusOr<model::WeightStore> WeightStoreOf(const PulledVersion& version) {
+StatusOr<model::WeightStore> WeightStoreOf(const PulledVersion& version, std::string_view prefix) {
   model::WeightStore store;
   const std::span<const uint8_t> data = version.data();
   for (const proto::TensorEntry& t : version.manifest().tensors()) {
+    const std::string_view name = t.name();
+    if (!name.starts_with(prefix) || (prefix.empty() && name.starts_with(kDraftModelPrefix))) {
+      continue;
+    }
     DType dtype;
     if (!ParseDType(t.dtype(), &dtype)) {
       return InvalidArgumentError("version " + std::to_string(version.version()) + ": tensor " +
@@ -41,8 +46,9 @@ StatusOr<model::WeightStore> WeightStoreOf(const PulledVersion& version) {
                                   " does not match its shape, dtype or the version's " +
                                   std::to_string(data.size()) + " bytes");
     }
-    store.Put(t.name(), Tensor::FromView(
-                            TensorView(data.data() + t.offset(), dtype, Shape(std::move(dims)))));
+    store.Put(
+        std::string(name.substr(prefix.size())),
+        Tensor::FromView(TensorView(data.data() + t.offset(), dtype, Shape(std::move(dims)))));
   }
   return store;
 }

@@ -46,6 +46,11 @@ Status RolloutWorkerOptions::Validate() const {
   if (!std::isfinite(reward_failure_score)) {
     return InvalidArgumentError("rollout worker: reward.failure_score must be finite");
   }
+  if (engine.speculative.drafter == "draft_model" && !draft_model_config.has_value()) {
+    return InvalidArgumentError(
+        "rollout worker: the draft_model drafter needs draft_model_config "
+        "(rollout.speculative.draft_model)");
+  }
   if (partial_every_tokens < 0) {
     return InvalidArgumentError("rollout worker: partial_every_tokens must be >= 0");
   }
@@ -148,9 +153,13 @@ Status RolloutWorker::MaybeUpdateWeights() {
       std::unique_ptr<engine::LlamaModel> model,
       engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_format),
       options_.id + ": version " + std::to_string(v.version()));
+  if (options_.engine.speculative.drafter == "draft_model" && draft_model_ == nullptr) {
+    LAMINAR_RETURN_IF_ERROR(BuildDraftModel(v), options_.id);
+  }
   if (!engine_) {
     RolloutEngineConfig c = options_.engine;
     c.weight_version = v.version();
+    c.speculative.draft_model = draft_model_.get();
     LAMINAR_ASSIGN_OR_RETURN(engine_, RolloutEngine::Create(model.get(), std::move(c)));
   } else {
     LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version()), options_.id);
@@ -167,6 +176,27 @@ Status RolloutWorker::MaybeUpdateWeights() {
   stats_.version = v.version();
   stats_.pull_wait_s += Seconds(Clock::now() - start);
   stats_.weight_build_s += build_s;
+  return OkStatus();
+}
+
+Status RolloutWorker::BuildDraftModel(const relay::PulledVersion& v) {
+  const std::string what = "version " + std::to_string(v.version());
+  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors,
+                           relay::WeightStoreOf(v, relay::kDraftModelPrefix), what);
+  if (tensors.size() == 0) {
+    return FailedPreconditionError(
+        what +
+        " carries no draft model: the drafter is draft_model, so the actor must publish "
+        "one (the actor's recipe sets rollout.speculative.draft_model)");
+  }
+  auto store = std::make_unique<model::WeightStore>(std::move(tensors));
+  LAMINAR_ASSIGN_OR_RETURN(
+      draft_model_,
+      engine::LlamaModel::Create(*options_.draft_model_config, *store, engine::Backend::kCpu,
+                                 options_.weight_format),
+      what + ": the draft model (rollout.speculative.draft_model " + options_.draft_model_path +
+          ")");
+  draft_weights_ = std::move(store);
   return OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,13 @@ struct RolloutWorkerOptions {
   std::string manager;              // the manager's control endpoint
   std::vector<std::string> relays;  // relay control endpoints, the local one first
   RolloutEngineConfig engine;       // token_bytes and weight_version are set by the worker
-  // rollout.speculative.draft_model: the draft_model drafter's checkpoint; the caller loads it and
-  // sets engine.speculative.draft_model (which must outlive the worker).
+  // rollout.speculative.draft_model: the draft_model drafter's checkpoint (a path or model name;
+  // the recipe keeps it here) and its architecture, which the caller reads from it. The weights
+  // come with each pulled version (relay::kDraftModelPrefix; the actor publishes them): the
+  // worker builds the draft model from the first version it pulls and sets
+  // engine.speculative.draft_model. Required when engine.speculative.drafter is draft_model.
   std::string draft_model_path;
+  std::optional<model::ModelConfig> draft_model_config;
   // The projection weights of each pulled version, quantized by the worker (rollout.weight_dtype).
   engine::WeightFormat weight_format = engine::WeightFormat::kF32;
   int32_t max_groups = 4;             // prompt groups in flight at most
@@ -103,6 +108,9 @@ class RolloutWorker {
   // Loads the newest version from the relays when it is newer than the one held. Only when no
   // sample is in flight.
   Status MaybeUpdateWeights();
+  // The draft_model drafter's model from `v`'s kDraftModelPrefix tensors. Errors:
+  // FailedPrecondition when `v` has none, or the model's build error.
+  Status BuildDraftModel(const relay::PulledVersion& v);
   Status RequestWork();
   Status SendHeartbeat();
   Status Generate();
@@ -126,6 +134,8 @@ class RolloutWorker {
   std::unique_ptr<ZmqRequestClient> manager_;
   std::unique_ptr<model::WeightStore> weights_;  // the model uses its f32 tensors in place
   std::unique_ptr<engine::LlamaModel> model_;
+  std::unique_ptr<model::WeightStore> draft_weights_;  // the draft_model drafter's, likewise
+  std::unique_ptr<engine::LlamaModel> draft_model_;
   std::unique_ptr<RolloutEngine> engine_;
   std::map<int64_t, Request> requests_;                         // by engine request id
   std::map<std::pair<int64_t, int32_t>, size_t> partial_sent_;  // tokens already streamed

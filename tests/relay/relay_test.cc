@@ -244,12 +244,32 @@ TEST(RelayTierTest, ChainDeliversEveryVersionBitIdenticalToEveryRelay) {
   EXPECT_EQ(t.publisher->Publish(1, w.tensors).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(RelayTierTest, APolicyWeightStoreArrivesBitIdentical) {
+// Every tensor of `want` is in `got`, bit for bit, and nothing else.
+void ExpectSameStore(const model::WeightStore& got, const model::WeightStore& want) {
+  EXPECT_EQ(got.Names(), want.Names());
+  for (const std::string& name : want.Names()) {
+    auto w = want.Get(name);
+    auto g = got.Get(name);
+    ASSERT_TRUE(w.ok() && g.ok()) << name;
+    EXPECT_EQ(g->dtype(), w->dtype()) << name;
+    EXPECT_EQ(g->shape().dims(), w->shape().dims()) << name;
+    ASSERT_EQ(g->size_bytes(), w->size_bytes()) << name;
+    EXPECT_EQ(std::memcmp(g->data(), w->data(), g->size_bytes()), 0) << name;
+  }
+}
+
+TEST(RelayTierTest, APolicyWeightStoreAndItsDraftModelArriveBitIdentical) {
   const model::ModelConfig config = testing::TinyLlamaConfig();
   const model::WeightStore weights = testing::RandomWeights(config, 11, 0.5f);
+  model::ModelConfig small = config;
+  small.num_hidden_layers = 1;
+  const model::WeightStore draft = testing::RandomWeights(small, 12, 0.5f);
   auto tensors = TensorsOf(weights);
+  auto draft_tensors = TensorsOf(draft, kDraftModelPrefix);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_TRUE(draft_tensors.ok()) << draft_tensors.status();
   ASSERT_EQ(tensors->size(), weights.size());
+  EXPECT_EQ(draft_tensors->front().name.substr(0, kDraftModelPrefix.size()), kDraftModelPrefix);
   Tier t = Tier::Start(1);
   ASSERT_TRUE(t.publisher->Publish(3, *tensors).ok());
   ASSERT_TRUE(WaitFor([&] { return t.AllHave(3); }, 10000));
@@ -257,16 +277,22 @@ TEST(RelayTierTest, APolicyWeightStoreArrivesBitIdentical) {
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   auto store = WeightStoreOf(**pulled);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(store->Names(), weights.Names());
-  for (const std::string& name : weights.Names()) {
-    auto want = weights.Get(name);
-    auto got = store->Get(name);
-    ASSERT_TRUE(want.ok() && got.ok()) << name;
-    EXPECT_EQ(got->dtype(), want->dtype()) << name;
-    EXPECT_EQ(got->shape().dims(), want->shape().dims()) << name;
-    ASSERT_EQ(got->size_bytes(), want->size_bytes()) << name;
-    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->size_bytes()), 0) << name;
-  }
+  ExpectSameStore(*store, weights);
+  auto none = WeightStoreOf(**pulled, kDraftModelPrefix);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->size(), 0u);
+  // A version with the draft model: the policy's tensors and the draft's come apart again.
+  tensors->insert(tensors->end(), draft_tensors->begin(), draft_tensors->end());
+  ASSERT_TRUE(t.publisher->Publish(4, *tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(4); }, 10000));
+  pulled = ClientOf({t.relays.front().get()}, /*allow_shm=*/false)->PullLatest(3);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  store = WeightStoreOf(**pulled);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ExpectSameStore(*store, weights);
+  auto got_draft = WeightStoreOf(**pulled, kDraftModelPrefix);
+  ASSERT_TRUE(got_draft.ok()) << got_draft.status();
+  ExpectSameStore(*got_draft, draft);
 }
 
 TEST(RelayTierTest, StarTopologyDeliversToo) {
