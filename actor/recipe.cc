@@ -88,6 +88,9 @@ ConfigSchema BuildSchema() {
            "drafter layer_skip: policy layers kept, evenly spaced (0: half)", 0);
   s.AddInt("rollout.speculative.max_draft_tokens", w.engine.speculative.max_draft_tokens,
            "drafted tokens per sequence and step at most", 1, 63);
+  s.AddBool("rollout.speculative.async_draft", w.engine.speculative.async_draft,
+            "model drafters draft ahead on their own thread while the policy verifies "
+            "(SwiftSpec); pays with spare cores");
   s.AddBool("rollout.speculative.adaptive", w.engine.speculative.adaptive,
             "size drafts from each sequence's acceptance and the measured step costs (off when "
             "it does not pay); false: always max_draft_tokens");
@@ -256,6 +259,7 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.engine.speculative.drafter = r.GetString("rollout.speculative.drafter");
   w.engine.speculative.max_draft_tokens = r.GetInt("rollout.speculative.max_draft_tokens");
   w.engine.speculative.adaptive = r.GetBool("rollout.speculative.adaptive");
+  w.engine.speculative.async_draft = r.GetBool("rollout.speculative.async_draft");
   w.engine.speculative.layer_skip_keep = r.GetInt("rollout.speculative.layer_skip_keep");
   w.draft_model_path = r.GetString("rollout.speculative.draft_model");
   if (w.engine.speculative.drafter == "draft_model") {
@@ -264,9 +268,8 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
           "recipe rollout.speculative.drafter: draft_model needs rollout.speculative.draft_model "
           "(a checkpoint)");
     }
-  } else {
-    LAMINAR_RETURN_IF_ERROR(w.engine.speculative.Validate(), "recipe");
   }
+  LAMINAR_RETURN_IF_ERROR(w.engine.speculative.Validate(), "recipe");
   w.max_groups = static_cast<int32_t>(r.GetInt("rollout.max_groups"));
   w.partial_every_tokens = static_cast<int32_t>(r.GetInt("rollout.partial_every_tokens"));
   w.heartbeat_interval_ms = static_cast<int>(r.GetInt("rollout.heartbeat_interval_ms"));

@@ -28,7 +28,7 @@ struct SpecLoad {
 // One configuration: the drafter ("off" or a SpeculativeConfig drafter), the running sequences at
 // most (the batch) and the temperature.
 struct SpecCase {
-  std::string drafter = "off";
+  std::string drafter = "off";  // a drafter's name; "+async" appended: async_draft
   int64_t batch = 1;
   float temperature = 1.0f;
   int64_t max_draft_tokens = 8;

@@ -496,7 +496,8 @@ int RunSpec(const BenchArgs& a) {
   if (!lm.ok()) return Fail(lm.status());
   std::optional<model::Checkpoint> draft_ckpt;
   std::unique_ptr<engine::LlamaModel> draft;
-  if (std::ranges::find(a.drafters, "draft_model") != a.drafters.end()) {
+  if (std::ranges::any_of(
+          a.drafters, [](const std::string& name) { return name.starts_with("draft_model"); })) {
     if (a.draft_model.empty())
       return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
     auto dpath = model::ResolveModelPath(a.draft_model);
@@ -544,11 +545,12 @@ int RunSpec(const BenchArgs& a) {
                         {"decode_steps", r->spec.decode_steps},
                         {"budgeted", r->spec.budgeted},
                         {"empty_drafts", r->spec.empty_drafts},
+                        {"rerooted", r->spec.rerooted},
                         {"tail_tokens", r->tail_tokens},
                         {"tail_tokens_per_s", r->tail_tokens_per_s},
                         {"tail_speedup_vs_off", tail_speedup}});
         std::fprintf(stderr,
-                     "T=%.1f batch %3lld %-7s %7.1f tok/s (x%.2f)  accepted len %.2f  "
+                     "T=%.1f batch %3lld %-17s %7.1f tok/s (x%.2f)  accepted len %.2f  "
                      "enabled %.2f  tail %7.1f tok/s (x%.2f)\n",
                      t, static_cast<long long>(b), drafter.c_str(), r->tokens_per_s, speedup,
                      r->mean_accepted_len, r->enabled_frac, r->tail_tokens_per_s, tail_speedup);
@@ -714,9 +716,11 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--data", a->data, "spec: JSONL prompts (e.g. GSM8K's test.jsonl)")
       ->check(CLI::ExistingFile);
   app->add_option("--prompt-key", a->prompt_key, "spec: the prompt field of --data");
-  app->add_option("--drafters", a->drafters, "spec: drafters measured against off")
+  app->add_option("--drafters", a->drafters,
+                  "spec: drafters measured against off (+async: drafting ahead on its own thread)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"suffix", "layer_skip", "draft_model"}));
+      ->check(CLI::IsMember(
+          {"suffix", "layer_skip", "draft_model", "layer_skip+async", "draft_model+async"}));
   app->add_option("--draft-model", a->draft_model,
                   "spec: the draft_model drafter's checkpoint (same vocabulary as --model)");
   app->add_option("--temperatures", a->temperatures, "spec: sampling temperatures")

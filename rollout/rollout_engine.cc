@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <set>
 #include <string>
 #include <utility>
@@ -130,8 +131,10 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
                                 .top_logprobs = {},
                                 .sampler = engine::Sampler(params),
                                 .matcher = matcher,
-                                .acceptance = {},
-                                .steps_without_draft = 0});
+                                .acceptance = acceptance_.Prior(),
+                                .steps_without_draft = 0,
+                                .explore_every = kExploreEvery,
+                                .exploring = false});
   }
   return request_id;
 }
@@ -200,12 +203,13 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   }
   std::unordered_map<RequestId, int64_t> out;
   for (size_t i = 0; i < ids.size(); ++i) {
-    // Exploration: a sequence left without drafts for kExploreEvery decodes tries two, so that
+    // Exploration: a sequence left without drafts for explore_every decodes tries two, so that
     // its acceptance rate and the cost of larger steps keep being measured.
-    constexpr int64_t kExploreEvery = 16;
     Sample& s = samples_.at(ids[i]);
-    if (budgets[i] == 0 && ++s.steps_without_draft >= kExploreEvery) {
+    s.exploring = false;
+    if (budgets[i] == 0 && ++s.steps_without_draft >= s.explore_every) {
       budgets[i] = std::min<int64_t>(2, spec.max_draft_tokens);
+      s.exploring = true;
     }
     if (budgets[i] > 0) s.steps_without_draft = 0;
     out[ids[i]] = budgets[i];
@@ -231,6 +235,11 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
   const int32_t last = accepted > 0 ? path.accepted_nodes.back() : 0;
   const bool rejected = std::ranges::find(tree.parents, last) != tree.parents.end();
   s.acceptance.Record(accepted, rejected);
+  acceptance_.Record(accepted, rejected, /*decay=*/0.99);
+  if (s.exploring) {
+    s.explore_every =
+        accepted == 0 ? std::min(2 * s.explore_every, kMaxExploreEvery) : kExploreEvery;
+  }
   ++spec_stats_.verify_steps;
   spec_stats_.drafted_tokens += tree.size();
   spec_stats_.accepted_tokens += accepted;
@@ -271,6 +280,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     };
   }
   LAMINAR_ASSIGN_OR_RETURN(Plan plan, scheduler_.Schedule(draft_wanted));
+  if (drafter_ != nullptr) spec_stats_.rerooted = drafter_->rerooted();
   last_step_empty_ = plan.empty();
   std::vector<FinishedSample> finished;
   if (plan.empty()) {
@@ -283,6 +293,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   std::vector<engine::SequenceSpan> spans;
   std::vector<std::span<const int32_t>> tables;
   std::vector<std::vector<int32_t>> parents(plan.seqs.size());
+  // Sequences whose whole proposal is verified now, and their budgets: the drafter may draft past
+  // them (SpeculativeConfig::async_draft).
+  std::vector<std::pair<RequestId, int64_t>> ahead;
+  const bool async_draft =
+      drafter_ != nullptr && config_.speculative.async_draft && drafter_->drafts_ahead();
   const int64_t v = model_->config().vocab_size;
   for (size_t b = 0; b < plan.seqs.size(); ++b) {
     const ScheduledSeq& seq = plan.seqs[b];
@@ -294,6 +309,9 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     if (seq.num_draft_tokens > 0) {
       DraftTree& tree = trees.at(seq.id);
       LAMINAR_CHECK_GE(tree.size(), seq.num_draft_tokens) << "sequence " << seq.id;
+      if (async_draft && tree.size() == seq.num_draft_tokens) {
+        ahead.emplace_back(seq.id, budgets.at(seq.id));
+      }
       tree.Truncate(seq.num_draft_tokens);
       LAMINAR_RETURN_IF_ERROR(tree.Validate(v), "drafter " + drafter_->name());
       tokens.insert(tokens.end(), tree.tokens.begin(), tree.tokens.end());
@@ -304,9 +322,21 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   }
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  LAMINAR_RETURN_IF_ERROR(model_->Forward(tokens, spans, tables, &cache_,
-                                          engine::LogitsFor::kLastTokenOfEachSequence, &logits),
-                          "rollout step");
+  {
+    // SwiftSpec's asynchronous drafting: the drafter drafts past each tree on its own thread
+    // while the target verifies; joined before anything else touches the drafter. In plan order,
+    // so the drafter's random draws come in the same order every run.
+    std::future<void> drafting;
+    if (!ahead.empty()) {
+      drafting = std::async(std::launch::async, [this, &ahead] {
+        for (const auto& [id, nodes] : ahead) drafter_->DraftAhead(id, nodes);
+      });
+    }
+    const Status forward = model_->Forward(tokens, spans, tables, &cache_,
+                                           engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+    if (drafting.valid()) drafting.get();
+    LAMINAR_RETURN_IF_ERROR(forward, "rollout step");
+  }
   // The cost model covers decode steps only (prefill chunks run other kernels at other sizes).
   const bool decodes_only = std::ranges::all_of(plan.seqs, [](const ScheduledSeq& q) {
     return q.num_tokens - q.num_draft_tokens == 1 && q.forked.empty();
@@ -482,8 +512,10 @@ StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
                               .top_logprobs = std::move(state.top_logprobs),
                               .sampler = engine::Sampler(state.sampling, state.rng),
                               .matcher = std::move(matcher),
-                              .acceptance = {},
-                              .steps_without_draft = 0});
+                              .acceptance = acceptance_.Prior(),
+                              .steps_without_draft = 0,
+                              .explore_every = kExploreEvery,
+                              .exploring = false});
   return request_id;
 }
 

@@ -182,7 +182,13 @@ class RolloutEngine {
     StopMatcher matcher;
     AcceptanceStats acceptance;  // speculation's history for this sample
     int64_t steps_without_draft = 0;
+    // Exploration (PlanDrafts): decodes without drafts before trying two; doubles after each try
+    // that accepts nothing, up to kMaxExploreEvery.
+    int64_t explore_every = kExploreEvery;
+    bool exploring = false;  // the current draft is an exploration
   };
+  static constexpr int64_t kExploreEvery = 16;
+  static constexpr int64_t kMaxExploreEvery = 256;
 
   RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfig config);
   // InvalidArgument unless `ids` are in the vocabulary (`what` names them in the message).
@@ -223,6 +229,8 @@ class RolloutEngine {
   std::unique_ptr<Drafter> drafter_;  // null: speculation off
   StepCostModel costs_;
   SpecStats spec_stats_;
+  // Acceptance over every sequence (slow forgetting): where a new sequence's history starts.
+  AcceptanceStats acceptance_;
 };
 
 }  // namespace laminar::rollout

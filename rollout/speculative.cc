@@ -365,55 +365,113 @@ std::vector<float> ModelDrafter::Feed(SeqCache& cache, std::span<const int32_t> 
   return logits;
 }
 
+void ModelDrafter::DrawChain(SeqCache& cache, std::vector<int32_t>& seq, std::vector<float> logits,
+                             int64_t max_nodes, engine::Sampler& sampler,
+                             std::vector<int32_t>* tokens, std::vector<std::vector<float>>* q) {
+  const int64_t v = model_->config().vocab_size;
+  const bool greedy = sampler.params().temperature <= 0.0f;
+  engine::TokenDistribution dist;
+  double confidence = 1.0;
+  for (int64_t i = 0; i < max_nodes; ++i) {
+    sampler.Distribution(logits, &dist);
+    const size_t pick = greedy ? 0 : sampler.DrawIndex(dist.probs);
+    const int32_t token = dist.ids[pick];
+    tokens->push_back(token);
+    if (!greedy) {
+      std::vector<float>& row = q->emplace_back(static_cast<size_t>(v), 0.f);
+      for (size_t j = 0; j < dist.ids.size(); ++j)
+        row[dist.ids[j]] = static_cast<float>(dist.probs[j]);
+      confidence *= dist.probs[pick];
+    }
+    seq.push_back(token);
+    if (i + 1 == max_nodes || confidence < min_confidence_) break;
+    logits = Feed(cache, seq, std::ssize(seq) - 1);
+  }
+}
+
 DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
   DraftTree tree;
   if (model_ == nullptr || ctx.max_nodes <= 0 || ctx.sampling == nullptr) return tree;
-  const int64_t len = std::ssize(ctx.tokens), v = model_->config().vocab_size;
+  const int64_t len = std::ssize(ctx.tokens);
   const int64_t need = len + ctx.max_nodes;
   if (need > model_->config().max_position_embeddings) return tree;
   auto it = caches_.find(ctx.seq);
   if (it == caches_.end() || it->second.kv.max_positions() < need) {
     const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
                                           model_->config().max_position_embeddings);
-    it = caches_.insert_or_assign(ctx.seq, SeqCache{model_->NewCache(1, cap), {}}).first;
+    it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
   }
   SeqCache& cache = it->second;
-  // Positions whose KV is valid: the common prefix with what the cache was fed (at least one
-  // token is fed, for the logits).
-  int64_t valid = 0;
-  while (valid < std::ssize(cache.tokens) && valid < len - 1 &&
-         cache.tokens[static_cast<size_t>(valid)] == ctx.tokens[static_cast<size_t>(valid)]) {
-    ++valid;
-  }
-  std::vector<int32_t> seq(ctx.tokens.begin(), ctx.tokens.end());
-  std::vector<float> logits = Feed(cache, seq, valid);
   engine::SamplingParams params = *ctx.sampling;
   params.logprobs = 0;
-  engine::Sampler sampler(params, rng_.state());
-  engine::TokenDistribution dist;
-  double confidence = 1.0;
-  const bool greedy = params.temperature <= 0.0f;
-  if (!greedy) tree.child_q.emplace_back();
-  for (int64_t i = 0; i < ctx.max_nodes; ++i) {
-    sampler.Distribution(logits, &dist);
-    const size_t pick = greedy ? 0 : sampler.DrawIndex(dist.probs);
-    const int32_t token = dist.ids[pick];
-    tree.tokens.push_back(token);
-    tree.parents.push_back(static_cast<int32_t>(i));
-    if (!greedy) {
-      std::vector<float>& q = tree.child_q.back();
-      q.assign(static_cast<size_t>(v), 0.f);
-      for (size_t j = 0; j < dist.ids.size(); ++j)
-        q[dist.ids[j]] = static_cast<float>(dist.probs[j]);
-      tree.child_q.emplace_back();  // the new node's row, filled if it gets a child
+  cache.params = params;
+  std::vector<int32_t> chain;
+  std::vector<std::vector<float>> q;
+  if (!cache.ahead.empty() && std::ranges::equal(cache.ahead_base, ctx.tokens)) {
+    // Re-rooted: the sequence took the drafted path and the guessed bonus token.
+    const auto n = static_cast<size_t>(std::min<int64_t>(ctx.max_nodes, std::ssize(cache.ahead)));
+    chain.assign(cache.ahead.begin(), cache.ahead.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!cache.ahead_q.empty()) {
+      q.assign(cache.ahead_q.begin(), cache.ahead_q.begin() + static_cast<std::ptrdiff_t>(n));
     }
-    confidence *= greedy ? 1.0 : dist.probs[pick];
-    if (i + 1 == ctx.max_nodes || confidence < min_confidence_) break;
-    seq.push_back(token);
-    logits = Feed(cache, seq, std::ssize(seq) - 1);
+    ++rerooted_;
+  } else {
+    // Positions whose KV is valid: the common prefix with what the cache was fed (at least one
+    // token is fed, for the logits).
+    int64_t valid = 0;
+    while (valid < std::ssize(cache.tokens) && valid < len - 1 &&
+           cache.tokens[static_cast<size_t>(valid)] == ctx.tokens[static_cast<size_t>(valid)]) {
+      ++valid;
+    }
+    std::vector<int32_t> seq(ctx.tokens.begin(), ctx.tokens.end());
+    std::vector<float> logits = Feed(cache, seq, valid);
+    engine::Sampler sampler(params, rng_.state());
+    DrawChain(cache, seq, std::move(logits), ctx.max_nodes, sampler, &chain, &q);
+    rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
   }
-  rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
+  cache.ahead.clear();
+  cache.ahead_q.clear();
+  cache.ahead_base.clear();
+  cache.proposed.assign(ctx.tokens.begin(), ctx.tokens.end());
+  cache.proposed.insert(cache.proposed.end(), chain.begin(), chain.end());
+  // A chain: node i + 1's parent is node i (0: the root); child_q[i] is the row node i's child
+  // was drawn from, and the last node has no child.
+  for (size_t i = 0; i < chain.size(); ++i) {
+    tree.tokens.push_back(chain[i]);
+    tree.parents.push_back(static_cast<int32_t>(i));
+  }
+  if (!q.empty()) {
+    tree.child_q = std::move(q);
+    tree.child_q.emplace_back();
+  }
   return tree;
+}
+
+void ModelDrafter::DraftAhead(int64_t seq_id, int64_t max_nodes) {
+  auto it = caches_.find(seq_id);
+  if (it == caches_.end() || model_ == nullptr || max_nodes <= 0) return;
+  SeqCache& cache = it->second;
+  if (cache.proposed.empty()) return;
+  // Room for the chain's last node, the guess and max_nodes more.
+  if (std::ssize(cache.proposed) + 1 + max_nodes > cache.kv.max_positions()) return;
+  std::vector<int32_t> seq = cache.proposed;
+  int64_t valid = 0;
+  while (valid < std::ssize(cache.tokens) && valid < std::ssize(seq) - 1 &&
+         cache.tokens[static_cast<size_t>(valid)] == seq[static_cast<size_t>(valid)]) {
+    ++valid;
+  }
+  std::vector<float> logits = Feed(cache, seq, valid);
+  engine::Sampler sampler(cache.params, rng_.state());
+  // The guess of the bonus token: the drafter's most likely one (the bonus is drawn from the
+  // policy, so this maximizes the chance to re-root when q is close to p).
+  engine::TokenDistribution dist;
+  sampler.Distribution(logits, &dist);
+  const auto best = dist.greedy ? dist.probs.begin() : std::ranges::max_element(dist.probs);
+  seq.push_back(dist.ids[static_cast<size_t>(best - dist.probs.begin())]);
+  cache.ahead_base = seq;  // proposed + the guess
+  logits = Feed(cache, seq, std::ssize(seq) - 1);
+  DrawChain(cache, seq, std::move(logits), max_nodes, sampler, &cache.ahead, &cache.ahead_q);
+  rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
 }
 
 void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t>,
@@ -425,6 +483,12 @@ void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const
 // Configuration
 
 Status SpeculativeConfig::Validate() const {
+  if (async_draft && drafter != "layer_skip" && drafter != "draft_model") {
+    return InvalidArgumentError(
+        "rollout.speculative.async_draft: only the model drafters (layer_skip, draft_model) draft "
+        "ahead; the drafter is " +
+        drafter);
+  }
   if (layer_skip_keep < 0) {
     return InvalidArgumentError("rollout.speculative.layer_skip_keep must be >= 0, got " +
                                 std::to_string(layer_skip_keep));

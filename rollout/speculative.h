@@ -91,6 +91,15 @@ class Drafter {
   // The engine's policy is now `policy` (at creation and at every weight swap; borrowed, alive
   // until the next call). Errors: the drafter cannot follow it (then speculation stops).
   virtual Status OnWeights(const engine::LlamaModel* /*policy*/) { return OkStatus(); }
+  // Asynchronous drafting (SwiftSpec, arXiv 2506.11309 §3: the drafter runs off the target's
+  // critical path): called on the engine's drafter thread while the target verifies the tree the
+  // last Propose returned for `seq`, to keep drafting past it (up to `max_nodes` more). A later
+  // Propose whose sequence took exactly that path re-roots there and returns what was drafted
+  // ahead without waiting. Calls never overlap Propose or each other. Default: nothing.
+  virtual void DraftAhead(int64_t /*seq*/, int64_t /*max_nodes*/) {}
+  virtual bool drafts_ahead() const { return false; }
+  // Proposals so far that were answered from what DraftAhead drafted (re-rooted).
+  virtual int64_t rerooted() const { return 0; }
 };
 
 // The model drafters: `layer_skip` (the policy itself with a subset of its layers, rebuilt from
@@ -101,6 +110,12 @@ class Drafter {
 // token drawn from the drafter's distribution q under the request's sampling parameters, with q
 // recorded for the min(1, p/q) test. The chain stops early once the product of the drafted
 // tokens' q falls below min_confidence.
+// Drafting ahead (DraftAhead, rollout.speculative.async_draft): while the chain is verified, the
+// drafter guesses the bonus token that follows the chain's last node (g, its most likely token),
+// then drafts a chain after g. When the verification accepts the whole chain and its bonus token is
+// g, the next Propose returns that chain (the tree re-rooted at the accepted path, its KV already
+// in the drafter's cache). It is exact: the chain after g was drawn from q given the sequence's
+// actual prefix, independently of the target's draws.
 class ModelDrafter final : public Drafter {
  public:
   // layer_skip: `keep_layers` evenly spaced layers of each policy (first and last included).
@@ -116,15 +131,33 @@ class ModelDrafter final : public Drafter {
   void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                      int64_t num_prompt_tokens) override;
   Status OnWeights(const engine::LlamaModel* policy) override;
+  void DraftAhead(int64_t seq, int64_t max_nodes) override;
+  bool drafts_ahead() const override { return true; }
   // The model drafting now (null before OnWeights for layer_skip).
   const engine::LlamaModel* model() const { return model_; }
+  int64_t rerooted() const override { return rerooted_; }
 
  private:
   ModelDrafter(std::string name, double min_confidence, uint64_t seed);
   struct SeqCache {
+    explicit SeqCache(engine::KvCache cache) : kv(std::move(cache)) {}
     engine::KvCache kv;
     std::vector<int32_t> tokens;  // the tokens whose KV it holds, positions 0..size-1
+    // The last proposal: the sequence followed by the drafted chain, and its sampling parameters.
+    std::vector<int32_t> proposed;
+    engine::SamplingParams params;
+    // Drafted ahead: the sequence `ahead_base` (proposed + the guessed bonus token) continues with
+    // `ahead`, ahead[i] drawn from ahead_q[i] (rows empty at temperature 0).
+    std::vector<int32_t> ahead_base, ahead;
+    std::vector<std::vector<float>> ahead_q;
   };
+  // Draws a chain of at most `max_nodes` tokens after `seq` (whose logits are `logits`; `seq`
+  // grows with it) into `tokens` and `q` (each token's distribution; none at temperature 0),
+  // feeding each into `cache` but the last, until the product of their q falls below
+  // min_confidence.
+  void DrawChain(SeqCache& cache, std::vector<int32_t>& seq, std::vector<float> logits,
+                 int64_t max_nodes, engine::Sampler& sampler, std::vector<int32_t>* tokens,
+                 std::vector<std::vector<float>>* q);
   // Feeds `tokens` from position `start` into `cache`; the next-token logits [V] of the last one.
   std::vector<float> Feed(SeqCache& cache, std::span<const int32_t> tokens, int64_t start);
 
@@ -135,6 +168,7 @@ class ModelDrafter final : public Drafter {
   const engine::LlamaModel* model_ = nullptr;
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
+  int64_t rerooted_ = 0;
 };
 
 struct SuffixDrafterConfig {
@@ -198,6 +232,8 @@ struct SpeculativeConfig {
   // costs; speculation switches itself off when it does not pay). false: every decode asks for
   // max_draft_tokens.
   bool adaptive = true;
+  // Model drafters draft ahead on their own thread while the target verifies (DraftAhead).
+  bool async_draft = false;
   SuffixDrafterConfig suffix;
   int64_t layer_skip_keep = 0;  // layer_skip: layers kept (0: half the policy's, rounded up)
   // draft_model: the drafter model (borrowed; outlives the engine). Required for draft_model by
@@ -225,6 +261,7 @@ struct SpecStats {
   int64_t accepted_tokens = 0;  // nodes accepted
   int64_t budgeted = 0;         // decodes given a draft budget (the drafter was asked)
   int64_t empty_drafts = 0;     // of those, the drafter proposed nothing
+  int64_t rerooted = 0;         // proposals taken from a chain drafted ahead (async_draft)
 };
 
 // The acceptance history of one sequence: alpha, the per-token acceptance rate (maximum-likelihood
@@ -235,6 +272,10 @@ struct AcceptanceStats {
   double rejections = 1.0;
   void Record(int64_t num_accepted, bool rejected, double decay = 0.9);
   double alpha() const { return accepted / (accepted + rejections); }
+  // A fresh history with this one's alpha and the weight of the default prior (two tries).
+  AcceptanceStats Prior() const {
+    return {.accepted = 2 * alpha(), .rejections = 2 * (1 - alpha())};
+  }
   // Expected accepted tokens of a chain of d drafts: sum_{k=1..d} alpha^k.
   double ExpectedAccepted(int64_t d) const;
 };

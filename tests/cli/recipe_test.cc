@@ -90,6 +90,11 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
       << bad.status();
   EXPECT_FALSE(Recipe("rollout: {speculative: {drafter: medusa}}\n").ok());
   EXPECT_FALSE(Recipe("rollout: {speculative: {max_draft_tokens: 64}}\n").ok());
+  // Drafting ahead is for the model drafters.
+  auto async_suffix = Recipe("rollout: {speculative: {drafter: suffix, async_draft: true}}\n");
+  ASSERT_TRUE(async_suffix.ok());
+  auto refused = actor::RolloutWorkerOptionsOf(*async_suffix, 1024);
+  EXPECT_NE(refused.status().message().find("async_draft"), std::string::npos) << refused.status();
 }
 
 TEST(RecipeRewardTest, BadSpecsNameTheKey) {

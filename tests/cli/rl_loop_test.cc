@@ -203,8 +203,9 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
   const bool async = mode == "async";
   run.overrides = {async ? "actor.max_steps=0" : "actor.max_steps=6", "rollout.max_tokens=48"};
   // Two modes also run the rollouts with speculative decoding: the suffix drafter, and a draft
-  // model (the policy's own checkpoint, loaded by each rollout; the drafts are always accepted
-  // at first and less so as the policy trains).
+  // model drafting ahead on its own thread (the policy's own checkpoint, which the actor
+  // publishes with every version; the drafts are always accepted at first and less so as the
+  // policy trains).
   const bool speculative = mode != "async";
   if (speculative) {
     if (mode == "one_step_off") {
@@ -212,6 +213,7 @@ TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
     } else {
       run.overrides.push_back("rollout.speculative.drafter=draft_model");
       run.overrides.push_back("rollout.speculative.draft_model=" + model);
+      run.overrides.push_back("rollout.speculative.async_draft=true");
     }
     run.overrides.push_back("rollout.speculative.adaptive=false");  // always draft: a fixed path
   }

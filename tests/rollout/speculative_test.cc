@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <tuple>
 
@@ -402,13 +403,18 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
 
 // ---- the engine -----------------------------------------------------------------------------
 
-RolloutEngineConfig EngineConfig(const std::string& drafter, int32_t block_size = 4,
+// `drafter` is a drafter's name, "+async" appended for async_draft.
+RolloutEngineConfig EngineConfig(std::string drafter, int32_t block_size = 4,
                                  const engine::LlamaModel* draft_model = nullptr) {
   RolloutEngineConfig c;
   c.speculative.draft_model = draft_model;
   c.block_size = block_size;
   c.num_blocks = 256;
   c.scheduler.max_num_batched_tokens = 128;
+  if (drafter.ends_with("+async")) {
+    drafter.resize(drafter.size() - 6);
+    c.speculative.async_draft = true;
+  }
   c.speculative.drafter = drafter;
   c.speculative.max_draft_tokens = 6;
   c.speculative.adaptive = false;  // always draft: exercises verification on every decode
@@ -564,10 +570,12 @@ TEST_P(SpeculativeEngineTest, ExportMidSpeculationImportsAndContinuesIdentically
 INSTANTIATE_TEST_SUITE_P(
     BackendsAndDrafters, SpeculativeEngineTest,
     ::testing::Combine(::testing::Values(engine::Backend::kReference, engine::Backend::kCpu),
-                       ::testing::Values("suffix", "layer_skip", "draft_model")),
+                       ::testing::Values("suffix", "layer_skip", "draft_model", "layer_skip+async",
+                                         "draft_model+async")),
     [](const ::testing::TestParamInfo<EngineParam>& p) {
-      return std::string(std::get<0>(p.param) == engine::Backend::kCpu ? "cpu_" : "ref_") +
-             std::get<1>(p.param);
+      std::string name = std::get<1>(p.param);
+      if (name.ends_with("+async")) name.replace(name.size() - 6, 6, "_async");
+      return std::string(std::get<0>(p.param) == engine::Backend::kCpu ? "cpu_" : "ref_") + name;
     });
 
 TEST(SpeculativeConfigTest, RefusesBadDrafterSettings) {
@@ -576,6 +584,9 @@ TEST(SpeculativeConfigTest, RefusesBadDrafterSettings) {
   auto m = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
   RolloutEngineConfig c = EngineConfig("draft_model");  // no model given
   EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("needs a drafter model"),
+            std::string::npos);
+  c = EngineConfig("suffix+async");  // only model drafters draft ahead
+  EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("async_draft"),
             std::string::npos);
   c = EngineConfig("medusa");
   EXPECT_NE(RolloutEngine::Create(m.get(), c).status().message().find("medusa"), std::string::npos);
@@ -626,12 +637,12 @@ double HomogeneityPValue(const std::map<K, int64_t>& a, const std::map<K, int64_
   return *bins < 2 ? 1.0 : GammaQ(static_cast<double>(*bins - 1) / 2, stat / 2);
 }
 
-// On stories260K: the tokens of GRPO groups sampled with speculation (suffix drafter, always on)
-// have the same distribution as without, for each drafter. 768 responses of 10 tokens after BOS
-// per engine; for each k in 1..8 the pairs (token k + 1, token k + 2), which speculation verifies,
-// are compared between the two engines by a two-sample chi-square. Positions where the policy has a
-// single outcome are skipped; the smallest p-value must exceed 1e-3 / (positions tested)
-// (Bonferroni: a correct engine fails under one seed in a thousand).
+// On stories260K: the tokens of GRPO groups sampled with speculation (always on) have the same
+// distribution as without, for each drafter, and for a draft model drafting ahead. 768 responses of
+// 10 tokens after BOS per engine; for each k in 1..8 the pairs (token k + 1, token k + 2), which
+// speculation verifies, are compared between the two engines by a two-sample chi-square. Positions
+// where the policy has a single outcome are skipped; the smallest p-value must exceed 1e-3 /
+// (positions tested) (Bonferroni: a correct engine fails under one seed in a thousand).
 TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   model::ModelConfig config;
@@ -640,14 +651,20 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
   auto m = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
   const std::vector<int64_t> draft_layers = {0, 4};
   auto draft = *m->LayerSubset(draft_layers);  // the draft_model drafter's separate model
+  // Drafting ahead re-roots only after a whole chain is accepted: it gets a drafter with all the
+  // policy's layers (q = p), so that re-rooted proposals are verified often.
+  std::vector<int64_t> all_layers(static_cast<size_t>(config.num_hidden_layers));
+  std::iota(all_layers.begin(), all_layers.end(), 0);
+  auto full = *m->LayerSubset(all_layers);
   constexpr int kTokens = 10;
-  for (const std::string drafter : {"suffix", "layer_skip", "draft_model"})
+  for (const std::string drafter : {"suffix", "layer_skip", "draft_model", "draft_model+async"})
     for (const Setting s : {Setting{1.0f, 1.0f}, Setting{0.7f, 0.9f}}) {
       using Pair = std::pair<int32_t, int32_t>;
       std::map<Pair, int64_t> counts[2][kTokens - 2];  // [engine][k]
       int64_t n = 0;
       for (int spec = 0; spec < 2; ++spec) {
-        RolloutEngineConfig c = EngineConfig(spec ? drafter : "off", 16, draft.get());
+        RolloutEngineConfig c = EngineConfig(
+            spec ? drafter : "off", 16, drafter.ends_with("+async") ? full.get() : draft.get());
         c.speculative.max_draft_tokens = drafter == "suffix" ? 6 : 3;
         c.num_blocks = 2048;
         c.scheduler.max_num_batched_tokens = 4096;
@@ -673,10 +690,16 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
         if (spec) {
           const SpecStats& st = e->spec_stats();
           EXPECT_GT(st.accepted_tokens, 100);
+          // Drafting ahead pays off: proposals re-rooted on a chain drafted during verification.
+          if (c.speculative.async_draft) {
+            EXPECT_GT(st.rerooted, 100);
+          }
           std::printf(
-              "%s T=%.1f top_p=%.2f: %lld drafted, %lld accepted in %lld verifications\n",
+              "%s T=%.1f top_p=%.2f: %lld drafted, %lld accepted in %lld verifications, %lld "
+              "re-rooted\n",
               drafter.c_str(), s.temperature, s.top_p, static_cast<long long>(st.drafted_tokens),
-              static_cast<long long>(st.accepted_tokens), static_cast<long long>(st.verify_steps));
+              static_cast<long long>(st.accepted_tokens), static_cast<long long>(st.verify_steps),
+              static_cast<long long>(st.rerooted));
         }
       }
       std::vector<std::pair<int, double>> tested;
