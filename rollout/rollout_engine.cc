@@ -131,10 +131,10 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
                                 .top_logprobs = {},
                                 .sampler = engine::Sampler(params),
                                 .matcher = matcher,
-                                .acceptance = acceptance_.Prior(),
+                                .acceptance = {},
                                 .steps_without_draft = 0,
-                                .explore_every = kExploreEvery,
-                                .exploring = false});
+                                .exploring = false,
+                                .verifications = 0});
   }
   return request_id;
 }
@@ -195,19 +195,27 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   }
   std::sort(ids.begin(), ids.end());
   std::vector<AcceptanceStats> stats;
-  for (RequestId id : ids) stats.push_back(samples_.at(id).acceptance);
+  // A sequence not verified yet starts from the engine's acceptance over all sequences.
+  for (RequestId id : ids) {
+    const Sample& s = samples_.at(id);
+    stats.push_back(s.verifications > 0 ? s.acceptance : acceptance_.Prior());
+  }
   std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
   if (spec.adaptive) {
-    budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
-                               /*explore_nodes=*/std::min<int64_t>(4, spec.max_draft_tokens));
+    // Until the step cost has been measured at two sizes, every other step drafts (explores) and
+    // the others do not, so that both sizes come soon whatever the batch.
+    const bool skip = !costs_.ready() && ++unmeasured_steps_ % 2 == 0;
+    budgets =
+        PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
+                         /*explore_nodes=*/skip ? 0 : std::min<int64_t>(4, spec.max_draft_tokens));
   }
   std::unordered_map<RequestId, int64_t> out;
   for (size_t i = 0; i < ids.size(); ++i) {
-    // Exploration: a sequence left without drafts for explore_every decodes tries two, so that
+    // Exploration: a sequence left without drafts for explore_every_ decodes tries two, so that
     // its acceptance rate and the cost of larger steps keep being measured.
     Sample& s = samples_.at(ids[i]);
     s.exploring = false;
-    if (budgets[i] == 0 && ++s.steps_without_draft >= s.explore_every) {
+    if (budgets[i] == 0 && ++s.steps_without_draft >= explore_every_) {
       budgets[i] = std::min<int64_t>(2, spec.max_draft_tokens);
       s.exploring = true;
     }
@@ -234,11 +242,11 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
   // A rejection ended the walk unless the last accepted node (or the root) is a leaf.
   const int32_t last = accepted > 0 ? path.accepted_nodes.back() : 0;
   const bool rejected = std::ranges::find(tree.parents, last) != tree.parents.end();
+  if (s.verifications++ == 0) s.acceptance = acceptance_.Prior();
   s.acceptance.Record(accepted, rejected);
   acceptance_.Record(accepted, rejected, /*decay=*/0.99);
   if (s.exploring) {
-    s.explore_every =
-        accepted == 0 ? std::min(2 * s.explore_every, kMaxExploreEvery) : kExploreEvery;
+    explore_every_ = accepted == 0 ? std::min(2 * explore_every_, kMaxExploreEvery) : kExploreEvery;
   }
   ++spec_stats_.verify_steps;
   spec_stats_.drafted_tokens += tree.size();
@@ -512,10 +520,10 @@ StatusOr<int64_t> RolloutEngine::Import(SampleState state) {
                               .top_logprobs = std::move(state.top_logprobs),
                               .sampler = engine::Sampler(state.sampling, state.rng),
                               .matcher = std::move(matcher),
-                              .acceptance = acceptance_.Prior(),
+                              .acceptance = {},
                               .steps_without_draft = 0,
-                              .explore_every = kExploreEvery,
-                              .exploring = false});
+                              .exploring = false,
+                              .verifications = 0});
   return request_id;
 }
 

@@ -182,10 +182,8 @@ class RolloutEngine {
     StopMatcher matcher;
     AcceptanceStats acceptance;  // speculation's history for this sample
     int64_t steps_without_draft = 0;
-    // Exploration (PlanDrafts): decodes without drafts before trying two; doubles after each try
-    // that accepts nothing, up to kMaxExploreEvery.
-    int64_t explore_every = kExploreEvery;
-    bool exploring = false;  // the current draft is an exploration
+    bool exploring = false;     // the current draft is an exploration (PlanDrafts)
+    int64_t verifications = 0;  // drafts verified so far (0: `acceptance` is not its own yet)
   };
   static constexpr int64_t kExploreEvery = 16;
   static constexpr int64_t kMaxExploreEvery = 256;
@@ -231,6 +229,12 @@ class RolloutEngine {
   SpecStats spec_stats_;
   // Acceptance over every sequence (slow forgetting): where a new sequence's history starts.
   AcceptanceStats acceptance_;
+  int64_t unmeasured_steps_ = 0;  // PlanDrafts calls before the step cost was measured
+  // Exploration (PlanDrafts): a sequence's decodes without drafts before it tries two. Doubles
+  // after each try that accepts nothing, up to kMaxExploreEvery, and is back at kExploreEvery
+  // after one that accepts something; for all sequences, new ones included, so a drafter that
+  // is never right costs little.
+  int64_t explore_every_ = kExploreEvery;
 };
 
 }  // namespace laminar::rollout

@@ -558,13 +558,7 @@ void StepCostModel::RecordDraft(int64_t tokens, double seconds) {
   draft_seen_ = true;
 }
 
-bool StepCostModel::ready() const {
-  if (window_.size() < 4) return false;
-  for (const auto& [t, s] : window_) {
-    if (t != window_.front().first) return true;
-  }
-  return false;
-}
+bool StepCostModel::ready() const { return fitted_; }
 
 double StepCostModel::Seconds(int64_t tokens) const {
   return a_ + b_ * static_cast<double>(tokens);
@@ -580,8 +574,12 @@ void StepCostModel::Fit() {
     sts += double(t) * s;
   }
   const double var = stt - st * st / n;
-  b_ = var > 0 ? (sts - st * ss / n) / var : 0.0;
-  if (b_ < 0) b_ = 0;
+  // Steps of one size only (speculation off, a steady batch) say nothing of the slope: keep the
+  // last one measured and move the line through their mean.
+  if (var > 0 && window_.size() >= 4) {
+    b_ = std::max(0.0, (sts - st * ss / n) / var);
+    fitted_ = true;
+  }
   a_ = std::max(0.0, (ss - b_ * st) / n);
 }
 

@@ -290,7 +290,8 @@ class StepCostModel {
   // average of seconds per drafted token (model drafters run a forward per token).
   void RecordDraft(int64_t tokens, double seconds);
   double draft_per_token() const { return draft_per_token_; }
-  // False until steps of at least two distinct sizes were seen.
+  // False until steps of at least two distinct sizes were seen together (4 or more in the
+  // window); then true for good (the slope is kept while the window holds one size).
   bool ready() const;
   double Seconds(int64_t tokens) const;  // a + b * tokens (b >= 0)
   double fixed() const { return a_; }
@@ -300,6 +301,7 @@ class StepCostModel {
   void Fit();
   std::deque<std::pair<int64_t, double>> window_;
   double a_ = 0, b_ = 0;
+  bool fitted_ = false;  // a slope was measured (steps of two sizes at least)
   double draft_per_token_ = 0;
   bool draft_seen_ = false;
 };

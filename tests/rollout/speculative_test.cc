@@ -381,6 +381,12 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   StepCostModel steep;
   for (int t : {1, 4, 16, 40, 64, 8}) steep.Record(t, 0.001 + 0.001 * t);
   EXPECT_EQ(PlanDraftBudgets(good, steep, 4, 8, 2), (std::vector<int64_t>(4, 0)));
+  // Speculation off for a long while (the window holds one step size only): the measured slope
+  // stays, so budgets stay off instead of exploring again.
+  for (int i = 0; i < 400; ++i) steep.Record(4, 0.001 + 0.001 * 4);
+  EXPECT_TRUE(steep.ready());
+  EXPECT_NEAR(steep.per_token(), 0.001, 1e-9);
+  EXPECT_EQ(PlanDraftBudgets(good, steep, 4, 8, 2), (std::vector<int64_t>(4, 0)));
   // Flat steps, but each drafted token costs as much as a step (a slow model drafter): none.
   StepCostModel slow_drafter = flat;
   slow_drafter.RecordDraft(4, 0.04);
