@@ -209,19 +209,34 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
         PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
                          /*explore_nodes=*/skip ? 0 : std::min<int64_t>(4, spec.max_draft_tokens));
   }
-  std::unordered_map<RequestId, int64_t> out;
+  // Exploration: when no sequence has drafted for explore_every_ steps, the one that went
+  // longest without tries two, so that acceptance and the cost of larger steps keep being
+  // measured. One at a time: a model drafter's first draft for a sequence catches its cache up
+  // on the whole sequence, which costs like a prefill.
+  size_t longest = ids.size();
+  bool drafting = false;
   for (size_t i = 0; i < ids.size(); ++i) {
-    // Exploration: a sequence left without drafts for explore_every_ decodes tries two, so that
-    // its acceptance rate and the cost of larger steps keep being measured.
     Sample& s = samples_.at(ids[i]);
     s.exploring = false;
-    if (budgets[i] == 0 && ++s.steps_without_draft >= explore_every_) {
-      budgets[i] = std::min<int64_t>(2, spec.max_draft_tokens);
-      s.exploring = true;
+    if (budgets[i] > 0) {
+      s.steps_without_draft = 0;
+      drafting = true;
+    } else if (++s.steps_without_draft >
+               (longest < ids.size() ? samples_.at(ids[longest]).steps_without_draft : 0)) {
+      longest = i;
     }
-    if (budgets[i] > 0) s.steps_without_draft = 0;
-    out[ids[i]] = budgets[i];
   }
+  if (drafting || ids.empty()) {
+    steps_since_draft_ = 0;
+  } else if (++steps_since_draft_ >= explore_every_ && longest < ids.size()) {
+    Sample& s = samples_.at(ids[longest]);
+    budgets[longest] = std::min<int64_t>(2, spec.max_draft_tokens);
+    s.exploring = true;
+    s.steps_without_draft = 0;
+    steps_since_draft_ = 0;
+  }
+  std::unordered_map<RequestId, int64_t> out;
+  for (size_t i = 0; i < ids.size(); ++i) out[ids[i]] = budgets[i];
   return out;
 }
 

@@ -230,11 +230,11 @@ class RolloutEngine {
   // Acceptance over every sequence (slow forgetting): where a new sequence's history starts.
   AcceptanceStats acceptance_;
   int64_t unmeasured_steps_ = 0;  // PlanDrafts calls before the step cost was measured
-  // Exploration (PlanDrafts): a sequence's decodes without drafts before it tries two. Doubles
+  // Exploration (PlanDrafts): steps in which no sequence drafted before one tries two. Doubles
   // after each try that accepts nothing, up to kMaxExploreEvery, and is back at kExploreEvery
-  // after one that accepts something; for all sequences, new ones included, so a drafter that
-  // is never right costs little.
+  // after one that accepts something, so a drafter that is never right costs little.
   int64_t explore_every_ = kExploreEvery;
+  int64_t steps_since_draft_ = 0;
 };
 
 }  // namespace laminar::rollout
