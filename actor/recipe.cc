@@ -90,7 +90,7 @@ ConfigSchema BuildSchema() {
            "drafted tokens per sequence and step at most", 1, 63);
   s.AddBool("rollout.speculative.async_draft", w.engine.speculative.async_draft,
             "model drafters draft ahead on their own thread while the policy verifies "
-            "(SwiftSpec); pays with spare cores");
+            "(SwiftSpec); for machines with cores to spare");
   s.AddBool("rollout.speculative.adaptive", w.engine.speculative.adaptive,
             "size drafts from each sequence's acceptance and the measured step costs (off when "
             "it does not pay); false: always max_draft_tokens");

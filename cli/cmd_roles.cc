@@ -100,6 +100,10 @@ StatusOr<std::optional<model::Checkpoint>> LoadDraftModel(const Config& recipe,
                                                           const model::ModelConfig& policy) {
   if (recipe.GetString("rollout.speculative.drafter") != "draft_model") return std::nullopt;
   const std::string key = "rollout.speculative.draft_model";
+  if (recipe.GetString(key).empty()) {
+    return InvalidArgumentError("recipe rollout.speculative.drafter: draft_model needs " + key +
+                                " (a checkpoint)");
+  }
   LAMINAR_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(recipe.GetString(key)), key);
   LAMINAR_ASSIGN_OR_RETURN(model::Checkpoint ckpt, model::LoadCheckpoint(path), key);
   if (ckpt.config.vocab_size != policy.vocab_size) {
@@ -221,6 +225,7 @@ int RunRollout(const RoleArgs& a) {
   auto draft = LoadDraftModel(*recipe, mc);
   if (!draft.ok()) return fail(draft.status().message());
   if (draft->has_value()) options->draft_model_config = (*draft)->config;
+  draft->reset();  // only its architecture is needed here
   auto reward = actor::RewardOf(*recipe);
   if (!reward.ok()) return fail(std::string(reward.status().message()));
   options->id = !a.id.empty()            ? a.id

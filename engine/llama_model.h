@@ -81,7 +81,8 @@ StatusOr<WeightFormat> ParseWeightFormat(std::string_view name);
 enum class LogitsFor { kAllTokens, kLastTokenOfEachSequence };
 
 // Holds f32 copies (or views) of the weights and a thread pool for the dense projections.
-// Forward is thread-compatible: calls with distinct caches may not overlap (they share the pool).
+// Forward calls with distinct caches may overlap (per-call workspaces, per-thread scratch); they
+// then share the pool's workers (ThreadPool::ParallelFor is thread-safe).
 class LlamaModel {
  public:
   // Checks every tensor the config implies is present with the right shape (errors name the
@@ -98,7 +99,7 @@ class LlamaModel {
   // A model that runs only `layers` (ascending indices into this model's, at least one) with this
   // model's embedding, final norm and head: self-speculative decoding's drafter (layer skipping,
   // Draft & Verify, Zhang et al., ACL 2024). It shares the weights and the thread pool: this model
-  // must outlive it, and their Forward calls may not overlap. Its config has
+  // must outlive it; their Forward calls may overlap (distinct caches). Its config has
   // num_hidden_layers = layers.size(). InvalidArgument for an empty, unsorted or out-of-range list.
   StatusOr<std::unique_ptr<LlamaModel>> LayerSubset(std::span<const int64_t> layers) const;
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <set>
 #include <string>
@@ -202,12 +203,19 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   }
   std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
   if (spec.adaptive) {
-    // Until the step cost has been measured at two sizes, every other step drafts (explores) and
-    // the others do not, so that both sizes come soon whatever the batch.
-    const bool skip = !costs_.ready() && ++unmeasured_steps_ % 2 == 0;
-    budgets =
-        PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
-                         /*explore_nodes=*/skip ? 0 : std::min<int64_t>(4, spec.max_draft_tokens));
+    if (costs_.ready()) {
+      budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
+                                 /*explore_nodes=*/0);
+    } else {
+      // Until the step cost has been measured at two sizes, every other step one sequence drafts
+      // (in turn) and the others do not: both sizes come soon whatever the batch, and a model
+      // drafter does not catch its cache up on every sequence at once (each costs a prefill).
+      budgets.assign(ids.size(), 0);
+      if (!ids.empty() && ++unmeasured_steps_ % 2 == 1) {
+        budgets[static_cast<size_t>(unmeasured_steps_ / 2) % ids.size()] =
+            std::min<int64_t>(4, spec.max_draft_tokens);
+      }
+    }
   }
   // Exploration: when no sequence has drafted for explore_every_ steps, the one that went
   // longest without tries two, so that acceptance and the cost of larger steps keep being
@@ -332,8 +340,13 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     if (seq.num_draft_tokens > 0) {
       DraftTree& tree = trees.at(seq.id);
       LAMINAR_CHECK_GE(tree.size(), seq.num_draft_tokens) << "sequence " << seq.id;
-      if (async_draft && tree.size() == seq.num_draft_tokens) {
-        ahead.emplace_back(seq.id, budgets.at(seq.id));
+      // Drafting ahead pays only when the whole chain is likely accepted: the drafter drafted
+      // its whole budget (it did not stop unsure) and alpha^n >= 1/4.
+      const int64_t budget = budgets.at(seq.id);
+      const AcceptanceStats history = s.verifications > 0 ? s.acceptance : acceptance_.Prior();
+      if (async_draft && tree.size() == seq.num_draft_tokens && tree.size() == budget &&
+          std::pow(history.alpha(), static_cast<double>(budget)) >= 0.25) {
+        ahead.emplace_back(seq.id, budget);
       }
       tree.Truncate(seq.num_draft_tokens);
       LAMINAR_RETURN_IF_ERROR(tree.Validate(v), "drafter " + drafter_->name());
@@ -345,6 +358,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   }
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
+  double forward_s = 0;  // the policy's forward alone (drafting ahead overlaps it)
   {
     // SwiftSpec's asynchronous drafting: the drafter drafts past each tree on its own thread
     // while the target verifies; joined before anything else touches the drafter. In plan order,
@@ -357,6 +371,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     }
     const Status forward = model_->Forward(tokens, spans, tables, &cache_,
                                            engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+    forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (drafting.valid()) drafting.get();
     LAMINAR_RETURN_IF_ERROR(forward, "rollout step");
   }
@@ -365,8 +380,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     return q.num_tokens - q.num_draft_tokens == 1 && q.forked.empty();
   });
   if (drafter_ != nullptr && decodes_only) {
-    costs_.Record(plan.num_batched_tokens,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    costs_.Record(plan.num_batched_tokens, forward_s);
   }
   std::vector<RequestId> sampled;
   std::vector<int64_t> appended;

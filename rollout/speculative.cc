@@ -483,12 +483,6 @@ void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const
 // Configuration
 
 Status SpeculativeConfig::Validate() const {
-  if (async_draft && drafter != "layer_skip" && drafter != "draft_model") {
-    return InvalidArgumentError(
-        "rollout.speculative.async_draft: only the model drafters (layer_skip, draft_model) draft "
-        "ahead; the drafter is " +
-        drafter);
-  }
   if (layer_skip_keep < 0) {
     return InvalidArgumentError("rollout.speculative.layer_skip_keep must be >= 0, got " +
                                 std::to_string(layer_skip_keep));
@@ -501,6 +495,12 @@ Status SpeculativeConfig::Validate() const {
       drafter != "draft_model") {
     return InvalidArgumentError("rollout.speculative.drafter: '" + drafter +
                                 "' is not one of off, suffix, layer_skip, draft_model");
+  }
+  // (async_draft with drafter off is ignored: turning speculation off keeps the rest valid.)
+  if (async_draft && drafter == "suffix") {
+    return InvalidArgumentError(
+        "rollout.speculative.async_draft: only the model drafters (layer_skip, draft_model) draft "
+        "ahead; the drafter is suffix");
   }
   if (max_draft_tokens < 1 || max_draft_tokens > 63) {
     return InvalidArgumentError("rollout.speculative.max_draft_tokens must be in [1, 63], got " +
