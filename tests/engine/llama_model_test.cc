@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "tests/model/random_weights.h"
 
@@ -22,6 +24,50 @@ model::ModelConfig TinyConfig(bool qkv_bias, model::RopeLayout layout) {
 
 model::WeightStore RandomWeights(const model::ModelConfig& c, uint32_t seed) {
   return testing::RandomWeights(c, seed, 0.3f);
+}
+
+// A model and its LayerSubset view (shared weights and thread pool) run Forward at the same time
+// from two threads, as speculative decoding's drafting ahead does, and get the results they get
+// alone. The model is large enough that its matmuls go to the pool (M * N * K >= 2^16).
+TEST(LlamaModelConcurrencyTest, ForwardOverlapsItsLayerSubsetBitForBit) {
+  model::ModelConfig cfg = testing::TinyLlamaConfig();
+  cfg.vocab_size = 300;
+  cfg.hidden_size = 256;
+  cfg.intermediate_size = 512;
+  cfg.num_attention_heads = 8;
+  cfg.num_key_value_heads = 4;
+  cfg.head_dim = 32;
+  cfg.num_hidden_layers = 3;
+  auto weights = testing::RandomWeights(cfg, 9, 0.05f);
+  auto m = LlamaModel::Create(cfg, weights);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<int64_t> layers = {0, 2};
+  auto sub = (*m)->LayerSubset(layers);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  const std::vector<int32_t> tokens = {1, 17, 250, 4, 99, 3};
+  auto run = [&](const LlamaModel& model) {
+    std::vector<float> all;
+    KvCache cache = model.NewCache(1, 16);
+    for (int64_t t = 0; t < std::ssize(tokens); ++t) {  // decode one token at a time (M = 1)
+      SequenceSpan span{0, t, 1};
+      std::vector<float> logits;
+      EXPECT_TRUE(model
+                      .Forward({&tokens[static_cast<size_t>(t)], 1}, {&span, 1}, &cache,
+                               LogitsFor::kAllTokens, &logits)
+                      .ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  const std::vector<float> want_full = run(**m), want_sub = run(**sub);
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<float> got_sub;
+    std::thread drafter([&] { got_sub = run(**sub); });
+    const std::vector<float> got_full = run(**m);
+    drafter.join();
+    ASSERT_EQ(got_full, want_full) << "repetition " << rep;
+    ASSERT_EQ(got_sub, want_sub) << "repetition " << rep;
+  }
 }
 
 class LlamaModelTest : public ::testing::TestWithParam<bool> {};
