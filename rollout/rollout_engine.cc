@@ -327,8 +327,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   // Sequences whose whole proposal is verified now, and their budgets: the drafter may draft past
   // them (SpeculativeConfig::async_draft).
   std::vector<std::pair<RequestId, int64_t>> ahead;
-  const bool async_draft =
-      drafter_ != nullptr && config_.speculative.async_draft && drafter_->drafts_ahead();
+  const bool async_draft = drafter_ != nullptr && config_.speculative.async_draft;
   const int64_t v = model_->config().vocab_size;
   for (size_t b = 0; b < plan.seqs.size(); ++b) {
     const ScheduledSeq& seq = plan.seqs[b];

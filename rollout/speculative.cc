@@ -535,12 +535,6 @@ void AcceptanceStats::Record(int64_t num_accepted, bool rejected, double decay) 
   rejections = decay * rejections + (rejected ? 1.0 : 0.0);
 }
 
-double AcceptanceStats::ExpectedAccepted(int64_t d) const {
-  double sum = 0, term = 1;
-  for (int64_t k = 0; k < d; ++k) sum += (term *= alpha());
-  return sum;
-}
-
 namespace {
 constexpr size_t kCostWindow = 256;
 }  // namespace

@@ -97,7 +97,6 @@ class Drafter {
   // Propose whose sequence took exactly that path re-roots there and returns what was drafted
   // ahead without waiting. Calls never overlap Propose or each other. Default: nothing.
   virtual void DraftAhead(int64_t /*seq*/, int64_t /*max_nodes*/) {}
-  virtual bool drafts_ahead() const { return false; }
   // Proposals so far that were answered from what DraftAhead drafted (re-rooted).
   virtual int64_t rerooted() const { return 0; }
 };
@@ -132,7 +131,6 @@ class ModelDrafter final : public Drafter {
                      int64_t num_prompt_tokens) override;
   Status OnWeights(const engine::LlamaModel* policy) override;
   void DraftAhead(int64_t seq, int64_t max_nodes) override;
-  bool drafts_ahead() const override { return true; }
   // The model drafting now (null before OnWeights for layer_skip).
   const engine::LlamaModel* model() const { return model_; }
   int64_t rerooted() const override { return rerooted_; }
@@ -276,8 +274,6 @@ struct AcceptanceStats {
   AcceptanceStats Prior() const {
     return {.accepted = 2 * alpha(), .rejections = 2 * (1 - alpha())};
   }
-  // Expected accepted tokens of a chain of d drafts: sum_{k=1..d} alpha^k.
-  double ExpectedAccepted(int64_t d) const;
 };
 
 // The measured cost of an engine step as a function of the tokens it feeds: a least-squares line
