@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/dtype.h"
+#include "kernels/cpu/bf16_dot.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quant_gemm.h"
@@ -19,6 +20,14 @@ namespace {
 // widened to f32 once per call for oneDNN (prefill). Measured: the direct kernel stops gaining
 // over the widened GEMM between 8 and 32 rows on AVX2.
 constexpr int64_t kBF16DirectMaxRows = 16;
+
+// out[i, j] += bias[j] for every row i of out [M, N]; nothing when bias is empty.
+void AddBias(std::span<const float> bias, int64_t m, int64_t n, std::span<float> out) {
+  if (bias.empty()) return;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
+  }
+}
 
 }  // namespace
 
@@ -89,6 +98,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfi
   m->config_ = config;
   m->backend_ = backend;
   m->format_ = format;
+  m->bf16_dot_ = format == WeightFormat::kBF16 && kernels::cpu::HasBF16Dot();
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   if (threads > 1) m->pool_ = std::make_shared<ThreadPool>(threads - 1);
   LAMINAR_RETURN_IF_ERROR(m->Bind(weights));
@@ -115,6 +125,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LayerSubset(
   m->config_.num_hidden_layers = static_cast<int64_t>(layers.size());
   m->backend_ = backend_;
   m->format_ = format_;
+  m->bf16_dot_ = bf16_dot_;
   m->pool_ = pool_;
   m->embed_ = embed_;
   m->final_norm_ = final_norm_;
@@ -331,6 +342,20 @@ void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<con
     kernels::cpu::MatMulGguf(xq, *w.gguf, bias, out, pool_.get());
     return;
   }
+  if (bf16_dot_) {
+    // bf16 activations too: the CPU's bf16 dot product at decode shapes, oneDNN's bf16 matmul
+    // (AVX512-BF16 or AMX) at prefill shapes; the same rounded operands either way.
+    thread_local std::vector<uint16_t> xb;
+    xb.resize(x.size());
+    kernels::cpu::RoundToBF16(x, xb);
+    if (m > kBF16DirectMaxRows) {
+      LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulBF16(xb, w.bf16, bias, m, n, k, out, pool_.get()));
+      return;
+    }
+    kernels::cpu::MatMulBF16Dot(xb, w.bf16, m, n, k, out, pool_.get());
+    AddBias(bias, m, n, out);
+    return;
+  }
   if (m > kBF16DirectMaxRows) {
     // Prefill: widen the weights once and let oneDNN's f32 GEMM reuse them across the M rows.
     thread_local std::vector<float> widened;
@@ -340,11 +365,7 @@ void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<con
     return;
   }
   kernels::cpu::MatMulBF16(x, w.bf16, m, n, k, out, pool_.get());
-  if (!bias.empty()) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
-    }
-  }
+  AddBias(bias, m, n, out);
 }
 
 void LlamaModel::Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,

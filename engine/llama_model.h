@@ -60,7 +60,10 @@ enum class Backend { kReference, kCpu };
 // which needs a GGUF checkpoint rather than the trainer's weights) the recipe's
 // `rollout.weight_dtype`.
 //   f32   as loaded (oneDNN f32 GEMM)
-//   bf16  rounded to bf16, f32 accumulation (half the bytes per decode step)
+//   bf16  rounded to bf16, f32 accumulation (half the bytes per decode step); on CPUs with a bf16
+//         dot product (AVX512-BF16) the activations are rounded to bf16 too and multiplied by it
+//         (decode) or oneDNN's bf16 matmul (prefill), as GPUs do; elsewhere they stay f32
+//         (LAMINAR_ISA=avx2 selects that path anywhere)
 //   w8a8  int8 per output channel, activations int8 per token (kernels/reference/quant.h)
 //   w4a8  4-bit groups of 64 in the LiquidQuant layout over int8 per channel, activations int8;
 //         the output head in w8a8
@@ -184,6 +187,9 @@ class LlamaModel {
   model::ModelConfig config_;
   Backend backend_ = Backend::kCpu;
   WeightFormat format_ = WeightFormat::kF32;
+  // bf16 weights multiply bf16-rounded activations (kernels/cpu/bf16_dot.h) on CPUs with a bf16
+  // dot product; f32 activations otherwise.
+  bool bf16_dot_ = false;
   int64_t projection_bytes_ = 0;
   // The caller's thread works too: hardware threads - 1. Shared with LayerSubset views.
   std::shared_ptr<ThreadPool> pool_;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <dnnl.hpp>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace laminar::kernels::cpu {
@@ -17,19 +19,18 @@ dnnl::engine& CpuEngine() {
   return engine;
 }
 
-}  // namespace
-
-namespace {
-
-// out[:, n0:n0+nc] for one slice of weight rows; the caller's thread, one OpenMP thread.
-Status MatMulSlice(const float* x, const float* w, const float* bias, int64_t m, int64_t n,
-                   int64_t k, int64_t n0, int64_t nc, float* out) {
+// out[:, n0:n0+nc] for one slice of weight rows; the caller's thread, one OpenMP thread. T is
+// float (f32 x and w) or uint16_t (bf16 x and w); out is f32.
+template <typename T>
+Status MatMulSlice(const T* x, const T* w, const float* bias, int64_t m, int64_t n, int64_t k,
+                   int64_t n0, int64_t nc, float* out) {
   using dt = dnnl::memory::data_type;
+  constexpr dt kIn = std::is_same_v<T, float> ? dt::f32 : dt::bf16;
   omp_set_num_threads(1);
   try {
     auto& engine = CpuEngine();
-    dnnl::memory::desc src_md({m, k}, dt::f32, dnnl::memory::dims{k, 1});
-    dnnl::memory::desc wei_md({k, nc}, dt::f32,
+    dnnl::memory::desc src_md({m, k}, kIn, dnnl::memory::dims{k, 1});
+    dnnl::memory::desc wei_md({k, nc}, kIn,
                               dnnl::memory::dims{1, k});  // rows [n0, n0+nc) of [N, K]
     dnnl::memory::desc dst_md({m, nc}, dt::f32, dnnl::memory::dims{n, 1});
     dnnl::memory::desc bias_md;
@@ -37,8 +38,8 @@ Status MatMulSlice(const float* x, const float* w, const float* bias, int64_t m,
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md), engine);
     dnnl::matmul prim(pd);
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl::memory(src_md, engine, const_cast<float*>(x))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, engine, const_cast<float*>(w + n0 * k))},
+        {DNNL_ARG_SRC, dnnl::memory(src_md, engine, const_cast<T*>(x))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, engine, const_cast<T*>(w + n0 * k))},
         {DNNL_ARG_DST, dnnl::memory(dst_md, engine, out + n0)}};
     if (bias != nullptr) {
       args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, engine, const_cast<float*>(bias + n0));
@@ -47,15 +48,18 @@ Status MatMulSlice(const float* x, const float* w, const float* bias, int64_t m,
     prim.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) {
+      return UnimplementedError(std::string("oneDNN has no ") + (kIn == dt::f32 ? "f32" : "bf16") +
+                                " matmul for this CPU: " + e.what());
+    }
     return InternalError(std::string("oneDNN matmul failed: ") + e.what());
   }
   return OkStatus();
 }
 
-}  // namespace
-
-Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
-              int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
+template <typename T>
+Status MatMulOf(std::span<const T> x, std::span<const T> w, std::span<const float> bias, int64_t m,
+                int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
   if (static_cast<int64_t>(x.size()) != m * k || static_cast<int64_t>(w.size()) != n * k ||
       static_cast<int64_t>(out.size()) != m * n ||
       (!bias.empty() && static_cast<int64_t>(bias.size()) != n)) {
@@ -80,6 +84,19 @@ Status MatMul(std::span<const float> x, std::span<const float> w, std::span<cons
   });
   for (const auto& st : status) LAMINAR_RETURN_IF_ERROR(st);
   return OkStatus();
+}
+
+}  // namespace
+
+Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
+              int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
+  return MatMulOf(x, w, bias, m, n, k, out, pool);
+}
+
+Status OnednnMatMulBF16(std::span<const uint16_t> x, std::span<const uint16_t> w,
+                        std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                        std::span<float> out, ThreadPool* pool) {
+  return MatMulOf(x, w, bias, m, n, k, out, pool);
 }
 
 }  // namespace laminar::kernels::cpu

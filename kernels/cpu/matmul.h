@@ -20,4 +20,14 @@ namespace laminar::kernels::cpu {
 Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool = nullptr);
 
+//   x    [M, K] bf16 bit patterns, row-major
+//   w    [N, K] bf16 bit patterns, row-major
+//   bias [N] f32 or empty; out [M, N] f32
+// The same through oneDNN's bf16 matmul (f32 accumulation; AVX512-BF16 or AMX where the CPU has
+// them): the prefill side of kernels/cpu/bf16_dot.h. Errors as MatMul, plus Unimplemented when
+// oneDNN has no bf16 matmul for this CPU (oneDNN 2.6 on AVX2).
+Status OnednnMatMulBF16(std::span<const uint16_t> x, std::span<const uint16_t> w,
+                        std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                        std::span<float> out, ThreadPool* pool = nullptr);
+
 }  // namespace laminar::kernels::cpu

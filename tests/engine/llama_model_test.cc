@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <iostream>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/bf16_dot.h"
 #include "tests/model/random_weights.h"
 
 namespace laminar::engine {
@@ -148,19 +151,52 @@ TEST(LlamaModelBackendTest, BF16WeightsEqualReferenceOnRoundedWeights) {
     rounded.Put(name, std::move(t));
   }
   auto ref = LlamaModel::Create(cfg, rounded, Backend::kReference);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  // f32 activations (every CPU; LAMINAR_ISA=avx2 keeps a CPU with a bf16 dot product on it).
+  const char* saved_isa = std::getenv("LAMINAR_ISA");
+  const std::string saved = saved_isa != nullptr ? saved_isa : "";
+  setenv("LAMINAR_ISA", "avx2", 1);
   auto bf16 = LlamaModel::Create(cfg, weights, Backend::kCpu, WeightFormat::kBF16);
-  ASSERT_TRUE(ref.ok() && bf16.ok()) << bf16.status();
-  // 6 rows read bf16 directly (decode path); 24 rows widen to f32 for oneDNN (prefill path).
-  for (int64_t t : {6, 24}) {
+  if (saved_isa != nullptr) {
+    setenv("LAMINAR_ISA", saved.c_str(), 1);
+  } else {
+    unsetenv("LAMINAR_ISA");
+  }
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  auto logits = [&](const LlamaModel& m, int64_t t) {
     std::vector<int32_t> ids;
     for (int64_t i = 0; i < t; ++i)
       ids.push_back(static_cast<int32_t>((i * 7 + 4) % cfg.vocab_size));
     SequenceSpan span{0, 0, t};
-    KvCache c1 = (*ref)->NewCache(1, t), c2 = (*bf16)->NewCache(1, t);
-    std::vector<float> a, b;
-    ASSERT_TRUE((*ref)->Forward(ids, {&span, 1}, &c1, LogitsFor::kAllTokens, &a).ok());
-    ASSERT_TRUE((*bf16)->Forward(ids, {&span, 1}, &c2, LogitsFor::kAllTokens, &b).ok());
+    KvCache cache = m.NewCache(1, t);
+    std::vector<float> out;
+    EXPECT_TRUE(m.Forward(ids, {&span, 1}, &cache, LogitsFor::kAllTokens, &out).ok());
+    return out;
+  };
+  // 6 rows read bf16 directly (decode path); 24 rows go to oneDNN (prefill path).
+  for (int64_t t : {6, 24}) {
+    auto a = logits(**ref, t), b = logits(**bf16, t);
+    ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << "T=" << t << " at " << i;
+  }
+  // bf16 activations as well, on CPUs with a bf16 dot product (kernels/cpu/bf16_dot.h): each
+  // matmul input is rounded to bf16 (relative error <= 2^-9), so the logits of this random tiny
+  // model (|logit| ~1) move by a few 1e-3 (measured 5.3e-3); a wrong layout or a dropped product
+  // moves them by O(1). The decode and prefill paths round the same activations (measured 6e-8
+  // apart).
+  if (kernels::cpu::HasBF16Dot()) {
+    auto dot = LlamaModel::Create(cfg, weights, Backend::kCpu, WeightFormat::kBF16);
+    ASSERT_TRUE(dot.ok()) << dot.status();
+    auto a = logits(**ref, 24), b = logits(**dot, 24), c = logits(**dot, 6);
+    double worst = 0, worst_paths = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+    for (size_t i = 0; i < c.size(); ++i) {
+      worst_paths = std::max(worst_paths, std::abs(double(b[i]) - c[i]));
+    }
+    std::cerr << "bf16 dot: max |logit diff| vs reference " << worst << ", decode vs prefill path "
+              << worst_paths << "\n";
+    EXPECT_LT(worst, 2e-2);
+    EXPECT_LT(worst_paths, 1e-4);  // the same rounded operands; f32 sums in another order
   }
   EXPECT_FALSE(LlamaModel::Create(cfg, weights, Backend::kReference, WeightFormat::kBF16).ok());
   auto gguf = LlamaModel::Create(cfg, weights, Backend::kCpu, WeightFormat::kGguf);

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/bf16_dot.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vec_ops.h"
 #include "kernels/reference/ops.h"
 #include "kernels/tolerance.h"
@@ -107,6 +109,44 @@ TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
                   cpu::IsaName(isa) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n));
     }
   }
+}
+
+// Activations and weights rounded to bf16: the bf16 dot product (ours at decode shapes, oneDNN's
+// at prefill shapes) against the f64 reference on the same rounded values.
+TEST(CpuMatMulBF16DotTest, EqualsReferenceOnRoundedOperands) {
+  ThreadPool pool(2);
+  struct Case {
+    int64_t m, n, k;
+  };
+  std::vector<cpu::Isa> isas = {cpu::Isa::kScalar};
+  if (cpu::GetCpuFeatures().avx512_bf16) isas.push_back(cpu::Isa::kAvx512);
+  for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{3, 17, 31}, Case{1, 1536, 576}, Case{5, 6, 33},
+                 Case{8, 577, 1536}, Case{16, 67, 129}, Case{64, 9, 64}}) {
+    auto xf = Random(c.m * c.k, 1, 1.f), wf = Random(c.n * c.k, 2, 1.f);
+    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+    cpu::RoundToBF16(xf, xb);
+    cpu::RoundToBF16(wf, wb);
+    for (size_t i = 0; i < xf.size(); ++i) xf[i] = BF16ToFloat(xb[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wf[i] = BF16ToFloat(wb[i]);
+    std::vector<float> want(c.m * c.n), got(c.m * c.n);
+    ref::MatMul(xf, wf, {}, c.m, c.n, c.k, want);
+    const std::string shape =
+        " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k);
+    for (cpu::Isa isa : isas) {
+      std::fill(got.begin(), got.end(), -1.f);
+      cpu::MatMulBF16Dot(xb, wb, c.m, c.n, c.k, got, c.n > 100 ? &pool : nullptr, isa);
+      ExpectClose(got, want, kMatMulBF16, "dot " + cpu::IsaName(isa) + shape);
+    }
+    std::fill(got.begin(), got.end(), -1.f);
+    Status st = cpu::OnednnMatMulBF16(xb, wb, {}, c.m, c.n, c.k, got, &pool);
+    if (st.code() == StatusCode::kUnimplemented) continue;  // oneDNN 2.6 on AVX2
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(got, want, kMatMulBF16, "oneDNN" + shape);
+  }
+  std::vector<float> out(4);
+  std::vector<uint16_t> two(2);
+  EXPECT_DEATH(cpu::MatMulBF16Dot(two, two, 2, 2, 2, out, nullptr, cpu::Isa::kScalar), "sizes");
+  EXPECT_FALSE(cpu::OnednnMatMulBF16(two, two, {}, 2, 2, 2, out).ok());
 }
 
 }  // namespace
