@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "engine/llama_model.h"
+#include "kernels/cpu/bf16_dot.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/vec_ops.h"
@@ -153,6 +154,11 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
   ThreadPool pool(threads - 1);  // the caller works too, as in the engine
   ThreadPool* p = threads > 1 ? &pool : nullptr;
   nlohmann::json rows = nlohmann::json::array();
+  // "bf16" is what the engine runs for bf16 weights on this CPU (kernels/cpu/bf16_dot.h).
+  const bool bf16_dot = kernels::cpu::HasBF16Dot();
+  std::fprintf(stderr, "bf16: %s\n",
+               bf16_dot ? "bf16 activations (AVX512-BF16 dot product, oneDNN bf16 beyond 16 rows)"
+                        : "f32 activations (bf16 weights widened in registers)");
   std::fprintf(stderr, "%-10s %4s %6s %6s  GOP/s: %8s %8s %8s %8s %8s %8s %10s %10s\n", "shape",
                "M", "N", "K", "f32", "bf16", "w8a8", "w4a8", "q4_1", "q8_0", "onednn_s8",
                "onednn_bf16");
@@ -185,7 +191,7 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
         LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, wc, {}, m, s.n, s.k, out, p));
       });
       add("bf16", wbf16, wbf16.size() * 2, [&](const std::vector<uint16_t>& wc) {
-        kernels::cpu::MatMulBF16(x, wc, m, s.n, s.k, out, p);
+        kernels::cpu::MatMulBF16Weights(x, wc, {}, m, s.n, s.k, out, p, bf16_dot);
       });
       kernels::Int8Activations xq;
       add("w8a8", w8, w8.u.size() + 4 * w8.channel_scale.size(),
@@ -238,6 +244,7 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
   }
   return nlohmann::json{{"isa", kernels::cpu::QuantIsaName(kernels::cpu::BestQuantIsa())},
                         {"threads", threads},
+                        {"bf16_activations", bf16_dot},
                         {"dram_read_gb_per_s", dram_bytes_per_s / 1e9},
                         {"rows", rows}};
 }

@@ -14,22 +14,6 @@
 #include "kernels/reference/paged_attention.h"
 
 namespace laminar::engine {
-namespace {
-
-// Up to this many rows the bf16 kernel reads the weights directly (decode); beyond, they are
-// widened to f32 once per call for oneDNN (prefill). Measured: the direct kernel stops gaining
-// over the widened GEMM between 8 and 32 rows on AVX2.
-constexpr int64_t kBF16DirectMaxRows = 16;
-
-// out[i, j] += bias[j] for every row i of out [M, N]; nothing when bias is empty.
-void AddBias(std::span<const float> bias, int64_t m, int64_t n, std::span<float> out) {
-  if (bias.empty()) return;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
-  }
-}
-
-}  // namespace
 
 // Activation buffers of one Forward call, sized once and reused by every layer.
 struct Workspace {
@@ -342,30 +326,7 @@ void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<con
     kernels::cpu::MatMulGguf(xq, *w.gguf, bias, out, pool_.get());
     return;
   }
-  if (bf16_dot_) {
-    // bf16 activations too: the CPU's bf16 dot product at decode shapes, oneDNN's bf16 matmul
-    // (AVX512-BF16 or AMX) at prefill shapes; the same rounded operands either way.
-    thread_local std::vector<uint16_t> xb;
-    xb.resize(x.size());
-    kernels::cpu::RoundToBF16(x, xb);
-    if (m > kBF16DirectMaxRows) {
-      LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulBF16(xb, w.bf16, bias, m, n, k, out, pool_.get()));
-      return;
-    }
-    kernels::cpu::MatMulBF16Dot(xb, w.bf16, m, n, k, out, pool_.get());
-    AddBias(bias, m, n, out);
-    return;
-  }
-  if (m > kBF16DirectMaxRows) {
-    // Prefill: widen the weights once and let oneDNN's f32 GEMM reuse them across the M rows.
-    thread_local std::vector<float> widened;
-    widened.resize(w.bf16.size());
-    for (size_t i = 0; i < w.bf16.size(); ++i) widened[i] = BF16ToFloat(w.bf16[i]);
-    LAMINAR_CHECK_OK(kernels::cpu::MatMul(x, widened, bias, m, n, k, out, pool_.get()));
-    return;
-  }
-  kernels::cpu::MatMulBF16(x, w.bf16, m, n, k, out, pool_.get());
-  AddBias(bias, m, n, out);
+  kernels::cpu::MatMulBF16Weights(x, w.bf16, bias, m, n, k, out, pool_.get(), bf16_dot_);
 }
 
 void LlamaModel::Norm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,

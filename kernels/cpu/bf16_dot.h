@@ -32,4 +32,20 @@ void MatMulBF16Dot(std::span<const uint16_t> x, std::span<const uint16_t> w, int
                    int64_t k, std::span<float> out, ThreadPool* pool = nullptr,
                    Isa isa = HasBF16Dot() ? Isa::kAvx512 : Isa::kScalar);
 
+// Up to this many rows MatMulBF16Weights reads the bf16 weights directly (decode); beyond, a GEMM
+// library multiplies (prefill). Measured: on AVX2 the direct kernel stops gaining over the
+// widened f32 GEMM between 8 and 32 rows; with AVX512-BF16, oneDNN's bf16 matmul wins from ~16.
+inline constexpr int64_t kBF16DirectMaxRows = 16;
+
+// out[M, N] = x[M, K] · w[N, K]^T (+ bias [N] or empty) with bf16 weights, x and out f32, as the
+// engine runs bf16 weights (engine::WeightFormat::kBF16):
+//   bf16_activations (pass HasBF16Dot()): x rounded to bf16; MatMulBF16Dot up to
+//     kBF16DirectMaxRows rows, else OnednnMatMulBF16 (kernels/cpu/matmul.h).
+//   otherwise: x stays f32; MatMulBF16 (kernels/cpu/vec_ops.h) up to kBF16DirectMaxRows rows, else
+//     the weights widened to f32 once per call for oneDNN's f32 GEMM.
+// Sizes are CHECKed; oneDNN failures CHECK-fail with its message.
+void MatMulBF16Weights(std::span<const float> x, std::span<const uint16_t> w,
+                       std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                       std::span<float> out, ThreadPool* pool, bool bf16_activations);
+
 }  // namespace laminar::kernels::cpu

@@ -106,6 +106,32 @@ void Columns(const uint16_t* x, const uint16_t* w, int64_t m, int64_t k, int64_t
 
 }  // namespace
 
+void RoundToBF16(const float* x, int64_t n, uint16_t* out) {
+  // GCC vector extensions (GCC 12's shift and narrowing intrinsics trip -Wmaybe-uninitialized).
+  typedef uint32_t V16U __attribute__((vector_size(64)));
+  typedef uint16_t V16H __attribute__((vector_size(32)));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    V16U bits;
+    __builtin_memcpy(&bits, x + i, sizeof(bits));
+    // core/dtype.h FloatToBF16: round to nearest even, NaN stays NaN (quiet).
+    const V16U rounded = (bits + (0x7fffu + ((bits >> 16) & 1u))) >> 16;
+    const V16U nan = (bits & 0x7fffffffu) > 0x7f800000u;  // all ones where NaN
+    const V16U chosen = (nan & ((bits >> 16) | 0x40u)) | (~nan & rounded);
+    const V16H narrow = __builtin_convertvector(chosen, V16H);
+    __builtin_memcpy(out + i, &narrow, sizeof(narrow));
+  }
+  for (; i < n; ++i) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, x + i, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((bits >> 16) | 0x40u);
+    } else {
+      out[i] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+  }
+}
+
 void MatMulBF16DotCols(const uint16_t* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total,
                        int64_t n_begin, int64_t n_end, float* out) {
   int64_t n = n_begin;

@@ -93,6 +93,31 @@ Status MatMul(std::span<const float> x, std::span<const float> w, std::span<cons
   return MatMulOf(x, w, bias, m, n, k, out, pool);
 }
 
+Status OnednnMatMulS8(const int8_t* x, int64_t ldx, const int8_t* w, int64_t m, int64_t n,
+                      int64_t k, int32_t* out) {
+  using dt = dnnl::memory::data_type;
+  omp_set_num_threads(1);
+  try {
+    auto& engine = CpuEngine();
+    dnnl::memory::desc src_md({m, k}, dt::s8, dnnl::memory::dims{ldx, 1});
+    dnnl::memory::desc wei_md({k, n}, dt::s8, dnnl::memory::dims{1, k});
+    dnnl::memory::desc dst_md({m, n}, dt::s32, dnnl::memory::dims{n, 1});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), engine);
+    dnnl::matmul prim(pd);
+    dnnl::stream stream(engine);
+    prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(src_md, engine, const_cast<int8_t*>(x))},
+                          {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, engine, const_cast<int8_t*>(w))},
+                          {DNNL_ARG_DST, dnnl::memory(dst_md, engine, out)}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) {
+      return UnimplementedError(std::string("oneDNN has no s8 matmul for this CPU: ") + e.what());
+    }
+    return InternalError(std::string("oneDNN s8 matmul failed: ") + e.what());
+  }
+  return OkStatus();
+}
+
 Status OnednnMatMulBF16(std::span<const uint16_t> x, std::span<const uint16_t> w,
                         std::span<const float> bias, int64_t m, int64_t n, int64_t k,
                         std::span<float> out, ThreadPool* pool) {

@@ -30,4 +30,12 @@ Status OnednnMatMulBF16(std::span<const uint16_t> x, std::span<const uint16_t> w
                         std::span<const float> bias, int64_t m, int64_t n, int64_t k,
                         std::span<float> out, ThreadPool* pool = nullptr);
 
+// One single-threaded oneDNN int8 matmul with exact int32 sums: out[i, j] = Σ_k x[i, k] · w[j, k]
+// for x [M, K] s8 (rows ldx apart), w [N, K] s8 row-major, out [M, N] s32 row-major. The quantized
+// kernels (kernels/cpu/quant_gemm.h) use it for many rows on CPUs whose int8 instructions cannot
+// saturate (AVX512-VNNI, AMX). Errors: Unimplemented when oneDNN has no such matmul for this CPU,
+// Internal for other oneDNN failures.
+Status OnednnMatMulS8(const int8_t* x, int64_t ldx, const int8_t* w, int64_t m, int64_t n,
+                      int64_t k, int32_t* out);
+
 }  // namespace laminar::kernels::cpu

@@ -2,11 +2,13 @@
 #include "kernels/cpu/quant_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_gemm_isa.h"
 
 namespace laminar::kernels::cpu {
@@ -67,6 +69,32 @@ void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uin
       }
     }
     TileRows(a, t, scratch);
+  }
+}
+
+void TilesToS8(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, int8_t* dst) {
+  const int64_t chunks = a.k_padded / kQuantChunk;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    int8_t* rows = dst + (t - tile_begin) * kQuantTileN * a.k_padded;
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t j = 0; j < kQuantTileN; ++j) {
+        int8_t* out = rows + j * a.k_padded + c * kQuantChunk;
+        if (a.w_q4 == nullptr) {
+          const uint8_t* u =
+              a.w_u8 + t * a.k_padded * kQuantTileN + (c * kQuantTileN + j) * kQuantChunk;
+          for (int e = 0; e < kQuantChunk; ++e) out[e] = static_cast<int8_t>(int{u[e]} - 128);
+          continue;
+        }
+        const int64_t p = (t * a.num_groups + c * kQuantChunk / a.group) * kQuantTileN + j;
+        const uint8_t* src = a.w_q4 + ((t * chunks + c) * kQuantTileN + j) * (kQuantChunk / 2);
+        for (int e = 0; e < 16; ++e) {
+          out[e] =
+              static_cast<int8_t>((src[e] & 0x0F) * a.group_scale[p] + a.group_offset[p] - 128);
+          out[e + 16] =
+              static_cast<int8_t>((src[e] >> 4) * a.group_scale[p] + a.group_offset[p] - 128);
+        }
+      }
+    }
   }
 }
 
@@ -151,6 +179,70 @@ int64_t MinTiles(int64_t m, int64_t k_padded) {
   return std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, m * k_padded));
 }
 
+// From this many activation rows on, a CPU with AVX512-VNNI runs w8a8/w4a8 through oneDNN's int8
+// matmul (AMX where present) on W unpacked to plain s8 once per call; both are exact in int32, so
+// the result is the same bit for bit. AVX2's vpmaddubsw would saturate there, so AVX2 never does.
+constexpr int64_t kOnednnMinRows = 17;
+
+using TilesToS8Fn = void (*)(const QuantTileArgs&, int64_t, int64_t, int8_t*);
+
+TilesToS8Fn TilesToS8Of(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return scalar::TilesToS8;
+    case QuantIsa::kAvx2:
+      return avx2::TilesToS8;
+    case QuantIsa::kAvx512Vnni:
+      return avx512vnni::TilesToS8;
+  }
+  return scalar::TilesToS8;
+}
+
+// The oneDNN path for a.m >= kOnednnMinRows on VNNI CPUs: parts of the tiles, each unpacked to s8
+// and multiplied by one single-threaded oneDNN call, then the reference epilogue. False (nothing
+// written that matters) when oneDNN has no int8 matmul here; the caller runs our kernels.
+bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* pool, QuantIsa isa) {
+  static std::atomic<bool> unavailable{false};
+  if (isa != QuantIsa::kAvx512Vnni || a.m < kOnednnMinRows || unavailable.load()) return false;
+  const int64_t parts =
+      pool == nullptr ? 1 : std::min<int64_t>(pool->num_threads() + 1, (num_tiles + 15) / 16);
+  const int64_t per = (num_tiles + parts - 1) / parts;
+  std::atomic<bool> failed{false};
+  auto run = [&](int64_t pb, int64_t pe) {
+    thread_local std::vector<int8_t> w;
+    thread_local std::vector<int32_t> sums;
+    for (int64_t part = pb; part < pe; ++part) {
+      const int64_t t0 = part * per, t1 = std::min(num_tiles, t0 + per);
+      if (t0 >= t1) continue;
+      const int64_t col0 = t0 * kQuantTileN, nc = std::min(a.n, t1 * kQuantTileN) - col0;
+      w.resize(static_cast<size_t>((t1 - t0) * kQuantTileN * a.k_padded));
+      sums.resize(static_cast<size_t>(a.m * nc));
+      TilesToS8Of(isa)(a, t0, t1, w.data());
+      Status st = OnednnMatMulS8(a.xq, a.k_padded, w.data(), a.m, nc, a.k_padded, sums.data());
+      if (!st.ok()) {
+        LAMINAR_CHECK(st.code() == StatusCode::kUnimplemented) << st.ToString();
+        failed = true;
+        return;
+      }
+      for (int64_t i = 0; i < a.m; ++i) {
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t col = col0 + j;
+          float v = static_cast<float>(sums[i * nc + j]) * (a.x_scale[i] * a.channel_scale[col]);
+          if (a.bias != nullptr) v = v + a.bias[col];
+          a.out[i * a.n + col] = v;
+        }
+      }
+    }
+  };
+  if (parts <= 1) {
+    run(0, parts);
+  } else {
+    pool->ParallelFor(parts, 1, run);
+  }
+  if (failed) unavailable = true;
+  return !failed;
+}
+
 }  // namespace
 
 QuantIsa BestQuantIsa() {
@@ -186,6 +278,7 @@ void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const 
   LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
   QuantTileArgs a = TileArgs(x, w.n, w.k, w.k_padded, w.channel_scale, bias, out);
   a.w_u8 = w.u.data();
+  if (MatMulInt8Onednn(a, w.num_tiles(), pool, isa)) return;
   auto run = [&](int64_t b, int64_t e) {
     switch (isa) {
       case QuantIsa::kScalar:
@@ -208,6 +301,7 @@ void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const 
   a.group_offset = w.group_offset.data();
   a.group = w.group;
   a.num_groups = w.num_groups();
+  if (MatMulInt8Onednn(a, w.num_tiles(), pool, isa)) return;
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<uint8_t> scratch;
     scratch.resize(static_cast<size_t>(w.k_padded * kQuantTileN));

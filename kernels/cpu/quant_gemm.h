@@ -13,6 +13,11 @@
 // of all M rows then run on them, so dequantization is paid once per weight. At 1-2 rows (GEMV,
 // memory-bound) the 4-bit values go into vpmaddubsw directly and each group's sum is scaled by s2
 // and corrected by its offset once: the same integers with half the instructions.
+//
+// From 17 rows on, an AVX512-VNNI CPU unpacks W to plain s8 once per call (w4a8: dequantized in
+// registers, LiquidGEMM's dequantize-then-MMA) and multiplies with oneDNN's int8 matmul (AMX-INT8
+// where present): exact int32 sums as well, so the result is the same bit for bit. AVX2 keeps our
+// kernels (its vpmaddubsw would saturate on unsigned-by-signed bytes).
 #pragma once
 
 #include <span>

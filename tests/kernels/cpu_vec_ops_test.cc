@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -108,6 +109,23 @@ TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
       ExpectClose(got, want, kMatMulBF16,
                   cpu::IsaName(isa) + " M=" + std::to_string(c.m) + " N=" + std::to_string(c.n));
     }
+  }
+}
+
+// The vectorized rounding equals core/dtype.h FloatToBF16 on every kind of value: ties to even,
+// carries into the exponent, overflow to infinity, denormals, signed zeros, NaNs (kept quiet).
+TEST(CpuRoundToBF16Test, EqualsTheScalarRounding) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                                0xff800000u, 0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu};
+  std::mt19937 rng(3);
+  for (int i = 0; i < 100000; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> x(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&x[i], &bits[i], 4);
+  std::vector<uint16_t> got(x.size());
+  cpu::RoundToBF16(x, got);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i], FloatToBF16(x[i])) << "bits 0x" << std::hex << bits[i];
   }
 }
 
