@@ -184,6 +184,21 @@ int64_t MinTiles(int64_t m, int64_t k_padded) {
 // the result is the same bit for bit. AVX2's vpmaddubsw would saturate there, so AVX2 never does.
 constexpr int64_t kOnednnMinRows = 17;
 
+// out[j] = float(sums[j]) · (x_scale · channel_scale[j]) (+ bias[j]): StoreTile's epilogue, in the
+// same order of operations, over one output row (vectorized: nothing aliases).
+void EpilogueRow(const int32_t* __restrict sums, float x_scale,
+                 const float* __restrict channel_scale, const float* __restrict bias, int64_t n,
+                 float* __restrict out) {
+  if (bias == nullptr) {
+    for (int64_t j = 0; j < n; ++j)
+      out[j] = static_cast<float>(sums[j]) * (x_scale * channel_scale[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      out[j] = static_cast<float>(sums[j]) * (x_scale * channel_scale[j]) + bias[j];
+    }
+  }
+}
+
 using TilesToS8Fn = void (*)(const QuantTileArgs&, int64_t, int64_t, int8_t*);
 
 TilesToS8Fn TilesToS8Of(QuantIsa isa) {
@@ -225,12 +240,8 @@ bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* poo
         return;
       }
       for (int64_t i = 0; i < a.m; ++i) {
-        for (int64_t j = 0; j < nc; ++j) {
-          const int64_t col = col0 + j;
-          float v = static_cast<float>(sums[i * nc + j]) * (a.x_scale[i] * a.channel_scale[col]);
-          if (a.bias != nullptr) v = v + a.bias[col];
-          a.out[i * a.n + col] = v;
-        }
+        EpilogueRow(sums.data() + i * nc, a.x_scale[i], a.channel_scale + col0,
+                    a.bias == nullptr ? nullptr : a.bias + col0, nc, a.out + i * a.n + col0);
       }
     }
   };

@@ -20,9 +20,15 @@ int64_t TiledChunkOffset(int64_t row, int64_t col, int64_t k_padded, int64_t byt
   return ((tile * NumChunks(k_padded) + c) * kQuantTileN + j) * bytes_per_chunk;
 }
 
+// The row loops below run on every quantized matmul call (activations), so GCC builds them for
+// AVX-512, AVX2 and the baseline and picks one at load time (ifunc). The arithmetic is the same
+// IEEE f32 operations in every build (this file is compiled with -ffp-contract=off), so every build
+// gives the same bits.
+#define LAMINAR_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 // max |x|, or NaN when some x is not finite (std::max alone would skip a NaN). Written so the
 // compiler vectorizes it: activations are quantized on every matmul call.
-float MaxAbs(const float* x, int64_t n) {
+LAMINAR_ROW_CLONES float MaxAbs(const float* x, int64_t n) {
   float amax = 0;
   int bad = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -37,6 +43,12 @@ float MaxAbs(const float* x, int64_t n) {
 // subtracting 1.5 · 2^23 leaves v rounded to an integer. Inlined and vectorized, unlike the libm
 // call.
 inline float RoundHalfEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
+LAMINAR_ROW_CLONES int32_t SumQ(const int8_t* q, int64_t k) {
+  int32_t s = 0;
+  for (int64_t p = 0; p < k; ++p) s += q[p];
+  return s;
+}
 
 Status CheckWeights(std::span<const float> w, int64_t n, int64_t k, const char* format) {
   if (n < 1 || k < 1 || static_cast<int64_t>(w.size()) != n * k) {
@@ -55,7 +67,7 @@ Status CheckWeights(std::span<const float> w, int64_t n, int64_t k, const char* 
 }
 
 // Symmetric per-row quantization to [-qmax, qmax]: returns the scale (0 for an all-zero row).
-float QuantizeRowSymmetric(const float* w, int64_t k, int qmax, int8_t* q) {
+LAMINAR_ROW_CLONES float QuantizeRowSymmetric(const float* w, int64_t k, int qmax, int8_t* q) {
   const float amax = MaxAbs(w, k);
   if (amax == 0) {
     std::fill(q, q + k, int8_t{0});
@@ -106,9 +118,7 @@ void QuantizeActivationsPerToken(std::span<const float> x, int64_t m, int64_t k,
       continue;
     }
     out->scale[i] = QuantizeRowSymmetric(row, k, 127, q);
-    int32_t s = 0;
-    for (int64_t p = 0; p < k; ++p) s += q[p];
-    out->sum[i] = s;
+    out->sum[i] = SumQ(q, k);
   }
 }
 
