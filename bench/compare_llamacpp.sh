@@ -16,7 +16,15 @@ LAMINAR="${LAMINAR_BIN:-build/cli/laminar}"
 [ -x "$LAMINAR" ] || { echo "laminar missing: run scripts/test.sh (or build) first" >&2; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-"$PEER" -m "$MODEL" -t "$THREADS" -p 512 -n 64 -r 3 -o json > "$tmp/peer.json"
+# ggml's AMX path (used for Q4_x/Q8_0 on AMX CPUs through weight repacking) crashed in
+# ggml_backend_amx_mul_mat on the Sapphire Rapids dev VM (llama-cpp-python 0.3.36); then the peer
+# runs again without repacking, and the JSON says so.
+PEER_REPACK=1
+if ! "$PEER" -m "$MODEL" -t "$THREADS" -p 512 -n 64 -r 3 -o json > "$tmp/peer.json" 2> "$tmp/peer.err"; then
+  echo "llama-bench failed on $MODEL ($(tail -1 "$tmp/peer.err")); running it with --repack 0" >&2
+  PEER_REPACK=0
+  "$PEER" -m "$MODEL" -t "$THREADS" -p 512 -n 64 -r 3 --repack 0 -o json > "$tmp/peer.json"
+fi
 MODEL_BF16="$(dirname "$MODEL")/$(basename "$MODEL" | sed -E 's/\.[^.]+\.gguf$//').BF16.gguf"
 if [ -f "$MODEL_BF16" ] && [ "$MODEL_BF16" != "$MODEL" ]; then
   "$PEER" -m "$MODEL_BF16" -t "$THREADS" -p 512 -n 64 -r 3 -o json > "$tmp/peer_bf16.json"
@@ -25,9 +33,9 @@ for w in f32 bf16 w8a8 w4a8 gguf; do
   "$LAMINAR" bench decode --model "$MODEL" --weights "$w" --batch 1 --steps 32 > "$tmp/decode_$w.json" 2>/dev/null
   "$LAMINAR" bench prefill --model "$MODEL" --weights "$w" --prompt-tokens 512 --repeats 2 > "$tmp/prefill_$w.json" 2>/dev/null
 done
-python3 - "$tmp" "$MODEL" <<'PY'
+python3 - "$tmp" "$MODEL" "$PEER_REPACK" <<'PY'
 import json, os, sys
-tmp, model = sys.argv[1], sys.argv[2]
+tmp, model, repack = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 def peer_rates(name):
     path = os.path.join(tmp, name)
     if not os.path.exists(path):
@@ -37,7 +45,8 @@ def peer_rates(name):
             next(r["avg_ts"] for r in rows if r["n_gen"] > 0))
 peer_pp, peer_tg = peer_rates("peer.json")
 bf16_peer = peer_rates("peer_bf16.json")
-out = {"model": model, "llama_cpp": {"prefill_512_tok_s": peer_pp, "decode_tok_s": peer_tg},
+out = {"model": model, "llama_cpp": {"prefill_512_tok_s": peer_pp, "decode_tok_s": peer_tg,
+                                     "repack": repack},
        "laminar": {}}
 if bf16_peer:
     out["llama_cpp_bf16"] = {"prefill_512_tok_s": bf16_peer[0], "decode_tok_s": bf16_peer[1]}
