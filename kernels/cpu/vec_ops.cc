@@ -10,20 +10,20 @@
 
 namespace laminar::kernels::cpu {
 
-#define LAMINAR_DECLARE_VEC_OPS(ns)                                                             \
-  namespace ns {                                                                                \
-  float SumSquares(const float* x, int64_t n);                                                  \
-  void ScaleMul(const float* x, const float* w, float scale, int64_t n, float* out);            \
-  void SwiGlu(const float* gate, const float* up, int64_t n, float* out);                       \
-  float RowMax(const float* x, int64_t n);                                                      \
-  float SumExpShifted(const float* x, int64_t n, float shift);                                  \
-  void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out);       \
-  void MatMulBF16Rows(const float* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total, \
-                      int64_t n_begin, int64_t n_end, float* out);                              \
-  void DotRows(const float* q, const float* rows, int64_t stride, int64_t n, int64_t d,         \
-               float scale, float* out);                                                        \
-  void AxpyRows(const float* p, const float* rows, int64_t stride, int64_t n, int64_t d,        \
-                float* o);                                                                      \
+#define LAMINAR_DECLARE_VEC_OPS(ns)                                                                \
+  namespace ns {                                                                                   \
+  float SumSquares(const float* x, int64_t n);                                                     \
+  void ScaleMul(const float* x, const float* w, float scale, int64_t n, float* out);               \
+  void SwiGlu(const float* gate, const float* up, int64_t n, float* out);                          \
+  float RowMax(const float* x, int64_t n);                                                         \
+  float SumExpShifted(const float* x, int64_t n, float shift);                                     \
+  void ExpShiftedScaled(const float* x, int64_t n, float shift, float scale, float* out);          \
+  void MatMulBF16Rows(const float* x, const uint16_t* w, int64_t m, int64_t k, int64_t n_total,    \
+                      int64_t n_begin, int64_t n_end, float* out);                                 \
+  void DotRows(const float* q, int64_t g, const float* rows, int64_t stride, int64_t n, int64_t d, \
+               float scale, float* out, int64_t out_stride);                                       \
+  void AxpyRows(const float* p, int64_t g, int64_t p_stride, const float* rows, int64_t stride,    \
+                int64_t n, int64_t d, float* o);                                                   \
   }
 LAMINAR_DECLARE_VEC_OPS(scalar)
 LAMINAR_DECLARE_VEC_OPS(avx2)
@@ -41,10 +41,14 @@ struct VecOps {
   void (*exp_shifted_scaled)(const float*, int64_t, float, float, float*);
   void (*matmul_bf16_rows)(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t,
                            int64_t, float*);
-  // out[j] = scale · (q · rows[j·stride .. + d)), j < n
-  void (*dot_rows)(const float*, const float*, int64_t, int64_t, int64_t, float, float*);
-  // o[0, d) += Σ_j p[j] · rows[j·stride .. + d), j < n, in order of j
-  void (*axpy_rows)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+  // For each of g queries q_h = q + h·d: out[h·out_stride + j] = scale · (q_h · rows[j·stride ..
+  // + d)), j < n; each (query, row) sum the same whatever g is.
+  void (*dot_rows)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float, float*,
+                   int64_t);
+  // For each of g heads: o[h·d + (0, d)] += Σ_j p[h·p_stride + j] · rows[j·stride .. + d), j < n,
+  // in order of j (the same sums whatever g is).
+  void (*axpy_rows)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
+                    float*);
 };
 
 #define LAMINAR_VEC_TABLE(ns)                                                                      \
@@ -134,30 +138,41 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
   }
   const VecOps& ops = Ops(isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // A job is one token's group of query heads that share a KV head (grouped-query attention): each
+  // K and V row is loaded once for the group. With few tokens (decode of one sequence) a job is one
+  // head, so both threads get work; each head's sums are the same either way.
+  const int64_t group = h / hkv;
+  const int64_t per_job = t * hkv >= 8 ? group : 1;
+  const int64_t jobs = t * h / per_job;
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(max_visible));
+    std::vector<float> scores(static_cast<size_t>(per_job * max_visible));
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t i = job / h, head = job % h, kvh = head / (h / hkv);
+      const int64_t i = job * per_job / h, head = job * per_job % h, kvh = head / group;
       const int64_t n_visible = num_visible(i);
       const float* qv = &q[(i * h + head) * d];
       segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
-        ops.dot_rows(qv, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale, &scores[p0]);
+        ops.dot_rows(qv, per_job, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale,
+                     &scores[p0], max_visible);
       });
-      float mx = ops.row_max(scores.data(), n_visible);
-      float sum = ops.sum_exp_shifted(scores.data(), n_visible, mx);
-      ops.exp_shifted_scaled(scores.data(), n_visible, mx, 1.0f / sum, scores.data());
+      for (int64_t g = 0; g < per_job; ++g) {
+        float* sg = scores.data() + g * max_visible;
+        float mx = ops.row_max(sg, n_visible);
+        float sum = ops.sum_exp_shifted(sg, n_visible, mx);
+        ops.exp_shifted_scaled(sg, n_visible, mx, 1.0f / sum, sg);
+      }
       float* o = &out[(i * h + head) * d];
-      std::fill(o, o + d, 0.0f);
+      std::fill(o, o + per_job * d, 0.0f);
       segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
-        ops.axpy_rows(&scores[p0], &v_rows[(row0 * hkv + kvh) * d], row_floats, n, d, o);
+        ops.axpy_rows(&scores[p0], per_job, max_visible, &v_rows[(row0 * hkv + kvh) * d],
+                      row_floats, n, d, o);
       });
     }
   };
   // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
   if (pool == nullptr || t * h * max_visible * d < (int64_t{1} << 16)) {
-    run(0, t * h);
+    run(0, jobs);
   } else {
-    pool->ParallelFor(t * h, 4, run);
+    pool->ParallelFor(jobs, std::max<int64_t>(1, 4 / per_job), run);
   }
 }
 

@@ -179,8 +179,9 @@ TEST(CpuAttentionTest, EqualsReference) {
     int64_t t, h, hkv, d, s;
   };
   for (cpu::Isa isa : AvailableIsas()) {
+    // t · hkv >= 8 runs each token's group of heads as one job (g = 3, 7 and 3 with d = 72 here).
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{3, 4, 2, 7, 5}, Case{5, 9, 3, 64, 37},
-                   Case{1, 9, 3, 64, 300}}) {
+                   Case{1, 9, 3, 64, 300}, Case{8, 14, 2, 64, 40}, Case{8, 6, 2, 72, 21}}) {
       auto q = Random(c.t * c.h * c.d, 1, 1.f), k = Random(c.s * c.hkv * c.d, 2, 1.f),
            v = Random(c.s * c.hkv * c.d, 3, 1.f);
       std::vector<int32_t> pos(c.t);
@@ -190,6 +191,15 @@ TEST(CpuAttentionTest, EqualsReference) {
       cpu::CausalAttention(q, k, v, pos, c.t, c.h, c.hkv, c.d, c.s, got,
                            c.s > 100 ? &pool : nullptr, isa);
       ExpectClose(got, want, kAttentionF32, cpu::IsaName(isa) + " S=" + std::to_string(c.s));
+      // A token alone (one head per job) gives the same bits as in the batch (grouped jobs).
+      for (int64_t i = 0; i < c.t && c.t > 1; ++i) {
+        std::vector<float> qi(q.begin() + i * c.h * c.d, q.begin() + (i + 1) * c.h * c.d);
+        std::vector<float> alone(qi.size());
+        cpu::CausalAttention(qi, k, v, {&pos[i], 1}, 1, c.h, c.hkv, c.d, c.s, alone, nullptr, isa);
+        for (size_t e = 0; e < alone.size(); ++e) {
+          ASSERT_EQ(alone[e], got[i * c.h * c.d + e]) << cpu::IsaName(isa) << " token " << i;
+        }
+      }
     }
   }
 }
