@@ -107,6 +107,9 @@ class LlamaModel {
   StatusOr<std::unique_ptr<LlamaModel>> LayerSubset(std::span<const int64_t> layers) const;
 
   const model::ModelConfig& config() const { return config_; }
+  // The workers Forward uses (null on one hardware thread); callers may run their own
+  // ParallelFor on it between or beside Forward calls (it is thread-safe).
+  ThreadPool* pool() const { return pool_.get(); }
   WeightFormat weight_format() const { return format_; }
   // Bytes of projection weights one decode step reads (all layers and the head, in their format).
   int64_t projection_bytes() const { return projection_bytes_; }

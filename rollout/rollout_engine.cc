@@ -167,13 +167,6 @@ FinishedSample RolloutEngine::Finish(RequestId id, FinishReason reason) {
   return out;
 }
 
-StatusOr<bool> RolloutEngine::SampleToken(RequestId id, std::span<const float> logits,
-                                          std::vector<FinishedSample>* finished) {
-  auto it = samples_.find(id);
-  LAMINAR_CHECK(it != samples_.end()) << "the plan samples unknown sequence " << id;
-  return Append(id, it->second.sampler.Sample(logits), finished);
-}
-
 StatusOr<bool> RolloutEngine::Append(RequestId id, engine::SampledToken token,
                                      std::vector<FinishedSample>* finished) {
   Sample& s = samples_.at(id);
@@ -381,8 +374,31 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   if (drafter_ != nullptr && decodes_only) {
     costs_.Record(plan.num_batched_tokens, forward_s);
   }
+  // Plain next-token draws are independent per sample (each has its own sampler and RNG), so they
+  // run over the model's pool first; appending, which may finish samples, stays in plan order.
+  std::vector<std::pair<RequestId, const float*>> draws;
+  for (int64_t row = 0; const ScheduledSeq& seq : plan.seqs) {
+    const float* first = logits.data() + row * v;
+    row += 1 + seq.num_draft_tokens;
+    if (!seq.samples || seq.num_draft_tokens > 0) continue;
+    draws.emplace_back(seq.id, first);
+    for (RequestId id : seq.forked) draws.emplace_back(id, first);
+  }
+  std::vector<engine::SampledToken> drawn(draws.size());
+  auto draw = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      drawn[i] =
+          samples_.at(draws[i].first).sampler.Sample({draws[i].second, static_cast<size_t>(v)});
+    }
+  };
+  if (ThreadPool* pool = model_->pool(); pool != nullptr && draws.size() > 1) {
+    pool->ParallelFor(std::ssize(draws), 1, draw);
+  } else {
+    draw(0, std::ssize(draws));
+  }
   std::vector<RequestId> sampled;
   std::vector<int64_t> appended;
+  size_t next_draw = 0;
   int64_t row = 0;
   for (const ScheduledSeq& seq : plan.seqs) {
     const int64_t rows = 1 + seq.num_draft_tokens;
@@ -404,8 +420,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     std::vector<RequestId> ids = {seq.id};
     ids.insert(ids.end(), seq.forked.begin(), seq.forked.end());
     for (RequestId id : ids) {
-      LAMINAR_ASSIGN_OR_RETURN(bool done,
-                               SampleToken(id, first.first(static_cast<size_t>(v)), &finished));
+      LAMINAR_CHECK(draws[next_draw].first == id);
+      LAMINAR_ASSIGN_OR_RETURN(bool done, Append(id, std::move(drawn[next_draw++]), &finished));
       if (!done) {
         sampled.push_back(id);
         appended.push_back(1);

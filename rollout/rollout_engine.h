@@ -193,10 +193,6 @@ class RolloutEngine {
   Status CheckIds(std::span<const int32_t> ids, const std::string& what) const;
   // InvalidArgument unless num_prompt + max_tokens - 1 positions fit the model's context.
   Status CheckContext(int64_t num_prompt, int64_t max_tokens) const;
-  // Samples one token for `id` from `logits` [V]; true when the sample finished (it is then
-  // finished in the scheduler and moved to `finished`).
-  StatusOr<bool> SampleToken(RequestId id, std::span<const float> logits,
-                             std::vector<FinishedSample>* finished);
   FinishedSample Finish(RequestId id, FinishReason reason);
   // Appends `token` to `id` through its stop rules; true when the sample finished (it is then
   // finished in the scheduler and moved to `finished`).

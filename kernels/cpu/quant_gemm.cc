@@ -72,32 +72,6 @@ void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uin
   }
 }
 
-void TilesToS8(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, int8_t* dst) {
-  const int64_t chunks = a.k_padded / kQuantChunk;
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    int8_t* rows = dst + (t - tile_begin) * kQuantTileN * a.k_padded;
-    for (int64_t c = 0; c < chunks; ++c) {
-      for (int64_t j = 0; j < kQuantTileN; ++j) {
-        int8_t* out = rows + j * a.k_padded + c * kQuantChunk;
-        if (a.w_q4 == nullptr) {
-          const uint8_t* u =
-              a.w_u8 + t * a.k_padded * kQuantTileN + (c * kQuantTileN + j) * kQuantChunk;
-          for (int e = 0; e < kQuantChunk; ++e) out[e] = static_cast<int8_t>(int{u[e]} - 128);
-          continue;
-        }
-        const int64_t p = (t * a.num_groups + c * kQuantChunk / a.group) * kQuantTileN + j;
-        const uint8_t* src = a.w_q4 + ((t * chunks + c) * kQuantTileN + j) * (kQuantChunk / 2);
-        for (int e = 0; e < 16; ++e) {
-          out[e] =
-              static_cast<int8_t>((src[e] & 0x0F) * a.group_scale[p] + a.group_offset[p] - 128);
-          out[e + 16] =
-              static_cast<int8_t>((src[e] >> 4) * a.group_scale[p] + a.group_offset[p] - 128);
-        }
-      }
-    }
-  }
-}
-
 void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end) {
   const int64_t nb = a.k / kQuantChunk, qbytes = a.type == 2 ? 32 : 16;
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -199,20 +173,6 @@ void EpilogueRow(const int32_t* __restrict sums, float x_scale,
   }
 }
 
-using TilesToS8Fn = void (*)(const QuantTileArgs&, int64_t, int64_t, int8_t*);
-
-TilesToS8Fn TilesToS8Of(QuantIsa isa) {
-  switch (isa) {
-    case QuantIsa::kScalar:
-      return scalar::TilesToS8;
-    case QuantIsa::kAvx2:
-      return avx2::TilesToS8;
-    case QuantIsa::kAvx512Vnni:
-      return avx512vnni::TilesToS8;
-  }
-  return scalar::TilesToS8;
-}
-
 // The oneDNN path for a.m >= kOnednnMinRows on VNNI CPUs: parts of the tiles, each unpacked to s8
 // and multiplied by one single-threaded oneDNN call, then the reference epilogue. False (nothing
 // written that matters) when oneDNN has no int8 matmul here; the caller runs our kernels.
@@ -232,7 +192,7 @@ bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* poo
       const int64_t col0 = t0 * kQuantTileN, nc = std::min(a.n, t1 * kQuantTileN) - col0;
       w.resize(static_cast<size_t>((t1 - t0) * kQuantTileN * a.k_padded));
       sums.resize(static_cast<size_t>(a.m * nc));
-      TilesToS8Of(isa)(a, t0, t1, w.data());
+      avx512vnni::TilesToS8(a, t0, t1, w.data());
       Status st = OnednnMatMulS8(a.xq, a.k_padded, w.data(), a.m, nc, a.k_padded, sums.data());
       if (!st.ok()) {
         LAMINAR_CHECK(st.code() == StatusCode::kUnimplemented) << st.ToString();
