@@ -420,7 +420,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     std::vector<RequestId> ids = {seq.id};
     ids.insert(ids.end(), seq.forked.begin(), seq.forked.end());
     for (RequestId id : ids) {
-      LAMINAR_CHECK(draws[next_draw].first == id);
+      LAMINAR_CHECK(next_draw < draws.size() && draws[next_draw].first == id);
       LAMINAR_ASSIGN_OR_RETURN(bool done, Append(id, std::move(drawn[next_draw++]), &finished));
       if (!done) {
         sampled.push_back(id);

@@ -46,7 +46,7 @@ bool HasBF16Dot() { return GetCpuFeatures().avx512_bf16 && BestIsa() == Isa::kAv
 
 void RoundToBF16(std::span<const float> x, std::span<uint16_t> out) {
   LAMINAR_CHECK(x.size() == out.size());
-  if (BestIsa() == Isa::kAvx512) {
+  if (HasBF16Dot()) {  // the AVX-512 file is built for AVX512-BF16 CPUs
     avx512bf16::RoundToBF16(x.data(), static_cast<int64_t>(x.size()), out.data());
     return;
   }

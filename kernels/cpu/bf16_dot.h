@@ -1,9 +1,10 @@
 // Matmul with bf16 activations and bf16 weights, summed in f32: the arithmetic of the CPU's bf16
 // dot-product instruction (AVX512-BF16 vdpbf16ps, Intel SDM vol. 2: each f32 lane adds the
 // products of one pair of bf16 values; products of two bf16 are exact in f32). Decode shapes
-// (M = 1..64) run our kernel; prefill shapes go to oneDNN's bf16 matmul (kernels/cpu/matmul.h
-// OnednnMatMulBF16), which uses the same instructions or AMX. Reference: kernels/reference/ops.h
-// MatMul on the bf16-rounded operands; tolerance kMatMulBF16 (kernels/tolerance.h).
+// (M = 1..kBF16DirectMaxRows) run our kernel; prefill shapes go to oneDNN's bf16 matmul
+// (kernels/cpu/matmul.h OnednnMatMulBF16), which uses the same instructions or AMX. Reference:
+// kernels/reference/ops.h MatMul on the bf16-rounded operands; tolerance kMatMulBF16
+// (kernels/tolerance.h).
 #pragma once
 
 #include <cstdint>
@@ -24,10 +25,10 @@ void RoundToBF16(std::span<const float> x, std::span<uint16_t> out);
 //   x   [M, K] bf16 bit patterns, row-major
 //   w   [N, K] bf16 bit patterns, row-major (a Hugging Face linear weight, [out, in])
 //   out [M, N] f32: Σ_k x[m, k] · w[n, k], the exact bf16 products summed in f32
-// `isa`: kAvx512 runs vdpbf16ps (needs HasBF16Dot(), else CHECK-fails; its denormal inputs and
-// outputs flush to zero, as the instruction defines); kScalar sums the products in order of k (the
-// portable path); kAvx2 has no bf16 dot product and CHECK-fails. Splits N over `pool` when given.
-// Sizes are CHECKed.
+// `isa`: kAvx512 runs vdpbf16ps (needs the AVX512-BF16 CPU feature, else CHECK-fails; its denormal
+// inputs and outputs flush to zero, as the instruction defines); kScalar sums the products in order
+// of k (the portable path); kAvx2 has no bf16 dot product and CHECK-fails. Splits N over `pool`
+// when given. Sizes are CHECKed.
 void MatMulBF16Dot(std::span<const uint16_t> x, std::span<const uint16_t> w, int64_t m, int64_t n,
                    int64_t k, std::span<float> out, ThreadPool* pool = nullptr,
                    Isa isa = HasBF16Dot() ? Isa::kAvx512 : Isa::kScalar);

@@ -173,14 +173,19 @@ void EpilogueRow(const int32_t* __restrict sums, float x_scale,
   }
 }
 
+std::atomic<int64_t> onednn_int8_calls{0};
+
 // The oneDNN path for a.m >= kOnednnMinRows on VNNI CPUs: parts of the tiles, each unpacked to s8
 // and multiplied by one single-threaded oneDNN call, then the reference epilogue. False (nothing
 // written that matters) when oneDNN has no int8 matmul here; the caller runs our kernels.
 bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* pool, QuantIsa isa) {
   static std::atomic<bool> unavailable{false};
   if (isa != QuantIsa::kAvx512Vnni || a.m < kOnednnMinRows || unavailable.load()) return false;
+  // One part per thread, but at most 256 tiles (1024 rows of W) each, so the per-thread buffers
+  // stay small even for an output head at prefill.
+  const int64_t threads = pool == nullptr ? 1 : pool->num_threads() + 1;
   const int64_t parts =
-      pool == nullptr ? 1 : std::min<int64_t>(pool->num_threads() + 1, (num_tiles + 15) / 16);
+      std::max(std::min<int64_t>(threads, (num_tiles + 15) / 16), (num_tiles + 255) / 256);
   const int64_t per = (num_tiles + parts - 1) / parts;
   std::atomic<bool> failed{false};
   auto run = [&](int64_t pb, int64_t pe) {
@@ -205,16 +210,22 @@ bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* poo
       }
     }
   };
-  if (parts <= 1) {
+  if (pool == nullptr || parts <= 1) {
     run(0, parts);
   } else {
     pool->ParallelFor(parts, 1, run);
   }
-  if (failed) unavailable = true;
-  return !failed;
+  if (failed) {
+    unavailable = true;
+    return false;
+  }
+  onednn_int8_calls.fetch_add(1);
+  return true;
 }
 
 }  // namespace
+
+int64_t OnednnInt8MatMuls() { return onednn_int8_calls.load(); }
 
 QuantIsa BestQuantIsa() {
   const char* env = std::getenv("LAMINAR_ISA");

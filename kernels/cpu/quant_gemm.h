@@ -45,6 +45,9 @@ void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const 
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
 void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
+// How many w8a8/w4a8 calls of this process took the oneDNN int8 path (tests check it ran).
+int64_t OnednnInt8MatMuls();
+
 void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
 

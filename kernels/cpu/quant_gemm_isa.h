@@ -39,9 +39,7 @@ struct GgufRowArgs {
   void W8A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end);                   \
   /* scratch: k_padded * 4 bytes (one dequantized tile) */                                        \
   void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uint8_t* scratch); \
-  void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end);                        \
-  /* rows 4·tile_begin.. of W (w_q4 when set, else w_u8) as plain s8 [4·tiles, k_padded] */     \
-  void TilesToS8(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, int8_t* dst);
+  void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end);
 
 namespace scalar {
 LAMINAR_QUANT_ISA_FUNCTIONS

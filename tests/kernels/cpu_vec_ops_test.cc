@@ -129,6 +129,34 @@ TEST(CpuRoundToBF16Test, EqualsTheScalarRounding) {
   }
 }
 
+// The engine's entry point for bf16 weights, on both sides of the decode/prefill switch, with a
+// bias: f32 activations on every CPU, bf16 activations where the CPU has the dot product.
+TEST(CpuMatMulBF16Test, WeightsEntryPointWithBiasAroundTheRowSwitch) {
+  ThreadPool pool(2);
+  const int64_t n = 70, k = 96;
+  auto wf = Random(n * k, 2, 1.f), bias = Random(n, 3, 1.f);
+  std::vector<uint16_t> wb(wf.size());
+  cpu::RoundToBF16(wf, wb);
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = BF16ToFloat(wb[i]);
+  std::vector<bool> modes = {false};
+  if (cpu::HasBF16Dot()) modes.push_back(true);
+  for (int64_t m : {cpu::kBF16DirectMaxRows, cpu::kBF16DirectMaxRows + 1}) {
+    for (bool bf16_x : modes) {
+      auto x = Random(m * k, 1, 1.f);
+      if (bf16_x) {
+        std::vector<uint16_t> xb(x.size());
+        cpu::RoundToBF16(x, xb);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = BF16ToFloat(xb[i]);
+      }
+      std::vector<float> want(m * n), got(m * n, -1.f);
+      ref::MatMul(x, wf, bias, m, n, k, want);
+      cpu::MatMulBF16Weights(x, wb, bias, m, n, k, got, &pool, bf16_x);
+      ExpectClose(got, want, kMatMulBF16,
+                  "M=" + std::to_string(m) + (bf16_x ? " bf16 activations" : " f32 activations"));
+    }
+  }
+}
+
 // Activations and weights rounded to bf16: the bf16 dot product (ours at decode shapes, oneDNN's
 // at prefill shapes) against the f64 reference on the same rounded values.
 TEST(CpuMatMulBF16DotTest, EqualsReferenceOnRoundedOperands) {

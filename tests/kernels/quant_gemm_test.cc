@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/reference/ops.h"
 #include "kernels/reference/quant.h"
 #include "kernels/tolerance.h"
@@ -137,8 +138,13 @@ TEST(QuantFormatTest, QuantizersStayInsideTheirBounds) {
   }
 }
 
+// On AVX512-VNNI CPUs, M >= 17 runs oneDNN's int8 matmul on W unpacked to s8 (the last shape has
+// more than 256 tiles: several parts per call even without the pool).
 TEST(QuantGemmTest, EveryPathEqualsTheReferenceBitForBit) {
-  for (const Shape3& s : Shapes()) {
+  const int64_t onednn_before = cpu::OnednnInt8MatMuls();
+  std::vector<Shape3> shapes = Shapes();
+  shapes.push_back({20, 1030, 70});
+  for (const Shape3& s : shapes) {
     auto x = Gaussian(s.m * s.k, 11), w = Gaussian(s.n * s.k, 12, 0.05f), bias = Gaussian(s.n, 13);
     Int8Activations xq;
     QuantizeActivationsPerToken(x, s.m, s.k, &xq);
@@ -157,19 +163,26 @@ TEST(QuantGemmTest, EveryPathEqualsTheReferenceBitForBit) {
                      std::to_string(s.n) + " k " + std::to_string(s.k) +
                      (with_bias ? " bias" : ""));
         std::vector<float> got(s.m * s.n, -1.f);
+        auto reset = [&] { std::fill(got.begin(), got.end(), -1.f); };
         cpu::MatMulW8A8(xq, *w8, b, got, nullptr, isa);
         EXPECT_EQ(FirstDifference(want8, got), "") << "w8a8";
+        reset();
         cpu::MatMulW8A8(xq, *w8, b, got, &pool, isa);
         EXPECT_EQ(FirstDifference(want8, got), "") << "w8a8, pool";
         for (const W4A8Weights& w4 : w4s) {
           ref::MatMulW4A8(xq, w4, b, want4);
+          reset();
           cpu::MatMulW4A8(xq, w4, b, got, nullptr, isa);
           EXPECT_EQ(FirstDifference(want4, got), "") << "w4a8 group " << w4.group;
+          reset();
           cpu::MatMulW4A8(xq, w4, b, got, &pool, isa);
           EXPECT_EQ(FirstDifference(want4, got), "") << "w4a8 group " << w4.group << ", pool";
         }
       }
     }
+  }
+  if (cpu::GetCpuFeatures().avx512_vnni) {
+    EXPECT_GT(cpu::OnednnInt8MatMuls(), onednn_before) << "the oneDNN int8 path never ran";
   }
 }
 
