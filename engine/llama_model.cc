@@ -347,19 +347,20 @@ KvCache LlamaModel::NewCache(int64_t num_slots, int64_t max_positions) const {
 // values of one span and attend over the span's whole cache. One implementation per cache layout.
 class KvAttention {
  public:
-  KvAttention(int64_t h, int64_t hkv, int64_t d, bool reference, ThreadPool* pool)
-      : h_(h), hkv_(hkv), d_(d), reference_(reference), pool_(pool) {}
+  KvAttention(int64_t h, int64_t hkv, int64_t d, bool reference)
+      : h_(h), hkv_(hkv), d_(d), reference_(reference) {}
   virtual ~KvAttention() = default;
   // Span `si` = s of layer `layer`: q [n, H, D], k / v [n, Hkv, D] (RoPE applied), positions [n];
-  // out [n, H, D].
+  // out [n, H, D]; heads split over `pool` when given. Spans write disjoint cache rows, so
+  // distinct spans may run at once.
   virtual void Run(int64_t layer, size_t si, const SequenceSpan& s, std::span<const float> q,
                    std::span<const float> k, std::span<const float> v,
-                   std::span<const int32_t> positions, std::span<float> out) const = 0;
+                   std::span<const int32_t> positions, std::span<float> out,
+                   ThreadPool* pool) const = 0;
 
  protected:
   int64_t h_, hkv_, d_;
   bool reference_;
-  ThreadPool* pool_;
 };
 
 namespace {
@@ -367,12 +368,11 @@ namespace {
 // KvCache: each slot holds positions contiguously.
 class ContiguousKvAttention final : public KvAttention {
  public:
-  ContiguousKvAttention(KvCache* cache, int64_t h, int64_t hkv, int64_t d, bool reference,
-                        ThreadPool* pool)
-      : KvAttention(h, hkv, d, reference, pool), cache_(cache) {}
+  ContiguousKvAttention(KvCache* cache, int64_t h, int64_t hkv, int64_t d, bool reference)
+      : KvAttention(h, hkv, d, reference), cache_(cache) {}
   void Run(int64_t layer, size_t /*si*/, const SequenceSpan& s, std::span<const float> q,
            std::span<const float> k, std::span<const float> v, std::span<const int32_t> pos,
-           std::span<float> out) const override {
+           std::span<float> out, ThreadPool* pool) const override {
     const int64_t row = hkv_ * d_;
     auto kc = cache_->Keys(layer, s.slot), vc = cache_->Values(layer, s.slot);
     std::copy(k.begin(), k.end(), kc.begin() + s.start_position * row);
@@ -382,7 +382,7 @@ class ContiguousKvAttention final : public KvAttention {
     if (reference_) {
       kernels::ref::CausalAttention(q, ks, vs, pos, s.num_tokens, h_, hkv_, d_, cached, out);
     } else {
-      kernels::cpu::CausalAttention(q, ks, vs, pos, s.num_tokens, h_, hkv_, d_, cached, out, pool_);
+      kernels::cpu::CausalAttention(q, ks, vs, pos, s.num_tokens, h_, hkv_, d_, cached, out, pool);
     }
   }
 
@@ -394,15 +394,15 @@ class ContiguousKvAttention final : public KvAttention {
 class PagedKvAttention final : public KvAttention {
  public:
   PagedKvAttention(PagedKvCache* cache, std::span<const std::span<const int32_t>> tables, int64_t h,
-                   int64_t hkv, int64_t d, bool reference, ThreadPool* pool)
-      : KvAttention(h, hkv, d, reference, pool), cache_(cache), tables_(tables) {}
+                   int64_t hkv, int64_t d, bool reference)
+      : KvAttention(h, hkv, d, reference), cache_(cache), tables_(tables) {}
   void Run(int64_t layer, size_t si, const SequenceSpan& s, std::span<const float> q,
            std::span<const float> k, std::span<const float> v, std::span<const int32_t> pos,
-           std::span<float> out) const override {
+           std::span<float> out, ThreadPool* pool) const override {
     auto kp = cache_->Keys(layer), vp = cache_->Values(layer);
     const int64_t bs = cache_->block_size();
     if (!s.tree_parents.empty()) {
-      RunTree(s, tables_[si], q, k, v, kp, vp, out);
+      RunTree(s, tables_[si], q, k, v, kp, vp, out, pool);
       return;
     }
     kernels::ref::WriteKv(k, v, tables_[si], bs, pos, s.num_tokens, hkv_, d_, kp, vp);
@@ -411,7 +411,7 @@ class PagedKvAttention final : public KvAttention {
                                          d_, out);
     } else {
       kernels::cpu::PagedCausalAttention(q, kp, vp, tables_[si], bs, pos, s.num_tokens, h_, hkv_,
-                                         d_, out, pool_);
+                                         d_, out, pool);
     }
   }
 
@@ -420,7 +420,7 @@ class PagedKvAttention final : public KvAttention {
   // committed positions and its ancestors.
   void RunTree(const SequenceSpan& s, std::span<const int32_t> table, std::span<const float> q,
                std::span<const float> k, std::span<const float> v, std::span<float> kp,
-               std::span<float> vp, std::span<float> out) const {
+               std::span<float> vp, std::span<float> out, ThreadPool* pool) const {
     const int64_t n = s.num_tokens, bs = cache_->block_size();
     std::vector<int32_t> slots(static_cast<size_t>(n));
     std::vector<uint64_t> ancestors(static_cast<size_t>(n));
@@ -435,7 +435,7 @@ class PagedKvAttention final : public KvAttention {
                                        hkv_, d_, out);
     } else {
       kernels::cpu::PagedTreeAttention(q, kp, vp, table, bs, s.start_position, ancestors, n, h_,
-                                       hkv_, d_, out, pool_);
+                                       hkv_, d_, out, pool);
     }
   }
 
@@ -466,15 +466,30 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
   Linear(hn, l.wv, l.bv, t, hkv * d, dm, v);
   kernels::ref::Rope(q, positions, t, h, d, inv_freq_, layout);
   kernels::ref::Rope(k, positions, t, hkv, d, inv_freq_, layout);
-  int64_t row = 0;
+  std::vector<int64_t> first_row(spans.size() + 1, 0);
+  int64_t longest = 0;
   for (size_t si = 0; si < spans.size(); ++si) {
+    first_row[si + 1] = first_row[si] + spans[si].num_tokens;
+    longest = std::max(longest, spans[si].num_tokens);
+  }
+  auto attend = [&](size_t si, ThreadPool* pool) {
     const auto& s = spans[si];
+    const int64_t row = first_row[si];
     std::span<const float> qs(&q[row * h * d], s.num_tokens * h * d);
     std::span<const float> ks(&k[row * hkv * d], s.num_tokens * hkv * d);
     std::span<const float> vs(&v[row * hkv * d], s.num_tokens * hkv * d);
     std::span<float> os(&att[row * h * d], s.num_tokens * h * d);
-    kv.Run(li, si, s, qs, ks, vs, positions.subspan(row, s.num_tokens), os);
-    row += s.num_tokens;
+    kv.Run(li, si, s, qs, ks, vs, positions.subspan(row, s.num_tokens), os, pool);
+  };
+  // Many short spans (a decode step of many sequences, or their draft trees): the spans run in
+  // parallel, each on one thread, instead of one pool hand-off per span. Otherwise (prefill) each
+  // span splits its heads over the pool. Every head's sums are the same either way.
+  if (pool_ != nullptr && spans.size() >= 8 && longest <= 64) {
+    pool_->ParallelFor(std::ssize(spans), 1, [&](int64_t b, int64_t e) {
+      for (int64_t si = b; si < e; ++si) attend(static_cast<size_t>(si), nullptr);
+    });
+  } else {
+    for (size_t si = 0; si < spans.size(); ++si) attend(si, pool_.get());
   }
   Linear(att, l.wo, {}, t, dm, h * d, out);
   for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
@@ -576,7 +591,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   }
   LAMINAR_ASSIGN_OR_RETURN(std::vector<int32_t> positions, PackedPositions(tokens, spans));
   ContiguousKvAttention kv(cache, config_.num_attention_heads, config_.num_key_value_heads,
-                           config_.head_dim, backend_ == Backend::kReference, pool_.get());
+                           config_.head_dim, backend_ == Backend::kReference);
   ForwardLayers(tokens, positions, spans, kv, which, logits);
   return OkStatus();
 }
@@ -614,7 +629,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   }
   LAMINAR_ASSIGN_OR_RETURN(std::vector<int32_t> positions, PackedPositions(tokens, spans));
   PagedKvAttention kv(cache, block_tables, config_.num_attention_heads, config_.num_key_value_heads,
-                      config_.head_dim, backend_ == Backend::kReference, pool_.get());
+                      config_.head_dim, backend_ == Backend::kReference);
   ForwardLayers(tokens, positions, spans, kv, which, logits);
   return OkStatus();
 }

@@ -139,10 +139,13 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
   const VecOps& ops = Ops(isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // A job is one token's group of query heads that share a KV head (grouped-query attention): each
-  // K and V row is loaded once for the group. With few tokens (decode of one sequence) a job is one
-  // head, so both threads get work; each head's sums are the same either way.
+  // K and V row is loaded once for the group. With few tokens on several threads (decode of one
+  // sequence) a job is one head, so every thread gets work; each head's sums are the same either
+  // way.
   const int64_t group = h / hkv;
-  const int64_t per_job = t * hkv >= 8 ? group : 1;
+  // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
+  const bool serial = pool == nullptr || t * h * max_visible * d < (int64_t{1} << 16);
+  const int64_t per_job = serial || t * hkv >= 8 ? group : 1;
   const int64_t jobs = t * h / per_job;
   auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scores(static_cast<size_t>(per_job * max_visible));
@@ -168,8 +171,7 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
       });
     }
   };
-  // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
-  if (pool == nullptr || t * h * max_visible * d < (int64_t{1} << 16)) {
+  if (serial) {
     run(0, jobs);
   } else {
     pool->ParallelFor(jobs, std::max<int64_t>(1, 4 / per_job), run);
