@@ -19,6 +19,16 @@ dnnl::engine& CpuEngine() {
   return engine;
 }
 
+// A oneDNN failure of a `dtype` matmul: Unimplemented when oneDNN has no such matmul for this CPU,
+// Internal otherwise.
+Status StatusOf(const dnnl::error& e, const char* dtype) {
+  if (e.status == dnnl_unimplemented) {
+    return UnimplementedError(std::string("oneDNN has no ") + dtype +
+                              " matmul for this CPU: " + e.what());
+  }
+  return InternalError(std::string("oneDNN ") + dtype + " matmul failed: " + e.what());
+}
+
 // out[:, n0:n0+nc] for one slice of weight rows; the caller's thread, one OpenMP thread. T is
 // float (f32 x and w) or uint16_t (bf16 x and w); out is f32.
 template <typename T>
@@ -48,11 +58,7 @@ Status MatMulSlice(const T* x, const T* w, const float* bias, int64_t m, int64_t
     prim.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
-    if (e.status == dnnl_unimplemented) {
-      return UnimplementedError(std::string("oneDNN has no ") + (kIn == dt::f32 ? "f32" : "bf16") +
-                                " matmul for this CPU: " + e.what());
-    }
-    return InternalError(std::string("oneDNN matmul failed: ") + e.what());
+    return StatusOf(e, kIn == dt::f32 ? "f32" : "bf16");
   }
   return OkStatus();
 }
@@ -110,10 +116,7 @@ Status OnednnMatMulS8(const int8_t* x, int64_t ldx, const int8_t* w, int64_t m, 
                           {DNNL_ARG_DST, dnnl::memory(dst_md, engine, out)}});
     stream.wait();
   } catch (const dnnl::error& e) {
-    if (e.status == dnnl_unimplemented) {
-      return UnimplementedError(std::string("oneDNN has no s8 matmul for this CPU: ") + e.what());
-    }
-    return InternalError(std::string("oneDNN s8 matmul failed: ") + e.what());
+    return StatusOf(e, "s8");
   }
   return OkStatus();
 }

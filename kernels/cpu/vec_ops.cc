@@ -148,7 +148,8 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
   const int64_t per_job = serial || t * hkv >= 8 ? group : 1;
   const int64_t jobs = t * h / per_job;
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(per_job * max_visible));
+    thread_local std::vector<float> scores;  // a decode step calls this per sequence and layer
+    scores.resize(static_cast<size_t>(per_job * max_visible));
     for (int64_t job = begin; job < end; ++job) {
       const int64_t i = job * per_job / h, head = job * per_job % h, kvh = head / group;
       const int64_t n_visible = num_visible(i);
