@@ -26,15 +26,40 @@ int64_t TiledChunkOffset(int64_t row, int64_t col, int64_t k_padded, int64_t byt
 // gives the same bits.
 #define LAMINAR_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-// max |x|, or NaN when some x is not finite (std::max alone would skip a NaN). Written so the
-// compiler vectorizes it: activations are quantized on every matmul call.
+// 16 lanes of GCC's vector extensions: AVX-512 registers in the avx512f clone, pairs of AVX2 ones
+// in the avx2 clone, SSE in the default one. -O2's cost model does not vectorize these loops by
+// itself (their trip counts are unknown), so they are written lane-wise; max and the element-wise
+// operations are exact, so every lane order gives the scalar loop's bits.
+typedef float VF16 __attribute__((vector_size(64)));
+typedef int32_t VI16 __attribute__((vector_size(64)));
+typedef int8_t VB16 __attribute__((vector_size(16)));
+constexpr int64_t kLanes = 16;
+
+// max |x|, or NaN when some x is not finite (std::max alone would skip a NaN).
 LAMINAR_ROW_CLONES float MaxAbs(const float* x, int64_t n) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  VF16 vmax = {};
+  VI16 vbad = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    VI16 bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bits &= 0x7FFFFFFF;
+    VF16 a;
+    std::memcpy(&a, &bits, sizeof(a));
+    vmax = a > vmax ? a : vmax;
+    vbad |= !(a <= kMax);
+  }
   float amax = 0;
   int bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t j = 0; j < kLanes; ++j) {
+    amax = vmax[j] > amax ? vmax[j] : amax;
+    bad |= vbad[j];
+  }
+  for (; i < n; ++i) {
     const float a = std::abs(x[i]);
     amax = a > amax ? a : amax;
-    bad |= !(a <= std::numeric_limits<float>::max());
+    bad |= !(a <= kMax);
   }
   return bad != 0 ? std::numeric_limits<float>::quiet_NaN() : amax;
 }
@@ -45,8 +70,16 @@ LAMINAR_ROW_CLONES float MaxAbs(const float* x, int64_t n) {
 inline float RoundHalfEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
 
 LAMINAR_ROW_CLONES int32_t SumQ(const int8_t* q, int64_t k) {
+  VI16 vs = {};
+  int64_t p = 0;
+  for (; p + kLanes <= k; p += kLanes) {
+    VB16 b;
+    std::memcpy(&b, q + p, sizeof(b));
+    vs += __builtin_convertvector(b, VI16);
+  }
   int32_t s = 0;
-  for (int64_t p = 0; p < k; ++p) s += q[p];
+  for (int64_t j = 0; j < kLanes; ++j) s += vs[j];
+  for (; p < k; ++p) s += q[p];
   return s;
 }
 
@@ -76,7 +109,20 @@ LAMINAR_ROW_CLONES float QuantizeRowSymmetric(const float* w, int64_t k, int qma
   const float scale = amax / static_cast<float>(qmax);
   const float inv = static_cast<float>(qmax) / amax;
   const bool tiny = !std::isfinite(inv);  // amax below ~1e-37: divide by the scale instead
-  for (int64_t i = 0; i < k; ++i) {
+  int64_t i = 0;
+  if (!tiny) {
+    const float lo = static_cast<float>(-qmax), hi = static_cast<float>(qmax);
+    for (; i + kLanes <= k; i += kLanes) {
+      VF16 r;
+      std::memcpy(&r, w + i, sizeof(r));
+      r = (r * inv + 12582912.0f) - 12582912.0f;  // RoundHalfEven, lane-wise
+      r = r < lo ? lo : r;
+      r = r > hi ? hi : r;
+      const VB16 b = __builtin_convertvector(__builtin_convertvector(r, VI16), VB16);
+      std::memcpy(q + i, &b, sizeof(b));
+    }
+  }
+  for (; i < k; ++i) {
     const float r = RoundHalfEven(tiny ? w[i] / scale : w[i] * inv);  // |r| ≤ qmax
     q[i] = static_cast<int8_t>(std::clamp(r, static_cast<float>(-qmax), static_cast<float>(qmax)));
   }
