@@ -206,6 +206,7 @@ Status LlamaModel::Quantize() {
   }
   std::vector<Status> errors(all.size());
   std::vector<const void*> replaced(all.size(), nullptr);  // f32 data the quantized copies replace
+  const int64_t threads = pool_ == nullptr ? 1 : pool_->num_threads() + 1;
   auto run = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       Weight& w = *all[i];
@@ -219,12 +220,18 @@ Status LlamaModel::Quantize() {
           errors[i] = q.status();
         else
           w.w8a8 = std::make_shared<const kernels::W8A8Weights>(*std::move(q));
+        if (w.w8a8 && backend_ == Backend::kCpu) {
+          w.int8_packed = kernels::cpu::PackManyRowInt8(*w.w8a8, threads);
+        }
       } else {
         auto q = kernels::QuantizeW4A8(w.f32, n, k, kW4A8GroupSize);
         if (!q.ok())
           errors[i] = q.status();
         else
           w.w4a8 = std::make_shared<const kernels::W4A8Weights>(*std::move(q));
+        if (w.w4a8 && backend_ == Backend::kCpu) {
+          w.int8_packed = kernels::cpu::PackManyRowInt8(*w.w4a8, threads);
+        }
       }
       if (errors[i].ok()) {
         replaced[i] = w.f32.data();
@@ -313,10 +320,11 @@ void LlamaModel::Linear(std::span<const float> x, const Weight& w, std::span<con
   if (w.w8a8 || w.w4a8) {
     thread_local kernels::Int8Activations xq;
     kernels::QuantizeActivationsPerToken(x, m, k, &xq);
+    const kernels::cpu::QuantIsa isa = kernels::cpu::BestQuantIsa();
     if (w.w8a8) {
-      kernels::cpu::MatMulW8A8(xq, *w.w8a8, bias, out, pool_.get());
+      kernels::cpu::MatMulW8A8(xq, *w.w8a8, bias, out, pool_.get(), isa, w.int8_packed.get());
     } else {
-      kernels::cpu::MatMulW4A8(xq, *w.w4a8, bias, out, pool_.get());
+      kernels::cpu::MatMulW4A8(xq, *w.w4a8, bias, out, pool_.get(), isa, w.int8_packed.get());
     }
     return;
   }

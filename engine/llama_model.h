@@ -19,6 +19,10 @@
 #include "model/model_config.h"
 #include "model/weight_store.h"
 
+namespace laminar::kernels::cpu {
+class ManyRowInt8Weights;  // kernels/cpu/quant_gemm.h
+}  // namespace laminar::kernels::cpu
+
 namespace laminar::engine {
 
 // One sequence's part of a packed batch: `num_tokens` consecutive tokens of the batch, written
@@ -154,6 +158,8 @@ class LlamaModel {
     std::shared_ptr<const kernels::W8A8Weights> w8a8;
     std::shared_ptr<const kernels::W4A8Weights> w4a8;
     std::shared_ptr<const kernels::GgufQuantWeights> gguf;
+    // w8a8 / w4a8 packed for many-row calls (null where that path does not run).
+    std::shared_ptr<const kernels::cpu::ManyRowInt8Weights> int8_packed;
   };
   struct Layer {
     std::span<const float> attn_norm, bq, bk, bv, ffn_norm;

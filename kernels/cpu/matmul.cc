@@ -121,6 +121,72 @@ Status OnednnMatMulS8(const int8_t* x, int64_t ldx, const int8_t* w, int64_t m, 
   return OkStatus();
 }
 
+struct PackedS8Weights::Impl {
+  dnnl::memory::desc desc;
+  dnnl::memory memory;
+};
+
+namespace {
+
+// The int8 matmul of M rows on K×N weights in the layout oneDNN picks (format_tag::any).
+dnnl::matmul::primitive_desc S8PrimitiveAnyWeights(int64_t m, int64_t ldx, int64_t n, int64_t k) {
+  using dt = dnnl::memory::data_type;
+  dnnl::memory::desc src_md({m, k}, dt::s8, dnnl::memory::dims{ldx, 1});
+  dnnl::memory::desc wei_md({k, n}, dt::s8, dnnl::memory::format_tag::any);
+  dnnl::memory::desc dst_md({m, n}, dt::s32, dnnl::memory::dims{n, 1});
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), CpuEngine());
+}
+
+}  // namespace
+
+StatusOr<PackedS8Weights> PackedS8Weights::Pack(const int8_t* w, int64_t n, int64_t k) {
+  omp_set_num_threads(1);
+  PackedS8Weights out;
+  out.n_ = n;
+  out.k_ = k;
+  try {
+    auto& engine = CpuEngine();
+    // The layout for 32 rows; calls check that theirs is the same.
+    dnnl::matmul::primitive_desc pd = S8PrimitiveAnyWeights(32, k, n, k);
+    dnnl::memory::desc plain({k, n}, dnnl::memory::data_type::s8, dnnl::memory::dims{1, k});
+    dnnl::memory src(plain, engine, const_cast<int8_t*>(w));
+    auto impl = std::make_shared<Impl>();
+    impl->desc = pd.weights_desc();
+    impl->memory = dnnl::memory(impl->desc, engine);
+    dnnl::stream stream(engine);
+    dnnl::reorder(src, impl->memory).execute(stream, src, impl->memory);
+    stream.wait();
+    out.impl_ = std::move(impl);
+  } catch (const dnnl::error& e) {
+    return StatusOf(e, "s8");
+  }
+  return out;
+}
+
+Status OnednnMatMulS8Packed(const int8_t* x, int64_t ldx, const PackedS8Weights& w, int64_t m,
+                            int32_t* out) {
+  using dt = dnnl::memory::data_type;
+  omp_set_num_threads(1);
+  try {
+    auto& engine = CpuEngine();
+    dnnl::matmul::primitive_desc pd = S8PrimitiveAnyWeights(m, ldx, w.n(), w.k());
+    if (pd.weights_desc() != w.impl_->desc) {
+      return FailedPreconditionError("oneDNN wants another int8 weight layout for " +
+                                     std::to_string(m) + " rows");
+    }
+    dnnl::matmul prim(pd);
+    dnnl::stream stream(engine);
+    prim.execute(stream,
+                 {{DNNL_ARG_SRC, dnnl::memory(pd.src_desc(), engine, const_cast<int8_t*>(x))},
+                  {DNNL_ARG_WEIGHTS, w.impl_->memory},
+                  {DNNL_ARG_DST, dnnl::memory({{m, w.n()}, dt::s32, {w.n(), 1}}, engine, out)}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return StatusOf(e, "s8");
+  }
+  return OkStatus();
+}
+
 Status OnednnMatMulBF16(std::span<const uint16_t> x, std::span<const uint16_t> w,
                         std::span<const float> bias, int64_t m, int64_t n, int64_t k,
                         std::span<float> out, ThreadPool* pool) {

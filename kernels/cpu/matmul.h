@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/status.h"
@@ -37,5 +38,29 @@ Status OnednnMatMulBF16(std::span<const uint16_t> x, std::span<const uint16_t> w
 // Internal for other oneDNN failures.
 Status OnednnMatMulS8(const int8_t* x, int64_t ldx, const int8_t* w, int64_t m, int64_t n,
                       int64_t k, int32_t* out);
+
+// W [N, K] s8 reordered once into the blocked layout oneDNN's int8 matmul picks for this CPU (AMX
+// tiles where present), so that calls skip oneDNN's per-call copy of W. Costs N·K bytes. The
+// layout does not depend on M (checked at each call: a mismatch is FailedPrecondition).
+class PackedS8Weights {
+ public:
+  // w [N, K] s8 row-major. Errors: Unimplemented when oneDNN has no int8 matmul for this CPU,
+  // Internal for other oneDNN failures.
+  static StatusOr<PackedS8Weights> Pack(const int8_t* w, int64_t n, int64_t k);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+
+ private:
+  friend Status OnednnMatMulS8Packed(const int8_t* x, int64_t ldx, const PackedS8Weights& w,
+                                     int64_t m, int32_t* out);
+  struct Impl;  // the oneDNN memory (kernels/cpu/matmul.cc)
+  std::shared_ptr<const Impl> impl_;
+  int64_t n_ = 0, k_ = 0;
+};
+
+// OnednnMatMulS8 on packed weights: out [M, w.n()] s32 = x [M, w.k()] (rows ldx apart) · W^T.
+// Errors as OnednnMatMulS8, plus FailedPrecondition when oneDNN wants another layout for this M.
+Status OnednnMatMulS8Packed(const int8_t* x, int64_t ldx, const PackedS8Weights& w, int64_t m,
+                            int32_t* out);
 
 }  // namespace laminar::kernels::cpu

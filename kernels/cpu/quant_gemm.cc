@@ -116,26 +116,22 @@ bool Available(QuantIsa isa) {
   return false;
 }
 
-QuantTileArgs TileArgs(const Int8Activations& x, int64_t n, int64_t k, int64_t k_padded,
-                       std::span<const float> channel_scale, std::span<const float> bias,
-                       std::span<float> out) {
-  LAMINAR_CHECK(x.k == k && x.k_padded == k_padded)
+// The activation half of the operands, and the output, into *a (whose weight half is set).
+void TileArgs(const Int8Activations& x, int64_t k, std::span<const float> channel_scale,
+              std::span<const float> bias, std::span<float> out, QuantTileArgs* a) {
+  LAMINAR_CHECK(x.k == k && x.k_padded == a->k_padded)
       << "activations of K " << x.k << ", weights of K " << k;
-  LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == n);
-  LAMINAR_CHECK(static_cast<int64_t>(out.size()) == x.m * n);
+  LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == a->n);
+  LAMINAR_CHECK(static_cast<int64_t>(out.size()) == x.m * a->n);
   // VNNI's unsigned sums reach 255 · 127 · K: int32 holds them up to K = 65536.
-  LAMINAR_CHECK(k_padded <= 65536) << "quantized matmul with K = " << k << " > 65536";
-  QuantTileArgs a;
-  a.xq = x.q.data();
-  a.x_scale = x.scale.data();
-  a.x_sum = x.sum.data();
-  a.m = x.m;
-  a.n = n;
-  a.k_padded = k_padded;
-  a.channel_scale = channel_scale.data();
-  a.bias = bias.empty() ? nullptr : bias.data();
-  a.out = out.data();
-  return a;
+  LAMINAR_CHECK(a->k_padded <= 65536) << "quantized matmul with K = " << k << " > 65536";
+  a->xq = x.q.data();
+  a->x_scale = x.scale.data();
+  a->x_sum = x.sum.data();
+  a->m = x.m;
+  a->channel_scale = channel_scale.data();
+  a->bias = bias.empty() ? nullptr : bias.data();
+  a->out = out.data();
 }
 
 // Runs fn(begin, end) over [0, count) on the pool, in parts of at least min_part.
@@ -158,74 +154,142 @@ int64_t MinTiles(int64_t m, int64_t k_padded) {
 // the result is the same bit for bit. AVX2's vpmaddubsw would saturate there, so AVX2 never does.
 constexpr int64_t kOnednnMinRows = 17;
 
-// out[j] = float(sums[j]) · (x_scale · channel_scale[j]) (+ bias[j]): StoreTile's epilogue, in the
-// same order of operations, over one output row (vectorized: nothing aliases).
-void EpilogueRow(const int32_t* __restrict sums, float x_scale,
-                 const float* __restrict channel_scale, const float* __restrict bias, int64_t n,
-                 float* __restrict out) {
-  if (bias == nullptr) {
-    for (int64_t j = 0; j < n; ++j)
-      out[j] = static_cast<float>(sums[j]) * (x_scale * channel_scale[j]);
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
-      out[j] = static_cast<float>(sums[j]) * (x_scale * channel_scale[j]) + bias[j];
-    }
-  }
+std::atomic<int64_t> onednn_int8_calls{0}, onednn_int8_packed_calls{0};
+
+// The many-row path's split of the tiles: one part per thread, but at most 256 tiles (1024 rows of
+// W) each, so the per-thread buffers stay small even for an output head at prefill.
+struct TileSplit {
+  int64_t parts = 0, per = 0;
+};
+TileSplit SplitTiles(int64_t num_tiles, int64_t threads) {
+  TileSplit s;
+  s.parts = std::max(std::min<int64_t>(threads, (num_tiles + 15) / 16), (num_tiles + 255) / 256);
+  s.per = (num_tiles + s.parts - 1) / s.parts;
+  return s;
 }
 
-std::atomic<int64_t> onednn_int8_calls{0};
+int64_t Threads(const ThreadPool* pool) { return pool == nullptr ? 1 : pool->num_threads() + 1; }
 
-// The oneDNN path for a.m >= kOnednnMinRows on VNNI CPUs: parts of the tiles, each unpacked to s8
-// and multiplied by one single-threaded oneDNN call, then the reference epilogue. False (nothing
-// written that matters) when oneDNN has no int8 matmul here; the caller runs our kernels.
-bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* pool, QuantIsa isa) {
+}  // namespace
+
+class ManyRowInt8Weights {
+ public:
+  int64_t threads = 0;
+  TileSplit split;
+  std::vector<PackedS8Weights> parts;  // part p: W's columns [p·per·4, ..)
+};
+
+namespace {
+
+// The oneDNN path for a.m >= kOnednnMinRows on VNNI CPUs: parts of the tiles, each multiplied by
+// one single-threaded oneDNN call (on `packed`'s part when it fits this split, else on the part
+// unpacked to s8 here), then the reference epilogue. False (nothing written that matters) when
+// oneDNN has no int8 matmul here; the caller runs our kernels.
+bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* pool, QuantIsa isa,
+                      const ManyRowInt8Weights* packed) {
   static std::atomic<bool> unavailable{false};
   if (isa != QuantIsa::kAvx512Vnni || a.m < kOnednnMinRows || unavailable.load()) return false;
-  // One part per thread, but at most 256 tiles (1024 rows of W) each, so the per-thread buffers
-  // stay small even for an output head at prefill.
-  const int64_t threads = pool == nullptr ? 1 : pool->num_threads() + 1;
-  const int64_t parts =
-      std::max(std::min<int64_t>(threads, (num_tiles + 15) / 16), (num_tiles + 255) / 256);
-  const int64_t per = (num_tiles + parts - 1) / parts;
-  std::atomic<bool> failed{false};
+  const TileSplit split = SplitTiles(num_tiles, Threads(pool));
+  if (packed != nullptr && packed->threads != Threads(pool)) packed = nullptr;
+  std::atomic<bool> failed{false}, all_packed{packed != nullptr};
   auto run = [&](int64_t pb, int64_t pe) {
     thread_local std::vector<int8_t> w;
     thread_local std::vector<int32_t> sums;
     for (int64_t part = pb; part < pe; ++part) {
-      const int64_t t0 = part * per, t1 = std::min(num_tiles, t0 + per);
+      const int64_t t0 = part * split.per, t1 = std::min(num_tiles, t0 + split.per);
       if (t0 >= t1) continue;
       const int64_t col0 = t0 * kQuantTileN, nc = std::min(a.n, t1 * kQuantTileN) - col0;
-      w.resize(static_cast<size_t>((t1 - t0) * kQuantTileN * a.k_padded));
       sums.resize(static_cast<size_t>(a.m * nc));
-      avx512vnni::TilesToS8(a, t0, t1, w.data());
-      Status st = OnednnMatMulS8(a.xq, a.k_padded, w.data(), a.m, nc, a.k_padded, sums.data());
+      Status st = packed == nullptr ? FailedPreconditionError("not packed")
+                                    : OnednnMatMulS8Packed(a.xq, a.k_padded, packed->parts[part],
+                                                           a.m, sums.data());
+      if (st.code() == StatusCode::kFailedPrecondition) {
+        all_packed = false;
+        w.resize(static_cast<size_t>((t1 - t0) * kQuantTileN * a.k_padded));
+        avx512vnni::TilesToS8(a, t0, t1, w.data());
+        st = OnednnMatMulS8(a.xq, a.k_padded, w.data(), a.m, nc, a.k_padded, sums.data());
+      }
       if (!st.ok()) {
         LAMINAR_CHECK(st.code() == StatusCode::kUnimplemented) << st.ToString();
         failed = true;
         return;
       }
-      for (int64_t i = 0; i < a.m; ++i) {
-        EpilogueRow(sums.data() + i * nc, a.x_scale[i], a.channel_scale + col0,
-                    a.bias == nullptr ? nullptr : a.bias + col0, nc, a.out + i * a.n + col0);
-      }
+      avx512vnni::Epilogue(a, sums.data(), col0, nc);
     }
   };
-  if (pool == nullptr || parts <= 1) {
-    run(0, parts);
+  if (pool == nullptr || split.parts <= 1) {
+    run(0, split.parts);
   } else {
-    pool->ParallelFor(parts, 1, run);
+    pool->ParallelFor(split.parts, 1, run);
   }
   if (failed) {
     unavailable = true;
     return false;
   }
   onednn_int8_calls.fetch_add(1);
+  if (all_packed) onednn_int8_packed_calls.fetch_add(1);
   return true;
+}
+
+// The weight half of the operands (the activations' are TileArgs').
+QuantTileArgs WeightArgs(const W8A8Weights& w) {
+  QuantTileArgs a;
+  a.n = w.n;
+  a.k_padded = w.k_padded;
+  a.w_u8 = w.u.data();
+  return a;
+}
+
+QuantTileArgs WeightArgs(const W4A8Weights& w) {
+  QuantTileArgs a;
+  a.n = w.n;
+  a.k_padded = w.k_padded;
+  a.w_q4 = w.q4.data();
+  a.group_scale = w.group_scale.data();
+  a.group_offset = w.group_offset.data();
+  a.group = w.group;
+  a.num_groups = w.num_groups();
+  return a;
+}
+
+std::shared_ptr<const ManyRowInt8Weights> PackTiles(const QuantTileArgs& a, int64_t num_tiles,
+                                                    int64_t threads) {
+  if (BestQuantIsa() != QuantIsa::kAvx512Vnni) return nullptr;
+  auto out = std::make_shared<ManyRowInt8Weights>();
+  out->threads = threads;
+  out->split = SplitTiles(num_tiles, threads);
+  std::vector<int8_t> w;
+  for (int64_t part = 0; part < out->split.parts; ++part) {
+    const int64_t t0 = part * out->split.per, t1 = std::min(num_tiles, t0 + out->split.per);
+    const int64_t nc = std::max<int64_t>(0, std::min(a.n, t1 * kQuantTileN) - t0 * kQuantTileN);
+    if (nc == 0) {
+      out->parts.emplace_back();
+      continue;
+    }
+    w.resize(static_cast<size_t>((t1 - t0) * kQuantTileN * a.k_padded));
+    avx512vnni::TilesToS8(a, t0, t1, w.data());
+    StatusOr<PackedS8Weights> p = PackedS8Weights::Pack(w.data(), nc, a.k_padded);
+    if (!p.ok()) {
+      LAMINAR_CHECK(p.status().code() == StatusCode::kUnimplemented) << p.status().ToString();
+      return nullptr;
+    }
+    out->parts.push_back(*std::move(p));
+  }
+  return out;
 }
 
 }  // namespace
 
 int64_t OnednnInt8MatMuls() { return onednn_int8_calls.load(); }
+int64_t OnednnInt8PackedMatMuls() { return onednn_int8_packed_calls.load(); }
+
+std::shared_ptr<const ManyRowInt8Weights> PackManyRowInt8(const W8A8Weights& w, int64_t threads) {
+  return PackTiles(WeightArgs(w), w.num_tiles(), threads);
+}
+
+std::shared_ptr<const ManyRowInt8Weights> PackManyRowInt8(const W4A8Weights& w, int64_t threads) {
+  return PackTiles(WeightArgs(w), w.num_tiles(), threads);
+}
 
 QuantIsa BestQuantIsa() {
   const char* env = std::getenv("LAMINAR_ISA");
@@ -256,11 +320,12 @@ std::string QuantIsaName(QuantIsa isa) {
 }
 
 void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
-                std::span<float> out, ThreadPool* pool, QuantIsa isa) {
+                std::span<float> out, ThreadPool* pool, QuantIsa isa,
+                const ManyRowInt8Weights* packed) {
   LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
-  QuantTileArgs a = TileArgs(x, w.n, w.k, w.k_padded, w.channel_scale, bias, out);
-  a.w_u8 = w.u.data();
-  if (MatMulInt8Onednn(a, w.num_tiles(), pool, isa)) return;
+  QuantTileArgs a = WeightArgs(w);
+  TileArgs(x, w.k, w.channel_scale, bias, out, &a);
+  if (MatMulInt8Onednn(a, w.num_tiles(), pool, isa, packed)) return;
   auto run = [&](int64_t b, int64_t e) {
     switch (isa) {
       case QuantIsa::kScalar:
@@ -275,15 +340,12 @@ void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const 
 }
 
 void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const float> bias,
-                std::span<float> out, ThreadPool* pool, QuantIsa isa) {
+                std::span<float> out, ThreadPool* pool, QuantIsa isa,
+                const ManyRowInt8Weights* packed) {
   LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
-  QuantTileArgs a = TileArgs(x, w.n, w.k, w.k_padded, w.channel_scale, bias, out);
-  a.w_q4 = w.q4.data();
-  a.group_scale = w.group_scale.data();
-  a.group_offset = w.group_offset.data();
-  a.group = w.group;
-  a.num_groups = w.num_groups();
-  if (MatMulInt8Onednn(a, w.num_tiles(), pool, isa)) return;
+  QuantTileArgs a = WeightArgs(w);
+  TileArgs(x, w.k, w.channel_scale, bias, out, &a);
+  if (MatMulInt8Onednn(a, w.num_tiles(), pool, isa, packed)) return;
   auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<uint8_t> scratch;
     scratch.resize(static_cast<size_t>(w.k_padded * kQuantTileN));

@@ -14,12 +14,14 @@
 // memory-bound) the 4-bit values go into vpmaddubsw directly and each group's sum is scaled by s2
 // and corrected by its offset once: the same integers with half the instructions.
 //
-// From 17 rows on, an AVX512-VNNI CPU unpacks W to plain s8 once per call (w4a8: dequantized in
-// registers, LiquidGEMM's dequantize-then-MMA) and multiplies with oneDNN's int8 matmul (AMX-INT8
-// where present): exact int32 sums as well, so the result is the same bit for bit. AVX2 keeps our
+// From 17 rows on, an AVX512-VNNI CPU multiplies with oneDNN's int8 matmul (AMX-INT8 where present)
+// on W as plain s8: packed once per version (PackManyRowInt8), or else unpacked per call (w4a8:
+// dequantized in registers, LiquidGEMM's dequantize-then-MMA). Exact int32 sums as well, so the
+// result is the same bit for bit. AVX2 keeps our
 // kernels (its vpmaddubsw would saturate on unsigned-by-signed bytes).
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,15 +40,28 @@ QuantIsa BestQuantIsa();
 std::vector<QuantIsa> AvailableQuantIsas();
 std::string QuantIsaName(QuantIsa isa);
 
+// W of a w8a8/w4a8 matmul unpacked to s8 and packed for oneDNN once, one block per part of the
+// many-row path's split of the columns over threads: many-row calls on AVX512-VNNI CPUs then skip
+// unpacking W and oneDNN's copy of it on every call (the same exact sums). Costs N·K bytes.
+class ManyRowInt8Weights;
+// Null where the many-row oneDNN path does not run (no AVX512-VNNI, $LAMINAR_ISA below it, oneDNN
+// without an int8 matmul). `threads`: those of the calls' pool (num_threads() + 1; 1 without).
+std::shared_ptr<const ManyRowInt8Weights> PackManyRowInt8(const W8A8Weights& w, int64_t threads);
+std::shared_ptr<const ManyRowInt8Weights> PackManyRowInt8(const W4A8Weights& w, int64_t threads);
+
 // Same contracts as ref::MatMulW8A8 / ref::MatMulW4A8 / ref::MatMulGguf (shapes CHECKed), with
 // the weight tiles (GGUF: rows) split over `pool` when given. Asking for a path the CPU lacks
-// CHECK-fails.
+// CHECK-fails. `packed` (from PackManyRowInt8 of the same w, or null) serves many-row calls.
 void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
-                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
+                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa(),
+                const ManyRowInt8Weights* packed = nullptr);
 void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const float> bias,
-                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
-// How many w8a8/w4a8 calls of this process took the oneDNN int8 path (tests check it ran).
+                std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa(),
+                const ManyRowInt8Weights* packed = nullptr);
+// How many w8a8/w4a8 calls of this process took the oneDNN int8 path, and how many of those ran
+// on packed weights (tests check both ran).
 int64_t OnednnInt8MatMuls();
+int64_t OnednnInt8PackedMatMuls();
 
 void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());

@@ -52,6 +52,8 @@ LAMINAR_QUANT_ISA_FUNCTIONS
 // Rows 4·tile_begin.. of W (w_q4 when set, else w_u8) as plain s8 [4·tiles, k_padded], for the
 // oneDNN int8 path of VNNI CPUs (kernels/cpu/quant_gemm.cc).
 void TilesToS8(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, int8_t* dst);
+// The epilogue of the int8 sums [M, nc] of columns col0.. (oneDNN's) into a.out.
+void Epilogue(const QuantTileArgs& a, const int32_t* sums, int64_t col0, int64_t nc);
 }  // namespace avx512vnni
 
 #undef LAMINAR_QUANT_ISA_FUNCTIONS

@@ -69,20 +69,6 @@ LAMINAR_ROW_CLONES float MaxAbs(const float* x, int64_t n) {
 // call.
 inline float RoundHalfEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
 
-LAMINAR_ROW_CLONES int32_t SumQ(const int8_t* q, int64_t k) {
-  VI16 vs = {};
-  int64_t p = 0;
-  for (; p + kLanes <= k; p += kLanes) {
-    VB16 b;
-    std::memcpy(&b, q + p, sizeof(b));
-    vs += __builtin_convertvector(b, VI16);
-  }
-  int32_t s = 0;
-  for (int64_t j = 0; j < kLanes; ++j) s += vs[j];
-  for (; p < k; ++p) s += q[p];
-  return s;
-}
-
 Status CheckWeights(std::span<const float> w, int64_t n, int64_t k, const char* format) {
   if (n < 1 || k < 1 || static_cast<int64_t>(w.size()) != n * k) {
     return InvalidArgumentError(std::string(format) + ": weights of " + std::to_string(w.size()) +
@@ -99,17 +85,20 @@ Status CheckWeights(std::span<const float> w, int64_t n, int64_t k, const char* 
   return OkStatus();
 }
 
-// Symmetric per-row quantization to [-qmax, qmax]: returns the scale (0 for an all-zero row).
-LAMINAR_ROW_CLONES float QuantizeRowSymmetric(const float* w, int64_t k, int qmax, int8_t* q) {
-  const float amax = MaxAbs(w, k);
+// Symmetric per-row quantization to [-qmax, qmax] given amax = MaxAbs(w, k): returns the scale (0
+// for an all-zero row) and, when `sum` is given, Σ q (exact: the int32 lanes of the conversion).
+LAMINAR_ROW_CLONES float QuantizeRowWithMax(const float* w, int64_t k, float amax, int qmax,
+                                            int8_t* q, int32_t* sum) {
   if (amax == 0) {
     std::fill(q, q + k, int8_t{0});
+    if (sum != nullptr) *sum = 0;
     return 0.f;
   }
   const float scale = amax / static_cast<float>(qmax);
   const float inv = static_cast<float>(qmax) / amax;
   const bool tiny = !std::isfinite(inv);  // amax below ~1e-37: divide by the scale instead
   int64_t i = 0;
+  VI16 vsum = {};
   if (!tiny) {
     const float lo = static_cast<float>(-qmax), hi = static_cast<float>(qmax);
     for (; i + kLanes <= k; i += kLanes) {
@@ -118,15 +107,26 @@ LAMINAR_ROW_CLONES float QuantizeRowSymmetric(const float* w, int64_t k, int qma
       r = (r * inv + 12582912.0f) - 12582912.0f;  // RoundHalfEven, lane-wise
       r = r < lo ? lo : r;
       r = r > hi ? hi : r;
-      const VB16 b = __builtin_convertvector(__builtin_convertvector(r, VI16), VB16);
+      const VI16 ri = __builtin_convertvector(r, VI16);
+      vsum += ri;
+      const VB16 b = __builtin_convertvector(ri, VB16);
       std::memcpy(q + i, &b, sizeof(b));
     }
   }
+  int32_t total = 0;
+  for (int64_t j = 0; j < kLanes; ++j) total += vsum[j];
   for (; i < k; ++i) {
     const float r = RoundHalfEven(tiny ? w[i] / scale : w[i] * inv);  // |r| ≤ qmax
     q[i] = static_cast<int8_t>(std::clamp(r, static_cast<float>(-qmax), static_cast<float>(qmax)));
+    total += q[i];
   }
+  if (sum != nullptr) *sum = total;
   return scale;
+}
+
+// Symmetric per-row quantization to [-qmax, qmax]: returns the scale (0 for an all-zero row).
+float QuantizeRowSymmetric(const float* w, int64_t k, int qmax, int8_t* q) {
+  return QuantizeRowWithMax(w, k, MaxAbs(w, k), qmax, q, nullptr);
 }
 
 template <typename Epilogue>
@@ -163,8 +163,7 @@ void QuantizeActivationsPerToken(std::span<const float> x, int64_t m, int64_t k,
       out->sum[i] = 0;
       continue;
     }
-    out->scale[i] = QuantizeRowSymmetric(row, k, 127, q);
-    out->sum[i] = SumQ(q, k);
+    out->scale[i] = QuantizeRowWithMax(row, k, amax, 127, q, &out->sum[i]);
   }
 }
 
@@ -394,9 +393,8 @@ void QuantizeActivationsQ8Blocks(std::span<const float> x, int64_t m, int64_t k,
       std::fill(q, q + kQuantChunk, int8_t{0});
       continue;
     }
-    out->d[b] = QuantizeRowSymmetric(row, kQuantChunk, 127, q);
     int32_t sum = 0;
-    for (int i = 0; i < kQuantChunk; ++i) sum += q[i];
+    out->d[b] = QuantizeRowWithMax(row, kQuantChunk, amax, 127, q, &sum);
     out->s[b] = out->d[b] * static_cast<float>(sum);
   }
 }

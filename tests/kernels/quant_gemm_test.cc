@@ -138,10 +138,12 @@ TEST(QuantFormatTest, QuantizersStayInsideTheirBounds) {
   }
 }
 
-// On AVX512-VNNI CPUs, M >= 17 runs oneDNN's int8 matmul on W unpacked to s8 (the last shape has
-// more than 256 tiles: several parts per call even without the pool).
+// On AVX512-VNNI CPUs, M >= 17 runs oneDNN's int8 matmul on W unpacked to s8, or on W packed once
+// (PackManyRowInt8; packed for the pool's split, so a call without the pool unpacks instead). The
+// last shape has more than 256 tiles: several parts per call even without the pool.
 TEST(QuantGemmTest, EveryPathEqualsTheReferenceBitForBit) {
   const int64_t onednn_before = cpu::OnednnInt8MatMuls();
+  const int64_t packed_before = cpu::OnednnInt8PackedMatMuls();
   std::vector<Shape3> shapes = Shapes();
   shapes.push_back({20, 1030, 70});
   for (const Shape3& s : shapes) {
@@ -169,6 +171,12 @@ TEST(QuantGemmTest, EveryPathEqualsTheReferenceBitForBit) {
         reset();
         cpu::MatMulW8A8(xq, *w8, b, got, &pool, isa);
         EXPECT_EQ(FirstDifference(want8, got), "") << "w8a8, pool";
+        const auto packed8 = cpu::PackManyRowInt8(*w8, pool.num_threads() + 1);
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          reset();
+          cpu::MatMulW8A8(xq, *w8, b, got, p, isa, packed8.get());
+          EXPECT_EQ(FirstDifference(want8, got), "") << "w8a8 packed, pool " << (p != nullptr);
+        }
         for (const W4A8Weights& w4 : w4s) {
           ref::MatMulW4A8(xq, w4, b, want4);
           reset();
@@ -177,12 +185,21 @@ TEST(QuantGemmTest, EveryPathEqualsTheReferenceBitForBit) {
           reset();
           cpu::MatMulW4A8(xq, w4, b, got, &pool, isa);
           EXPECT_EQ(FirstDifference(want4, got), "") << "w4a8 group " << w4.group << ", pool";
+          const auto packed4 = cpu::PackManyRowInt8(w4, pool.num_threads() + 1);
+          EXPECT_EQ(packed4 != nullptr, cpu::BestQuantIsa() == cpu::QuantIsa::kAvx512Vnni);
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            reset();
+            cpu::MatMulW4A8(xq, w4, b, got, p, isa, packed4.get());
+            EXPECT_EQ(FirstDifference(want4, got), "")
+                << "w4a8 group " << w4.group << " packed, pool " << (p != nullptr);
+          }
         }
       }
     }
   }
   if (cpu::GetCpuFeatures().avx512_vnni) {
     EXPECT_GT(cpu::OnednnInt8MatMuls(), onednn_before) << "the oneDNN int8 path never ran";
+    EXPECT_GT(cpu::OnednnInt8PackedMatMuls(), packed_before) << "packed weights never served";
   }
 }
 
