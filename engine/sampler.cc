@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+
+#include "kernels/cpu/vec_ops.h"
 
 namespace laminar::engine {
 namespace {
@@ -78,6 +81,19 @@ void Sampler::Distribution(std::span<const float> logits, TokenDistribution* out
     return;
   }
   const double inv_t = 1.0 / params_.temperature;
+  std::vector<double>& p = out->probs;
+  if ((params_.top_k <= 0 || params_.top_k >= v) && params_.top_p >= 1.0f &&
+      params_.min_p <= 0.0f) {
+    // No truncation (GRPO's usual T = 1): every token in id order, the exponentials vectorized.
+    const double mx = double(*std::max_element(logits.begin(), logits.end())) * inv_t;
+    p.resize(static_cast<size_t>(v));
+    const double z = kernels::cpu::ExpScaledShiftedF64(logits, inv_t, mx, p);
+    for (double& x : p) x /= z;
+    out->ids.resize(static_cast<size_t>(v));
+    std::iota(out->ids.begin(), out->ids.end(), 0);
+    out->dense = true;
+    return;
+  }
   // Candidates sorted by logit, descending (ties by id), truncated by top-k.
   candidates_.resize(static_cast<size_t>(v));
   for (int64_t i = 0; i < v; ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
@@ -85,19 +101,15 @@ void Sampler::Distribution(std::span<const float> logits, TokenDistribution* out
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
   int64_t keep = v;
-  bool sorted = true;
   if (params_.top_k > 0 && params_.top_k < v) {
     keep = params_.top_k;
     std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
-  } else if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
+  } else {  // top-p or min-p
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  } else {
-    sorted = false;
   }
   candidates_.resize(static_cast<size_t>(keep));
   double mx = -std::numeric_limits<double>::infinity();
   for (const auto& c : candidates_) mx = std::max(mx, double(c.first) * inv_t);
-  std::vector<double>& p = out->probs;
   p.resize(candidates_.size());
   double z = 0;
   for (size_t i = 0; i < candidates_.size(); ++i)
@@ -124,7 +136,7 @@ void Sampler::Distribution(std::span<const float> logits, TokenDistribution* out
   for (double& x : p) x /= mass;
   out->ids.resize(n);
   for (size_t i = 0; i < n; ++i) out->ids[i] = candidates_[i].second;
-  out->dense = !sorted && static_cast<int64_t>(n) == v;
+  out->dense = false;
 }
 
 size_t Sampler::DrawIndex(std::span<const double> weights) {

@@ -24,6 +24,7 @@ namespace laminar::kernels::cpu {
                float scale, float* out, int64_t out_stride);                                       \
   void AxpyRows(const float* p, int64_t g, int64_t p_stride, const float* rows, int64_t stride,    \
                 int64_t n, int64_t d, float* o);                                                   \
+  double ExpScaledShiftedF64(const float* x, int64_t n, double scale, double shift, double* out);  \
   }
 LAMINAR_DECLARE_VEC_OPS(scalar)
 LAMINAR_DECLARE_VEC_OPS(avx2)
@@ -49,12 +50,13 @@ struct VecOps {
   // in order of j (the same sums whatever g is).
   void (*axpy_rows)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
                     float*);
+  double (*exp_scaled_shifted_f64)(const float*, int64_t, double, double, double*);
 };
 
 #define LAMINAR_VEC_TABLE(ns)                                                                      \
   VecOps {                                                                                         \
     ns::SumSquares, ns::ScaleMul, ns::SwiGlu, ns::RowMax, ns::SumExpShifted, ns::ExpShiftedScaled, \
-        ns::MatMulBF16Rows, ns::DotRows, ns::AxpyRows                                              \
+        ns::MatMulBF16Rows, ns::DotRows, ns::AxpyRows, ns::ExpScaledShiftedF64                     \
   }
 
 const VecOps& Ops(Isa isa) {
@@ -275,6 +277,13 @@ void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targe
     LAMINAR_CHECK(targets[i] >= 0 && targets[i] < v) << "target " << targets[i];
     out[i] = logits[i * v + targets[i]] - RowLogSumExp(ops, &logits[i * v], v);
   }
+}
+
+double ExpScaledShiftedF64(std::span<const float> x, double scale, double shift,
+                           std::span<double> out, Isa isa) {
+  LAMINAR_CHECK_EQ(x.size(), out.size());
+  return Ops(isa).exp_scaled_shifted_f64(x.data(), static_cast<int64_t>(x.size()), scale, shift,
+                                         out.data());
 }
 
 }  // namespace laminar::kernels::cpu

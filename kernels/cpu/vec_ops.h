@@ -25,6 +25,13 @@ void Softmax(std::span<const float> logits, int64_t t, int64_t v, std::span<floa
 void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targets, int64_t t,
                    int64_t v, std::span<float> out, Isa isa = BestIsa());
 
+// out[i] = exp(f64(x[i]) · scale − shift) in f64, and returns Σ out (lane-wise partial sums, so
+// the last bits of the sum depend on the ISA, not on the values' position). Each out[i] is within
+// 2 ulp of std::exp, and 0 where the argument is below −708.39 (std::exp would give a subnormal
+// or 0). The sampler's probabilities (engine/sampler.cc) over a vocabulary of logits.
+double ExpScaledShiftedF64(std::span<const float> x, double scale, double shift,
+                           std::span<double> out, Isa isa = BestIsa());
+
 // Small-M matmul with bf16 weights (decode shapes, M = 1..64): out[M, N] = x[M, K] · w[N, K]^T,
 // x and out f32, w bf16 (uint16 bit patterns), f32 accumulation. Memory-bound at small M, so
 // bf16 weights halve the bytes per token. Splits N over `pool` when given.

@@ -89,6 +89,44 @@ TEST(CpuVecOpsTest, SoftmaxLogSumExpLogprobs) {
 namespace laminar::kernels {
 namespace {
 
+// The sampler's f64 exponentials: within 2 ulp of std::exp over the whole range a logit row
+// reaches, 0 below -708.39, and the returned sum is the sum of the outputs.
+TEST(CpuVecOpsTest, ExpScaledShiftedF64IsWithinTwoUlpOfStdExp) {
+  std::vector<float> x;
+  for (int i = 0; i <= 20000; ++i) x.push_back(-800.f + 0.04f * static_cast<float>(i));  // -800..0
+  for (float v : {0.f, -0.f, -1e-30f, -1e-8f, -0.34657f, -0.34658f, -708.3f, -708.4f, -745.2f}) {
+    x.push_back(v);
+  }
+  x.push_back(3.f);  // odd length: the tail path too
+  for (cpu::Isa isa : AvailableIsas()) {
+    for (double scale : {1.0, 1.0 / 0.7}) {
+      const double shift = 2.5;
+      std::vector<double> out(x.size());
+      const double sum = cpu::ExpScaledShiftedF64(x, scale, shift, out, isa);
+      double want_sum = 0, max_ulp = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        // The argument is rounded once where x · scale − shift is a fused multiply-add (the
+        // AVX2 and AVX-512 builds), twice otherwise: the closer of the two exponentials counts.
+        const double arg = static_cast<double>(x[i]) * scale - shift;
+        const double fused = std::fma(static_cast<double>(x[i]), scale, -shift);
+        if (std::max(arg, fused) < -708.39) {
+          ASSERT_EQ(out[i], 0.0) << cpu::IsaName(isa) << " at " << arg;
+          continue;
+        }
+        double err = INFINITY;
+        for (double a : {arg, fused}) {
+          const double want = std::exp(a);
+          err = std::min(err, std::abs(out[i] - want) / (std::nextafter(want, INFINITY) - want));
+        }
+        max_ulp = std::max(max_ulp, err);
+        want_sum += out[i];
+      }
+      EXPECT_LE(max_ulp, 2.0) << cpu::IsaName(isa);
+      EXPECT_NEAR(sum, want_sum, 1e-12 * want_sum) << cpu::IsaName(isa);
+    }
+  }
+}
+
 TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
   ThreadPool pool(2);
   struct Case {
