@@ -245,7 +245,8 @@ TEST(CpuAttentionTest, EqualsReference) {
     int64_t t, h, hkv, d, s;
   };
   for (cpu::Isa isa : AvailableIsas()) {
-    // t · hkv >= 8 runs each token's group of heads as one job (g = 3, 7 and 3 with d = 72 here).
+    // t · hkv >= 8 runs each token's group of heads as one job (g = 3, 7 and 3 with d = 72 here;
+    // AVX-512 takes up to 4 heads per pass over the keys).
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{3, 4, 2, 7, 5}, Case{5, 9, 3, 64, 37},
                    Case{1, 9, 3, 64, 300}, Case{8, 14, 2, 64, 40}, Case{8, 6, 2, 72, 21}}) {
       auto q = Random(c.t * c.h * c.d, 1, 1.f), k = Random(c.s * c.hkv * c.d, 2, 1.f),
@@ -264,6 +265,26 @@ TEST(CpuAttentionTest, EqualsReference) {
         cpu::CausalAttention(qi, k, v, {&pos[i], 1}, 1, c.h, c.hkv, c.d, c.s, alone, nullptr, isa);
         for (size_t e = 0; e < alone.size(); ++e) {
           ASSERT_EQ(alone[e], got[i * c.h * c.d + e]) << cpu::IsaName(isa) << " token " << i;
+        }
+      }
+      // Each head alone (its own query against its KV head's rows) gives the bits its group gave.
+      for (int64_t i = 0; i < c.t; ++i) {
+        for (int64_t hh = 0; hh < c.h; ++hh) {
+          const int64_t kvh = hh / (c.h / c.hkv);
+          std::vector<float> qh(q.begin() + (i * c.h + hh) * c.d,
+                                q.begin() + (i * c.h + hh + 1) * c.d);
+          std::vector<float> kh, vh, one(c.d);
+          for (int64_t p = 0; p < c.s; ++p) {
+            kh.insert(kh.end(), k.begin() + (p * c.hkv + kvh) * c.d,
+                      k.begin() + (p * c.hkv + kvh + 1) * c.d);
+            vh.insert(vh.end(), v.begin() + (p * c.hkv + kvh) * c.d,
+                      v.begin() + (p * c.hkv + kvh + 1) * c.d);
+          }
+          cpu::CausalAttention(qh, kh, vh, {&pos[i], 1}, 1, 1, 1, c.d, c.s, one, nullptr, isa);
+          for (int64_t e = 0; e < c.d; ++e) {
+            ASSERT_EQ(one[e], got[(i * c.h + hh) * c.d + e])
+                << cpu::IsaName(isa) << " token " << i << " head " << hh;
+          }
         }
       }
     }
