@@ -200,10 +200,11 @@ bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* poo
       if (t0 >= t1) continue;
       const int64_t col0 = t0 * kQuantTileN, nc = std::min(a.n, t1 * kQuantTileN) - col0;
       sums.resize(static_cast<size_t>(a.m * nc));
-      Status st = packed == nullptr ? FailedPreconditionError("not packed")
-                                    : OnednnMatMulS8Packed(a.xq, a.k_padded, packed->parts[part],
-                                                           a.m, sums.data());
-      if (st.code() == StatusCode::kFailedPrecondition) {
+      Status st;
+      if (packed != nullptr) {
+        st = OnednnMatMulS8Packed(a.xq, a.k_padded, packed->parts[part], a.m, sums.data());
+      }
+      if (packed == nullptr || st.code() == StatusCode::kFailedPrecondition) {
         all_packed = false;
         w.resize(static_cast<size_t>((t1 - t0) * kQuantTileN * a.k_padded));
         avx512vnni::TilesToS8(a, t0, t1, w.data());
