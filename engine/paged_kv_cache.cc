@@ -18,18 +18,18 @@ PagedKvCache::PagedKvCache(int64_t num_layers, int64_t num_blocks, int64_t block
                 head_dim > 0)
       << "paged KV cache of " << num_layers << " layers, " << num_blocks << " blocks of "
       << block_size << " tokens, " << num_kv_heads << " kv heads of " << head_dim;
-  k_.assign(LayerElements() * static_cast<size_t>(num_layers), 0.f);
-  v_.assign(k_.size(), 0.f);
+  k_ = AllocateHugePageFloats(LayerElements() * static_cast<size_t>(num_layers));
+  v_ = AllocateHugePageFloats(LayerElements() * static_cast<size_t>(num_layers));
 }
 
 std::span<float> PagedKvCache::Keys(int64_t layer) {
   LAMINAR_CHECK(layer >= 0 && layer < num_layers_) << "layer " << layer;
-  return {k_.data() + static_cast<size_t>(layer) * LayerElements(), LayerElements()};
+  return {k_.get() + static_cast<size_t>(layer) * LayerElements(), LayerElements()};
 }
 
 std::span<float> PagedKvCache::Values(int64_t layer) {
   LAMINAR_CHECK(layer >= 0 && layer < num_layers_) << "layer " << layer;
-  return {v_.data() + static_cast<size_t>(layer) * LayerElements(), LayerElements()};
+  return {v_.get() + static_cast<size_t>(layer) * LayerElements(), LayerElements()};
 }
 
 void PagedKvCache::CopyBlock(int64_t src, int64_t dst) {

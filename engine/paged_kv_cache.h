@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
+
+#include "core/huge_pages.h"
 
 namespace laminar::engine {
 
-// Layout: k and v are [L, num_blocks, block_size, Hkv, D] f32, host memory, so one layer's pool
-// is the [num_blocks, block_size, Hkv, D] layout of kernels/reference/paged_attention.h.
+// Layout: k and v are [L, num_blocks, block_size, Hkv, D] f32, host memory advised for huge pages
+// (core/huge_pages.h), so one layer's pool is the [num_blocks, block_size, Hkv, D] layout of
+// kernels/reference/paged_attention.h.
 // Owns its memory; not thread-safe.
 class PagedKvCache {
  public:
@@ -33,7 +35,9 @@ class PagedKvCache {
   // Ids outside [0, num_blocks) or slots outside [0, block_size): LAMINAR_CHECK.
   void CopySlot(int64_t src, int64_t src_slot, int64_t dst, int64_t dst_slot);
   // Bytes held (both k and v) and bytes of one token's KV across all layers.
-  size_t size_bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  size_t size_bytes() const {
+    return 2 * LayerElements() * static_cast<size_t>(num_layers_) * sizeof(float);
+  }
   size_t bytes_per_token() const {
     return static_cast<size_t>(2 * num_layers_ * num_kv_heads_ * head_dim_) * sizeof(float);
   }
@@ -43,7 +47,7 @@ class PagedKvCache {
     return static_cast<size_t>(num_blocks_ * block_size_ * num_kv_heads_ * head_dim_);
   }
   int64_t num_layers_, num_blocks_, block_size_, num_kv_heads_, head_dim_;
-  std::vector<float> k_, v_;
+  std::unique_ptr<float[], FreeDeleter> k_, v_;
 };
 
 }  // namespace laminar::engine
