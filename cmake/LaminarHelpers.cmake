@@ -33,10 +33,12 @@ function(laminar_test name)
   gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} ${env} DISCOVERY_TIMEOUT 60)
 endfunction()
 
-# laminar_hot_path(TARGET): the libraries that run the model (kernels, engine, trainer)
-# build at -O3 in optimized builds. GCC's -O2 only vectorizes loops whose trip count it knows
-# (-fvect-cost-model=very-cheap), which leaves element-wise loops over a row scalar. -O3 changes no
-# result: without -ffast-math GCC never reorders a floating-point sum.
+# laminar_hot_path(TARGET): the libraries that run the model (kernels, engine, trainer) build at -O3
+# in optimized builds. GCC's -O2 only vectorizes loops whose trip count it knows
+# (-fvect-cost-model=very-cheap), which leaves element-wise loops over a row scalar. Without
+# -ffast-math GCC never reorders a floating-point sum, but -O3 may restructure a loop so that
+# results depend on how a call splits its work: kernels whose bits must not (vec_ops_*.cc) stay at
+# -O2 (kernels/CMakeLists.txt).
 function(laminar_hot_path name)
   target_compile_options(${name} PRIVATE $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Debug>>>:-O3>)
 endfunction()

@@ -174,6 +174,7 @@ int64_t Threads(const ThreadPool* pool) { return pool == nullptr ? 1 : pool->num
 
 class ManyRowInt8Weights {
  public:
+  int64_t n = 0, k_padded = 0;  // of the weights it was packed from
   int64_t threads = 0;
   TileSplit split;
   std::vector<PackedS8Weights> parts;  // part p: W's columns [p·per·4, ..)
@@ -190,7 +191,12 @@ bool MatMulInt8Onednn(const QuantTileArgs& a, int64_t num_tiles, ThreadPool* poo
   static std::atomic<bool> unavailable{false};
   if (isa != QuantIsa::kAvx512Vnni || a.m < kOnednnMinRows || unavailable.load()) return false;
   const TileSplit split = SplitTiles(num_tiles, Threads(pool));
-  if (packed != nullptr && packed->threads != Threads(pool)) packed = nullptr;
+  if (packed != nullptr) {
+    LAMINAR_CHECK(packed->n == a.n && packed->k_padded == a.k_padded)
+        << "int8 weights packed from [" << packed->n << ", " << packed->k_padded << "] used for ["
+        << a.n << ", " << a.k_padded << "]";
+    if (packed->threads != Threads(pool)) packed = nullptr;
+  }
   std::atomic<bool> failed{false}, all_packed{packed != nullptr};
   auto run = [&](int64_t pb, int64_t pe) {
     thread_local std::vector<int8_t> w;
@@ -257,6 +263,8 @@ std::shared_ptr<const ManyRowInt8Weights> PackTiles(const QuantTileArgs& a, int6
                                                     int64_t threads) {
   if (BestQuantIsa() != QuantIsa::kAvx512Vnni) return nullptr;
   auto out = std::make_shared<ManyRowInt8Weights>();
+  out->n = a.n;
+  out->k_padded = a.k_padded;
   out->threads = threads;
   out->split = SplitTiles(num_tiles, threads);
   std::vector<int8_t> w;

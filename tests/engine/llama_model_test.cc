@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16_dot.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "tests/model/random_weights.h"
 
 namespace laminar::engine {
@@ -213,7 +214,10 @@ TEST_P(LlamaModelTest, QuantizedFormatsAreBatchInvariantAndNearF32) {
   auto cfg =
       TinyConfig(bias, bias ? model::RopeLayout::kRotateHalf : model::RopeLayout::kInterleaved);
   auto weights = RandomWeights(cfg, 9);
-  std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2, 30}, {3}, {7, 7, 8}};
+  // The last sequence's 18 tokens take the many-row path (oneDNN int8 on packed weights on
+  // AVX512-VNNI CPUs) alone and in the batch.
+  std::vector<std::vector<int32_t>> seqs = {
+      {1, 5, 9, 2, 30}, {3}, {7, 7, 8}, {4, 9, 1, 6, 2, 8, 3, 7, 5, 9, 1, 4, 6, 2, 8, 3, 7, 5}};
   auto run = [&](const LlamaModel& m, bool packed) {
     std::vector<float> all;
     if (packed) {
@@ -223,12 +227,12 @@ TEST_P(LlamaModelTest, QuantizedFormatsAreBatchInvariantAndNearF32) {
         ids.insert(ids.end(), seqs[i].begin(), seqs[i].end());
         spans.push_back({static_cast<int64_t>(i), 0, static_cast<int64_t>(seqs[i].size())});
       }
-      KvCache cache = m.NewCache(3, 16);
+      KvCache cache = m.NewCache(4, 32);
       EXPECT_TRUE(m.Forward(ids, spans, &cache, LogitsFor::kAllTokens, &all).ok());
       return all;
     }
     for (const auto& s : seqs) {
-      KvCache cache = m.NewCache(1, 16);
+      KvCache cache = m.NewCache(1, 32);
       SequenceSpan span{0, 0, static_cast<int64_t>(s.size())};
       std::vector<float> logits;
       EXPECT_TRUE(m.Forward(s, {&span, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
@@ -246,7 +250,11 @@ TEST_P(LlamaModelTest, QuantizedFormatsAreBatchInvariantAndNearF32) {
     auto q = LlamaModel::Create(cfg, weights, Backend::kCpu, format);
     ASSERT_TRUE(q.ok()) << q.status();
     EXPECT_LT((*q)->projection_bytes(), (*f32)->projection_bytes());  // K padding: tiny dims
+    const int64_t packed_before = kernels::cpu::OnednnInt8PackedMatMuls();
     const std::vector<float> alone = run(**q, false), packed = run(**q, true);
+    if (kernels::cpu::BestQuantIsa() == kernels::cpu::QuantIsa::kAvx512Vnni) {
+      EXPECT_GT(kernels::cpu::OnednnInt8PackedMatMuls(), packed_before);
+    }
     ASSERT_EQ(alone.size(), want.size());
     double err = 0;
     for (size_t i = 0; i < want.size(); ++i) {
