@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -155,6 +156,10 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
   }
   if (!a.json) {
     Emit(decoder.Finish() + "\n");
+    if (ids.size() == 1 && finish == "stop") {  // an instruct model given a bare prompt, usually
+      std::cerr << "(the model ended at once: its first token was end-of-sequence"
+                << (a.chat ? "" : "; instruct models usually want --chat") << ")\n";
+    }
     return 0;
   }
   auto text = tok.Decode(ids, /*skip_special=*/true);
