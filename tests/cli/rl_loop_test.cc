@@ -306,7 +306,10 @@ TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
   RlRun run;
   run.dir = TempDir("rl_rollout_killed");
   WriteRecipe(run.dir, model, tok, "mode: async\n");
-  run.overrides = {"actor.max_steps=0", "rollout.max_tokens=48", "rollout.heartbeat_timeout_s=0.4"};
+  // Long responses keep rollout/0 holding its groups most of the time, so the kill below rarely
+  // lands in the gap between returning one batch and taking the next (nothing to re-issue then).
+  run.overrides = {"actor.max_steps=0", "rollout.max_tokens=256",
+                   "rollout.heartbeat_timeout_s=0.4"};
   run.Start(2);
   ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", 2, 60000)) << "see " << run.dir;
   ASSERT_TRUE(WaitUntilHolding(run.manager_endpoint, "rollout/0", 30000)) << "see " << run.dir;
