@@ -31,7 +31,10 @@ inline float HSum(__m512 v) {
 
 // out[r][j] = Σ_k x_r[k] · w_j[k] for R activation rows and J consecutive weight rows starting at
 // w0. Each weight vector is loaded once for the R rows; the next block of weight rows is
-// prefetched while this one is summed (the kernel is memory-bound at small R).
+// prefetched while this one is summed (the kernel is memory-bound at small R). The prefetch is
+// temporal (T0): with the non-temporal hint the weights never stayed in the L3 between tokens,
+// and SmolLM2's batch-1 bf16 decode ran at 2/3 of the speed (42-46 against 62-68 tok/s here,
+// Sapphire Rapids, 105 MB L3).
 template <int R, int J>
 void Block(const uint16_t* const* xr, const uint16_t* w0, int64_t k, float out[][4]) {
   __m512 acc[R][J];
@@ -45,7 +48,7 @@ void Block(const uint16_t* const* xr, const uint16_t* w0, int64_t k, float out[]
   int64_t p = 0;
   for (; p + kStep <= k; p += kStep) {
 #pragma GCC unroll 4
-    for (int j = 0; j < J; ++j) __builtin_prefetch(next + 2 * J * p + j * 64, 0, 0);
+    for (int j = 0; j < J; ++j) __builtin_prefetch(next + 2 * J * p + j * 64, 0, 3);
     __m512bh x[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) x[r] = LoadBF16(xr[r] + p);
