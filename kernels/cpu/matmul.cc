@@ -1,5 +1,6 @@
-// oneDNN matmul. oneDNN caches primitives by descriptor, so creating one per call costs a hash
-// lookup after the first call with a shape.
+// oneDNN matmul. Each thread keeps the primitives it built, by shape (CachedMatMul): building a
+// primitive descriptor runs oneDNN's implementation search (tens of microseconds, more than a tiny
+// model's whole matmul), and oneDNN's own primitive cache still needs the descriptor.
 #include "kernels/cpu/matmul.h"
 
 #include <omp.h>
@@ -11,12 +12,57 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/vec_ops.h"
+
 namespace laminar::kernels::cpu {
 namespace {
+
+// f32 products of at most this many rows run MatMulF32FewRows (kernels/cpu/vec_ops.h).
+constexpr int64_t kFewRows = 4;
 
 dnnl::engine& CpuEngine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
+}
+
+// The shape of one matmul call: what its primitive depends on (not the pointers).
+struct MatMulShape {
+  int kind = 0;  // 0 f32, 1 bf16, 2 s8 plain weights, 3 s8 weights in oneDNN's layout
+  int64_t m = 0, n = 0, k = 0, ldx = 0, ldo = 0;
+  bool bias = false;
+  bool operator==(const MatMulShape&) const = default;
+};
+struct MatMulShapeHash {
+  size_t operator()(const MatMulShape& s) const {
+    uint64_t h = static_cast<uint64_t>(s.kind) * 2 + (s.bias ? 1 : 0);
+    for (int64_t v : {s.m, s.n, s.k, s.ldx, s.ldo}) {
+      h = (h ^ static_cast<uint64_t>(v)) * 0x9E3779B97F4A7C15ull;  // Fibonacci hashing
+    }
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+struct CachedPrimitive {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+};
+
+// This thread's primitive for `shape`, built by build() (a primitive_desc) on first use. The
+// cache is per thread (primitives and their scratchpads are never shared between threads) and
+// emptied when it holds 1024 shapes (a rollout sees at most a few hundred M values).
+template <typename Build>
+const CachedPrimitive& CachedMatMul(const MatMulShape& shape, Build&& build) {
+  thread_local std::unordered_map<MatMulShape, CachedPrimitive, MatMulShapeHash> cache;
+  auto it = cache.find(shape);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 1024) cache.clear();
+  dnnl::matmul::primitive_desc pd = build();
+  dnnl::matmul prim(pd);
+  return cache.emplace(shape, CachedPrimitive{std::move(pd), std::move(prim)}).first->second;
+}
+
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(CpuEngine());
+  return stream;
 }
 
 // A oneDNN failure of a `dtype` matmul: Unimplemented when oneDNN has no such matmul for this CPU,
@@ -39,23 +85,28 @@ Status MatMulSlice(const T* x, const T* w, const float* bias, int64_t m, int64_t
   omp_set_num_threads(1);
   try {
     auto& engine = CpuEngine();
-    dnnl::memory::desc src_md({m, k}, kIn, dnnl::memory::dims{k, 1});
-    dnnl::memory::desc wei_md({k, nc}, kIn,
-                              dnnl::memory::dims{1, k});  // rows [n0, n0+nc) of [N, K]
-    dnnl::memory::desc dst_md({m, nc}, dt::f32, dnnl::memory::dims{n, 1});
-    dnnl::memory::desc bias_md;
-    if (bias != nullptr) bias_md = dnnl::memory::desc({1, nc}, dt::f32, dnnl::memory::dims{nc, 1});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md), engine);
-    dnnl::matmul prim(pd);
+    const MatMulShape shape{kIn == dt::f32 ? 0 : 1, m, nc, k, k, n, bias != nullptr};
+    const CachedPrimitive& c = CachedMatMul(shape, [&] {
+      dnnl::memory::desc src_md({m, k}, kIn, dnnl::memory::dims{k, 1});
+      dnnl::memory::desc wei_md({k, nc}, kIn,
+                                dnnl::memory::dims{1, k});  // rows [n0, n0+nc) of [N, K]
+      dnnl::memory::desc dst_md({m, nc}, dt::f32, dnnl::memory::dims{n, 1});
+      dnnl::memory::desc bias_md;
+      if (bias != nullptr) {
+        bias_md = dnnl::memory::desc({1, nc}, dt::f32, dnnl::memory::dims{nc, 1});
+      }
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md),
+                                          engine);
+    });
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl::memory(src_md, engine, const_cast<T*>(x))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, engine, const_cast<T*>(w + n0 * k))},
-        {DNNL_ARG_DST, dnnl::memory(dst_md, engine, out + n0)}};
+        {DNNL_ARG_SRC, dnnl::memory(c.pd.src_desc(), engine, const_cast<T*>(x))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(c.pd.weights_desc(), engine, const_cast<T*>(w + n0 * k))},
+        {DNNL_ARG_DST, dnnl::memory(c.pd.dst_desc(), engine, out + n0)}};
     if (bias != nullptr) {
-      args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, engine, const_cast<float*>(bias + n0));
+      args[DNNL_ARG_BIAS] = dnnl::memory(c.pd.bias_desc(), engine, const_cast<float*>(bias + n0));
     }
-    dnnl::stream stream(engine);
-    prim.execute(stream, args);
+    dnnl::stream& stream = ThreadStream();
+    c.prim.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     return StatusOf(e, kIn == dt::f32 ? "f32" : "bf16");
@@ -73,6 +124,12 @@ Status MatMulOf(std::span<const T> x, std::span<const T> w, std::span<const floa
                                 " N=" + std::to_string(n) + " K=" + std::to_string(k));
   }
   if (m == 0 || n == 0) return OkStatus();
+  if constexpr (std::is_same_v<T, float>) {
+    if (m <= kFewRows) {
+      MatMulF32FewRows(x, w, bias, m, n, k, out, pool);
+      return OkStatus();
+    }
+  }
   const float* b = bias.empty() ? nullptr : bias.data();
   // Slices of at least 64 columns, at most one per thread.
   // Small products (a tiny model's decode step) run on the caller: a wake-up costs more.
@@ -105,15 +162,18 @@ Status OnednnMatMulS8(const int8_t* x, int64_t ldx, const int8_t* w, int64_t m, 
   omp_set_num_threads(1);
   try {
     auto& engine = CpuEngine();
-    dnnl::memory::desc src_md({m, k}, dt::s8, dnnl::memory::dims{ldx, 1});
-    dnnl::memory::desc wei_md({k, n}, dt::s8, dnnl::memory::dims{1, k});
-    dnnl::memory::desc dst_md({m, n}, dt::s32, dnnl::memory::dims{n, 1});
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), engine);
-    dnnl::matmul prim(pd);
-    dnnl::stream stream(engine);
-    prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(src_md, engine, const_cast<int8_t*>(x))},
-                          {DNNL_ARG_WEIGHTS, dnnl::memory(wei_md, engine, const_cast<int8_t*>(w))},
-                          {DNNL_ARG_DST, dnnl::memory(dst_md, engine, out)}});
+    const CachedPrimitive& c = CachedMatMul(MatMulShape{2, m, n, k, ldx, n, false}, [&] {
+      dnnl::memory::desc src_md({m, k}, dt::s8, dnnl::memory::dims{ldx, 1});
+      dnnl::memory::desc wei_md({k, n}, dt::s8, dnnl::memory::dims{1, k});
+      dnnl::memory::desc dst_md({m, n}, dt::s32, dnnl::memory::dims{n, 1});
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, wei_md, dst_md), engine);
+    });
+    dnnl::stream& stream = ThreadStream();
+    c.prim.execute(
+        stream,
+        {{DNNL_ARG_SRC, dnnl::memory(c.pd.src_desc(), engine, const_cast<int8_t*>(x))},
+         {DNNL_ARG_WEIGHTS, dnnl::memory(c.pd.weights_desc(), engine, const_cast<int8_t*>(w))},
+         {DNNL_ARG_DST, dnnl::memory(c.pd.dst_desc(), engine, out)}});
     stream.wait();
   } catch (const dnnl::error& e) {
     return StatusOf(e, "s8");
@@ -165,21 +225,21 @@ StatusOr<PackedS8Weights> PackedS8Weights::Pack(const int8_t* w, int64_t n, int6
 
 Status OnednnMatMulS8Packed(const int8_t* x, int64_t ldx, const PackedS8Weights& w, int64_t m,
                             int32_t* out) {
-  using dt = dnnl::memory::data_type;
   omp_set_num_threads(1);
   try {
     auto& engine = CpuEngine();
-    dnnl::matmul::primitive_desc pd = S8PrimitiveAnyWeights(m, ldx, w.n(), w.k());
-    if (pd.weights_desc() != w.impl_->desc) {
+    const CachedPrimitive& c =
+        CachedMatMul(MatMulShape{3, m, w.n(), w.k(), ldx, w.n(), false},
+                     [&] { return S8PrimitiveAnyWeights(m, ldx, w.n(), w.k()); });
+    if (c.pd.weights_desc() != w.impl_->desc) {
       return FailedPreconditionError("oneDNN wants another int8 weight layout for " +
                                      std::to_string(m) + " rows");
     }
-    dnnl::matmul prim(pd);
-    dnnl::stream stream(engine);
-    prim.execute(stream,
-                 {{DNNL_ARG_SRC, dnnl::memory(pd.src_desc(), engine, const_cast<int8_t*>(x))},
-                  {DNNL_ARG_WEIGHTS, w.impl_->memory},
-                  {DNNL_ARG_DST, dnnl::memory({{m, w.n()}, dt::s32, {w.n(), 1}}, engine, out)}});
+    dnnl::stream& stream = ThreadStream();
+    c.prim.execute(stream,
+                   {{DNNL_ARG_SRC, dnnl::memory(c.pd.src_desc(), engine, const_cast<int8_t*>(x))},
+                    {DNNL_ARG_WEIGHTS, w.impl_->memory},
+                    {DNNL_ARG_DST, dnnl::memory(c.pd.dst_desc(), engine, out)}});
     stream.wait();
   } catch (const dnnl::error& e) {
     return StatusOf(e, "s8");

@@ -16,7 +16,8 @@ namespace laminar::kernels::cpu {
 //   bias [N] f32 or empty
 //   out  [M, N] f32
 // Columns of N are split over `pool` (and the caller), each part one single-threaded oneDNN
-// call: oneDNN's own OpenMP team stalls badly when another process shares the cores.
+// call: oneDNN's own OpenMP team stalls badly when another process shares the cores. Up to 4 rows
+// (decode) run kernels/cpu/vec_ops.h MatMulF32FewRows instead.
 // Thread-safe. Errors: InvalidArgument on size mismatch, Internal naming oneDNN's status.
 Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool = nullptr);

@@ -103,6 +103,31 @@ void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m
   }
 }
 
+void MatMulF32FewRows(std::span<const float> x, std::span<const float> w,
+                      std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                      std::span<float> out, ThreadPool* pool, Isa isa) {
+  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k &&
+                static_cast<int64_t>(w.size()) == n * k &&
+                static_cast<int64_t>(out.size()) == m * n &&
+                (bias.empty() || static_cast<int64_t>(bias.size()) == n));
+  const VecOps& ops = Ops(isa);
+  auto run = [&](int64_t b, int64_t e) {
+    const int64_t n0 = b * 16, n1 = std::min(n, e * 16);
+    ops.dot_rows(x.data(), m, w.data() + n0 * k, k, n1 - n0, k, 1.0f, out.data() + n0, n);
+    if (bias.empty()) return;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = n0; j < n1; ++j) out[i * n + j] += bias[j];
+    }
+  };
+  const int64_t blocks = (n + 15) / 16;
+  // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
+  if (pool == nullptr || m * n * k < (int64_t{1} << 16)) {
+    run(0, blocks);
+  } else {
+    pool->ParallelFor(blocks, 4, run);
+  }
+}
+
 void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
                      std::span<const float> v_cache, std::span<const int32_t> positions, int64_t t,
                      int64_t h, int64_t hkv, int64_t d, int64_t s, std::span<float> out,
@@ -139,6 +164,9 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
         << "block id " << block << " outside the pool of " << num_blocks;
   }
   const VecOps& ops = Ops(isa);
+  // A head dimension that is a multiple of 8 but not of 16 (stories260K's 8) would leave the
+  // AVX-512 build's row products in their scalar tails; the AVX2 build's 8 lanes cover it.
+  const VecOps& row_ops = Ops(isa == Isa::kAvx512 && d % 16 != 0 && d % 8 == 0 ? Isa::kAvx2 : isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // A job is one token's group of query heads that share a KV head (grouped-query attention): each
   // K and V row is loaded once for the group. With few tokens on several threads (decode of one
@@ -157,8 +185,8 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
       const int64_t n_visible = num_visible(i);
       const float* qv = &q[(i * h + head) * d];
       segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
-        ops.dot_rows(qv, per_job, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale,
-                     &scores[p0], max_visible);
+        row_ops.dot_rows(qv, per_job, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale,
+                         &scores[p0], max_visible);
       });
       for (int64_t g = 0; g < per_job; ++g) {
         float* sg = scores.data() + g * max_visible;
@@ -169,8 +197,8 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
       float* o = &out[(i * h + head) * d];
       std::fill(o, o + per_job * d, 0.0f);
       segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
-        ops.axpy_rows(&scores[p0], per_job, max_visible, &v_rows[(row0 * hkv + kvh) * d],
-                      row_floats, n, d, o);
+        row_ops.axpy_rows(&scores[p0], per_job, max_visible, &v_rows[(row0 * hkv + kvh) * d],
+                          row_floats, n, d, o);
       });
     }
   };
