@@ -80,6 +80,7 @@ struct BenchArgs {
   int64_t max_draft_tokens = 8;
   bool fixed_drafts = false;
   std::string draft_model;                 // the draft_model drafter's checkpoint
+  std::string draft_weights;               // its weight format (default: the policy's)
   std::function<bool(const char*)> given;  // whether a flag was on the command line
 };
 
@@ -507,7 +508,8 @@ int RunSpec(const BenchArgs& a) {
     draft_ckpt = std::move(*dc);
     auto dm =
         engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights, engine::Backend::kCpu,
-                                   *engine::ParseWeightFormat(weights));
+                                   *engine::ParseWeightFormat(
+                                       a.draft_weights.empty() ? weights : a.draft_weights));
     if (!dm.ok()) return Fail(dm.status());
     draft = std::move(*dm);
   }
@@ -723,6 +725,10 @@ std::function<int()> SetupBench(CLI::App* app) {
           {"suffix", "layer_skip", "draft_model", "layer_skip+async", "draft_model+async"}));
   app->add_option("--draft-model", a->draft_model,
                   "spec: the draft_model drafter's checkpoint (same vocabulary as --model)");
+  app->add_option("--draft-weights", a->draft_weights,
+                  "spec: the draft model's weight format (default: --weights); the policy's own "
+                  "checkpoint at a cheaper format is a draft model with the same vocabulary")
+      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
   app->add_option("--temperatures", a->temperatures, "spec: sampling temperatures")
       ->delimiter(',')
       ->check(CLI::Range(0.0, 100.0));
