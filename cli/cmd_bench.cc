@@ -506,10 +506,9 @@ int RunSpec(const BenchArgs& a) {
     auto dc = model::LoadCheckpoint(*dpath);
     if (!dc.ok()) return Fail(dc.status());
     draft_ckpt = std::move(*dc);
-    auto dm =
-        engine::LlamaModel::Create(draft_ckpt->config, draft_ckpt->weights, engine::Backend::kCpu,
-                                   *engine::ParseWeightFormat(
-                                       a.draft_weights.empty() ? weights : a.draft_weights));
+    auto dm = engine::LlamaModel::Create(
+        draft_ckpt->config, draft_ckpt->weights, engine::Backend::kCpu,
+        *engine::ParseWeightFormat(a.draft_weights.empty() ? weights : a.draft_weights));
     if (!dm.ok()) return Fail(dm.status());
     draft = std::move(*dm);
   }

@@ -295,8 +295,13 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
                                           .max_nodes = b->second,
                                           .sampling = &s.sampler.params()});
       const int64_t n = tree.size();
-      costs_.RecordDraft(
-          n, std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count());
+      // A catch-up longer than one verified tree (a sequence's first draft: its whole prompt)
+      // is a one-time prefill, not the marginal cost of drafting: it would turn speculation off.
+      if (drafter_->last_catch_up() <= config_.speculative.max_draft_tokens + 1) {
+        costs_.RecordDraft(
+            n,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count());
+      }
       ++spec_stats_.budgeted;
       spec_stats_.empty_drafts += n == 0;
       if (n > 0) trees[id] = std::move(tree);

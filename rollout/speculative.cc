@@ -391,6 +391,7 @@ void ModelDrafter::DrawChain(SeqCache& cache, std::vector<int32_t>& seq, std::ve
 
 DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
   DraftTree tree;
+  last_catch_up_ = 0;
   if (model_ == nullptr || ctx.max_nodes <= 0 || ctx.sampling == nullptr) return tree;
   const int64_t len = std::ssize(ctx.tokens);
   const int64_t need = len + ctx.max_nodes;
@@ -424,6 +425,7 @@ DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
       ++valid;
     }
     std::vector<int32_t> seq(ctx.tokens.begin(), ctx.tokens.end());
+    last_catch_up_ = len - valid;
     std::vector<float> logits = Feed(cache, seq, valid);
     engine::Sampler sampler(params, rng_.state());
     DrawChain(cache, seq, std::move(logits), ctx.max_nodes, sampler, &chain, &q);

@@ -99,6 +99,12 @@ class Drafter {
   virtual void DraftAhead(int64_t /*seq*/, int64_t /*max_nodes*/) {}
   // Proposals so far that were answered from what DraftAhead drafted (re-rooted).
   virtual int64_t rerooted() const { return 0; }
+  // Tokens of the sequence itself (not drafted) that the last Propose fed to a model to catch its
+  // cache up before drafting: the whole prompt on a sequence's first draft, the tokens emitted
+  // since its last draft afterwards. 0 for drafters without a model. The engine leaves catch-ups
+  // longer than one verified tree out of the measured drafting cost (a one-time prefill is not
+  // the marginal cost of a drafted token).
+  virtual int64_t last_catch_up() const { return 0; }
 };
 
 // The model drafters: `layer_skip` (the policy itself with a subset of its layers, rebuilt from
@@ -134,6 +140,7 @@ class ModelDrafter final : public Drafter {
   // The model drafting now (null before OnWeights for layer_skip).
   const engine::LlamaModel* model() const { return model_; }
   int64_t rerooted() const override { return rerooted_; }
+  int64_t last_catch_up() const override { return last_catch_up_; }
 
  private:
   ModelDrafter(std::string name, double min_confidence, uint64_t seed);
@@ -167,6 +174,7 @@ class ModelDrafter final : public Drafter {
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
   int64_t rerooted_ = 0;
+  int64_t last_catch_up_ = 0;
 };
 
 struct SuffixDrafterConfig {

@@ -407,6 +407,38 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   EXPECT_LT(total, 32);
 }
 
+// A model drafter reports how much of the sequence it fed to catch up: all of it on the first
+// draft, only what was emitted since on the next (the engine times drafting from those alone).
+TEST(ModelDrafterTest, ReportsItsCatchUp) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  auto drafter = ModelDrafter::DraftModel(model.get(), 0.0, 1);
+  ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
+  engine::SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
+  auto propose = [&] {
+    return drafter->Propose({.seq = 0,
+                             .group = 0,
+                             .tokens = tokens,
+                             .num_prompt_tokens = 4,
+                             .max_nodes = 3,
+                             .sampling = &greedy});
+  };
+  const DraftTree first = propose();
+  ASSERT_EQ(first.size(), 3);
+  EXPECT_EQ(drafter->last_catch_up(), 5);
+  // The policy accepted the first drafted token and then sampled another one.
+  tokens.push_back(first.tokens[0]);
+  tokens.push_back((first.tokens[1] + 1) % static_cast<int32_t>(config.vocab_size));
+  propose();
+  EXPECT_GE(drafter->last_catch_up(), 1);
+  EXPECT_LE(drafter->last_catch_up(), 2);
+  SuffixDrafter suffix({});
+  EXPECT_EQ(suffix.last_catch_up(), 0);
+}
+
 // ---- the engine -----------------------------------------------------------------------------
 
 // `drafter` is a drafter's name, "+async" appended for async_draft.
