@@ -159,9 +159,9 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
   std::fprintf(stderr, "bf16: %s\n",
                bf16_dot ? "bf16 activations (AVX512-BF16 dot product, oneDNN bf16 beyond 16 rows)"
                         : "f32 activations (bf16 weights widened in registers)");
-  std::fprintf(stderr, "%-10s %4s %6s %6s  GOP/s: %8s %8s %8s %8s %8s %8s %10s %10s\n", "shape",
-               "M", "N", "K", "f32", "bf16", "w8a8", "w4a8", "q4_1", "q8_0", "onednn_s8",
-               "onednn_bf16");
+  std::fprintf(stderr, "%-10s %4s %6s %6s  GOP/s: %8s %8s %8s %8s %8s %8s %10s %10s %10s\n",
+               "shape", "M", "N", "K", "f32", "bf16", "w8a8", "w4a8", "q4_1", "q8_0", "onednn_s8",
+               "onednn_bf16", "onednn_f32");
   for (const GemmShape& s : shapes) {
     const auto w = Gaussian(static_cast<size_t>(s.n * s.k), 1, 0.05f);
     LAMINAR_ASSIGN_OR_RETURN(const kernels::W8A8Weights w8, kernels::QuantizeW8A8(w, s.n, s.k));
@@ -217,6 +217,10 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
       cands.push_back(OneDnnPeer("onednn_s8", dnnl::memory::data_type::s8, m, s.n, s.k, threads));
       cands.push_back(
           OneDnnPeer("onednn_bf16", dnnl::memory::data_type::bf16, m, s.n, s.k, threads));
+      // oneDNN's f32 matmul as the engine would call it ("f32" is the batch-invariant kernel).
+      add("onednn_f32", w, w.size() * 4, [&](const std::vector<float>& wc) {
+        LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulF32(x, wc, {}, m, s.n, s.k, out, p));
+      });
       nlohmann::json formats = nlohmann::json::object();
       std::string line;
       for (const Candidate& c : cands) {

@@ -65,11 +65,11 @@ double MeasureGemmPeakF32(int64_t dim, int repeats) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ThreadPool pool(threads -
                   1);  // with the caller: one part per hardware thread, as the engine runs
-  LAMINAR_CHECK_OK(kernels::cpu::MatMul(a, b, {}, dim, dim, dim, c, &pool));  // warm up
+  LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulF32(a, b, {}, dim, dim, dim, c, &pool));  // warm up
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    LAMINAR_CHECK_OK(kernels::cpu::MatMul(a, b, {}, dim, dim, dim, c, &pool));
+    LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulF32(a, b, {}, dim, dim, dim, c, &pool));
     auto t1 = std::chrono::steady_clock::now();
     best = std::max(best, 2.0 * double(dim) * dim * dim / Seconds(t0, t1));
   }

@@ -17,9 +17,6 @@
 namespace laminar::kernels::cpu {
 namespace {
 
-// f32 products of at most this many rows run MatMulF32FewRows (kernels/cpu/vec_ops.h).
-constexpr int64_t kFewRows = 4;
-
 dnnl::engine& CpuEngine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -124,12 +121,6 @@ Status MatMulOf(std::span<const T> x, std::span<const T> w, std::span<const floa
                                 " N=" + std::to_string(n) + " K=" + std::to_string(k));
   }
   if (m == 0 || n == 0) return OkStatus();
-  if constexpr (std::is_same_v<T, float>) {
-    if (m <= kFewRows) {
-      MatMulF32FewRows(x, w, bias, m, n, k, out, pool);
-      return OkStatus();
-    }
-  }
   const float* b = bias.empty() ? nullptr : bias.data();
   // Slices of at least 64 columns, at most one per thread.
   // Small products (a tiny model's decode step) run on the caller: a wake-up costs more.
@@ -153,6 +144,19 @@ Status MatMulOf(std::span<const T> x, std::span<const T> w, std::span<const floa
 
 Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
+  if (static_cast<int64_t>(x.size()) != m * k || static_cast<int64_t>(w.size()) != n * k ||
+      static_cast<int64_t>(out.size()) != m * n ||
+      (!bias.empty() && static_cast<int64_t>(bias.size()) != n)) {
+    return InvalidArgumentError("matmul: sizes do not match M=" + std::to_string(m) +
+                                " N=" + std::to_string(n) + " K=" + std::to_string(k));
+  }
+  if (m > 0 && n > 0) MatMulF32BatchInvariant(x, w, bias, m, n, k, out, pool);
+  return OkStatus();
+}
+
+Status OnednnMatMulF32(std::span<const float> x, std::span<const float> w,
+                       std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                       std::span<float> out, ThreadPool* pool) {
   return MatMulOf(x, w, bias, m, n, k, out, pool);
 }
 

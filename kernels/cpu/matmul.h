@@ -1,5 +1,6 @@
-// Dense matmul on the CPU through oneDNN (DESIGN.md §8): out[M, N] = x[M, K] · w[N, K]^T (+ bias).
-// The reference is kernels/reference/ops.h MatMul; tolerances in kernels/tolerance.h.
+// Dense matmul on the CPU (DESIGN.md §8): out[M, N] = x[M, K] · w[N, K]^T (+ bias), batch-invariant
+// in f32, through oneDNN otherwise. The reference is kernels/reference/ops.h MatMul; tolerances in
+// kernels/tolerance.h.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +16,19 @@ namespace laminar::kernels::cpu {
 //   w    [N, K] f32 row-major (a Hugging Face linear weight, [out, in])
 //   bias [N] f32 or empty
 //   out  [M, N] f32
-// Columns of N are split over `pool` (and the caller), each part one single-threaded oneDNN
-// call: oneDNN's own OpenMP team stalls badly when another process shares the cores. Up to 4 rows
-// (decode) run kernels/cpu/vec_ops.h MatMulF32FewRows instead.
-// Thread-safe. Errors: InvalidArgument on size mismatch, Internal naming oneDNN's status.
+// MatMul is kernels/cpu/vec_ops.h MatMulF32BatchInvariant: a row's outputs do not depend on M or
+// on the other rows (the engine's f32 rollouts give a sequence the same logits, bit for bit,
+// whatever shares its step). Thread-safe. Errors: InvalidArgument on size mismatch.
 Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool = nullptr);
+// The same product through oneDNN's f32 matmul (faster prefill, ~1.2x on SmolLM2, but its kernel
+// and so its sums change with M): the GEMM peak `laminar bench` measures and a peer in
+// `bench gemm`. Columns of N are split over `pool` (and the caller), each part one single-threaded
+// oneDNN call: oneDNN's own OpenMP team stalls badly when another process shares the cores.
+// Errors: as MatMul, plus Internal naming oneDNN's status.
+Status OnednnMatMulF32(std::span<const float> x, std::span<const float> w,
+                       std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                       std::span<float> out, ThreadPool* pool = nullptr);
 
 //   x    [M, K] bf16 bit patterns, row-major
 //   w    [N, K] bf16 bit patterns, row-major

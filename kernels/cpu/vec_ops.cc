@@ -103,20 +103,24 @@ void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m
   }
 }
 
-void MatMulF32FewRows(std::span<const float> x, std::span<const float> w,
-                      std::span<const float> bias, int64_t m, int64_t n, int64_t k,
-                      std::span<float> out, ThreadPool* pool, Isa isa) {
+void MatMulF32BatchInvariant(std::span<const float> x, std::span<const float> w,
+                             std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                             std::span<float> out, ThreadPool* pool, Isa isa) {
   LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k &&
                 static_cast<int64_t>(w.size()) == n * k &&
                 static_cast<int64_t>(out.size()) == m * n &&
                 (bias.empty() || static_cast<int64_t>(bias.size()) == n));
   const VecOps& ops = Ops(isa);
+  // Blocks of weight rows that stay in L2 (256 KB) while every activation row passes over them.
+  const int64_t rows_per_block = std::max<int64_t>(16, (int64_t{256} << 10) / (4 * k) / 16 * 16);
   auto run = [&](int64_t b, int64_t e) {
-    const int64_t n0 = b * 16, n1 = std::min(n, e * 16);
-    ops.dot_rows(x.data(), m, w.data() + n0 * k, k, n1 - n0, k, 1.0f, out.data() + n0, n);
-    if (bias.empty()) return;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = n0; j < n1; ++j) out[i * n + j] += bias[j];
+    for (int64_t n0 = b * 16; n0 < std::min(n, e * 16); n0 += rows_per_block) {
+      const int64_t n1 = std::min({n, e * 16, n0 + rows_per_block});
+      ops.dot_rows(x.data(), m, w.data() + n0 * k, k, n1 - n0, k, 1.0f, out.data() + n0, n);
+      if (bias.empty()) continue;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = n0; j < n1; ++j) out[i * n + j] += bias[j];
+      }
     }
   };
   const int64_t blocks = (n + 15) / 16;

@@ -32,13 +32,17 @@ void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targe
 double ExpScaledShiftedF64(std::span<const float> x, double scale, double shift,
                            std::span<double> out, Isa isa = BestIsa());
 
-// Few-row f32 matmul (decode shapes, M = 1..4): out[M, N] = x[M, K] · w[N, K]^T (+ bias[N] when
-// not empty), all f32, with DotRows' vectorized dot products (each output summed in an order that
-// does not depend on M). No per-call library overhead, which dominates a tiny model's decode step.
-// Splits N over `pool` when given and the product is large enough. Sizes: LAMINAR_CHECK.
-void MatMulF32FewRows(std::span<const float> x, std::span<const float> w,
-                      std::span<const float> bias, int64_t m, int64_t n, int64_t k,
-                      std::span<float> out, ThreadPool* pool = nullptr, Isa isa = BestIsa());
+// Batch-invariant f32 matmul: out[M, N] = x[M, K] · w[N, K]^T (+ bias[N] when not empty), all
+// f32, with DotRows' vectorized dot products. Each output is summed in an order that depends only
+// on K and the ISA, never on M, on the other rows or on the thread split, so a sequence's logits
+// are the same bits whatever else shares its engine step (He et al., "Defeating Nondeterminism in
+// LLM Inference", Thinking Machines, 2025: batch invariance). Weight rows go in blocks that stay
+// in L2 while every activation row passes over them. No per-call library overhead (a tiny model's
+// decode step). Splits N over `pool` when given and the product is large enough. Sizes:
+// LAMINAR_CHECK.
+void MatMulF32BatchInvariant(std::span<const float> x, std::span<const float> w,
+                             std::span<const float> bias, int64_t m, int64_t n, int64_t k,
+                             std::span<float> out, ThreadPool* pool = nullptr, Isa isa = BestIsa());
 
 // Small-M matmul with bf16 weights (decode shapes, M = 1..64): out[M, N] = x[M, K] · w[N, K]^T,
 // x and out f32, w bf16 (uint16 bit patterns), f32 accumulation. Memory-bound at small M, so

@@ -35,6 +35,13 @@ TEST(CpuMatMulTest, EqualsReference) {
     std::vector<float> want(c.m * c.n), got(c.m * c.n);
     ref::MatMul(x, w, b, c.m, c.n, c.k, want);
     ASSERT_TRUE(cpu::MatMul(x, w, b, c.m, c.n, c.k, got).ok());
+    std::vector<float> onednn(c.m * c.n);
+    ASSERT_TRUE(cpu::OnednnMatMulF32(x, w, b, c.m, c.n, c.k, onednn).ok());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_LE(std::abs(double(onednn[i]) - want[i]),
+                kMatMulF32.abs + kMatMulF32.rel * std::abs(want[i]))
+          << "oneDNN M=" << c.m << " N=" << c.n << " K=" << c.k << " at " << i;
+    }
     double max_err = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       double err = std::abs(double(got[i]) - want[i]);
@@ -49,6 +56,7 @@ TEST(CpuMatMulTest, EqualsReference) {
 TEST(CpuMatMulTest, RejectsMismatchedSizes) {
   std::vector<float> x(6), w(6), out(3);
   EXPECT_FALSE(cpu::MatMul(x, w, {}, 2, 2, 3, out).ok());
+  EXPECT_FALSE(cpu::OnednnMatMulF32(x, w, {}, 2, 2, 3, out).ok());
 }
 
 TEST(CpuGemmTest, EqualsReferenceForEveryTransposeAndSplit) {

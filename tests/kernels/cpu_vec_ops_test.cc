@@ -150,29 +150,30 @@ TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
   }
 }
 
-// The decode-shape f32 matmul: every ISA, 1..4 rows, K and N tails, bias, with and without the
-// pool; and a row's outputs are the same bits whatever M is (DotRows sums each output alone).
-TEST(CpuMatMulF32FewRowsTest, EqualsReferenceAndIsIndependentOfM) {
+// The batch-invariant f32 matmul: every ISA, 1..4 and 9 rows, K and N tails, bias, with and
+// without the pool; a row's outputs are the same bits whatever M is.
+TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
   ThreadPool pool(2);
   struct Case {
     int64_t n, k;
   };
   for (cpu::Isa isa : AvailableIsas()) {
     for (Case c : {Case{1, 1}, Case{7, 13}, Case{17, 31}, Case{577, 64}, Case{1536, 576}}) {
-      for (int64_t m = 1; m <= 4; ++m) {
+      for (int64_t m : {1, 2, 3, 4, 9}) {
         for (bool with_bias : {false, true}) {
           auto x = Random(m * c.k, 1, 1.f), w = Random(c.n * c.k, 2, 1.f);
           auto bias = with_bias ? Random(c.n, 3, 1.f) : std::vector<float>{};
           std::vector<float> want(m * c.n), got(m * c.n);
           ref::MatMul(x, w, bias, m, c.n, c.k, want);
-          cpu::MatMulF32FewRows(x, w, bias, m, c.n, c.k, got, c.n > 100 ? &pool : nullptr, isa);
+          cpu::MatMulF32BatchInvariant(x, w, bias, m, c.n, c.k, got, c.n > 100 ? &pool : nullptr,
+                                       isa);
           const std::string what = cpu::IsaName(isa) + " M=" + std::to_string(m) +
                                    " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k);
           ExpectClose(got, want, kMatMulF32, what);
           // The last row alone gives the same bits.
           std::vector<float> alone(c.n);
-          cpu::MatMulF32FewRows(std::span<const float>(x).subspan((m - 1) * c.k), w, bias, 1, c.n,
-                                c.k, alone, nullptr, isa);
+          cpu::MatMulF32BatchInvariant(std::span<const float>(x).subspan((m - 1) * c.k), w, bias, 1,
+                                       c.n, c.k, alone, nullptr, isa);
           for (int64_t j = 0; j < c.n; ++j) {
             ASSERT_EQ(alone[j], got[(m - 1) * c.n + j]) << what << " column " << j;
           }
@@ -180,14 +181,14 @@ TEST(CpuMatMulF32FewRowsTest, EqualsReferenceAndIsIndependentOfM) {
       }
     }
   }
-  // cpu::MatMul sends up to 4 rows here, and reuses its cached oneDNN primitives from 5 rows on
-  // with other pointers: alternate shapes and buffers.
+  // oneDNN's f32 matmul reuses its cached primitives with other pointers: alternate shapes and
+  // buffers.
   for (int64_t m : {1, 5, 4, 5, 9, 5}) {
     auto x = Random(m * 96, static_cast<uint32_t>(m), 1.f), w = Random(67 * 96, 7, 1.f);
     std::vector<float> want(m * 67), got(m * 67);
     ref::MatMul(x, w, {}, m, 67, 96, want);
-    ASSERT_TRUE(cpu::MatMul(x, w, {}, m, 67, 96, got, &pool).ok());
-    ExpectClose(got, want, kMatMulF32, "MatMul M=" + std::to_string(m));
+    ASSERT_TRUE(cpu::OnednnMatMulF32(x, w, {}, m, 67, 96, got, &pool).ok());
+    ExpectClose(got, want, kMatMulF32, "oneDNN MatMul M=" + std::to_string(m));
   }
 }
 

@@ -11,9 +11,11 @@
 #include <string>
 #include <utility>
 
+#include "model/llama2c.h"
 #include "proto/codec.h"
 #include "rollout/wire.h"
 #include "tests/model/random_weights.h"
+#include "tests/test_util.h"
 
 namespace laminar::rollout {
 namespace {
@@ -87,9 +89,11 @@ class RolloutEngineTest : public ::testing::TestWithParam<engine::Backend> {
     EXPECT_EQ(got.prompt_ids, want.prompt_ids) << k.first << "/" << k.second;
     EXPECT_EQ(got.generated_ids, want.generated_ids) << k.first << "/" << k.second;
     EXPECT_EQ(got.finish_reason, want.finish_reason) << k.first << "/" << k.second;
+    // f32 kernels are batch-invariant (each row computed in an order that does not depend on the
+    // other rows of the step), so batching changes no bit.
     ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
     for (size_t i = 0; i < got.logprobs.size(); ++i) {
-      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << k.first << "/" << k.second;
+      EXPECT_EQ(got.logprobs[i], want.logprobs[i]) << k.first << "/" << k.second << " at " << i;
     }
   }
 
@@ -565,6 +569,56 @@ TEST(KvCacheSizeTest, BlocksForAMemoryBudget) {
   EXPECT_FALSE(KvBlocksFor(0, 100, 16).ok());
   EXPECT_FALSE(KvBlocksFor(8, 100, 0).ok());
   EXPECT_EQ(*KvBlocksFor(int64_t{1} << 40, 1, 1), int32_t{1} << 30);  // capped
+}
+
+// On a real model (stories260K, f32): a GRPO group's seeded samples are the same tokens and
+// logprobs, bit for bit, alone or sharing every step with two other groups. Long responses, so a
+// logit that moved by one ulp would flip a token at some CDF boundary (as it did when the matmul
+// chose its kernel by the number of rows in the step).
+TEST(RolloutEngineRealModelTest, SeededGroupIsBitIdenticalAloneOrInABatch) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  model::ModelConfig config;
+  model::WeightStore weights;
+  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  auto request = [](std::vector<int32_t> prompt, uint64_t seed) {
+    RolloutRequest r;
+    r.prompt_ids = std::move(prompt);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = seed;
+    r.stop.max_tokens = 240;
+    r.n = 8;
+    return r;
+  };
+  auto run = [&](const std::vector<RolloutRequest>& reqs) {
+    RolloutEngineConfig c;
+    c.block_size = 16;
+    c.num_blocks = 512;
+    c.scheduler.max_num_batched_tokens = 96;  // chunked prefills next to decodes
+    auto e = *RolloutEngine::Create(model.get(), c);
+    std::vector<int64_t> ids;
+    for (const auto& r : reqs) ids.push_back(*e->Add(r));
+    auto done = *e->RunToCompletion();
+    std::map<int32_t, FinishedSample> first;  // the first request's samples
+    for (auto& f : done) {
+      if (f.request_id == ids[0]) first[f.sample_index] = std::move(f);
+    }
+    return first;
+  };
+  const RolloutRequest group = request({1, 403, 407}, 3);
+  const auto alone = run({group});
+  const auto batched =
+      run({group, request({1, 365, 2501 % 512, 263}, 4), request({1, 9, 10, 11, 12, 13}, 5)});
+  ASSERT_EQ(alone.size(), 8u);
+  ASSERT_EQ(batched.size(), 8u);
+  for (const auto& [i, a] : alone) {
+    const FinishedSample& b = batched.at(i);
+    EXPECT_EQ(a.generated_ids, b.generated_ids) << "sample " << i;
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "sample " << i;
+    for (size_t t = 0; t < a.logprobs.size(); ++t) {
+      ASSERT_EQ(a.logprobs[t], b.logprobs[t]) << "sample " << i << " token " << t;
+    }
+  }
 }
 
 }  // namespace
