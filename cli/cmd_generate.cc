@@ -3,7 +3,9 @@
 // positions, and its piece printing) so its published goldens can be checked.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -71,7 +73,12 @@ int RunLlama2c(const engine::LlamaModel& lm, const model::Tokenizer& tok, const 
                 std::to_string(steps));
   }
   engine::KvCache cache = lm.NewCache(1, steps);
-  engine::Llama2cSampler sampler(a.temperature, a.top_p, a.seed);
+  if (!std::isfinite(a.temperature) || !(a.top_p >= 0.0f && a.top_p <= 1.0f)) {
+    return Fail("--temperature must be finite and --top-p in [0, 1]", 2);
+  }
+  // run.c replaces a seed <= 0 with time(NULL); a zero xorshift state would draw 0 forever.
+  const uint64_t seed = a.seed > 0 ? a.seed : static_cast<uint64_t>(std::time(nullptr));
+  engine::Llama2cSampler sampler(a.temperature, a.top_p, seed);
   int32_t token = (*prompt)[0];
   std::vector<float> logits;
   for (int64_t pos = 0; pos < steps; ++pos) {
@@ -127,7 +134,9 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
   std::vector<int64_t> stop_ids = lm.config().eos_token_ids;
   if (tok.eos_id() >= 0) stop_ids.push_back(tok.eos_id());
   engine::KvCache cache = lm.NewCache(1, n + max_new);
-  engine::Sampler sampler({a.temperature, a.top_k, a.top_p, a.min_p, a.seed});
+  const engine::SamplingParams params{a.temperature, a.top_k, a.top_p, a.min_p, a.seed};
+  if (Status st = params.Validate(); !st.ok()) return Fail(st.message(), 2);
+  engine::Sampler sampler(params);
   auto decoder = tok.NewStreamingDecoder(/*skip_special=*/true);
   std::vector<int32_t> ids;
   std::vector<float> logprobs, logits;

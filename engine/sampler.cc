@@ -6,10 +6,26 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "kernels/cpu/vec_ops.h"
 
 namespace laminar::engine {
+
+Status SamplingParams::Validate() const {
+  auto bad = [](const std::string& what, double value) {
+    return InvalidArgumentError("sampling: " + what + ", got " + std::to_string(value));
+  };
+  // Written so that NaN fails each test.
+  if (!(temperature >= 0.0f && std::isfinite(temperature))) {
+    return bad("temperature must be finite and >= 0", temperature);
+  }
+  if (!(top_p >= 0.0f && top_p <= 1.0f)) return bad("top_p must be in [0, 1]", top_p);
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return bad("min_p must be in [0, 1]", min_p);
+  if (top_k < 0) return bad("top_k must be >= 0", top_k);
+  if (logprobs < 0) return bad("logprobs must be >= 0", logprobs);
+  return OkStatus();
+}
 namespace {
 
 uint64_t SplitMix64(uint64_t* x) {

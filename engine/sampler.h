@@ -11,6 +11,8 @@
 #include <span>
 #include <vector>
 
+#include "core/status.h"
+
 namespace laminar::engine {
 
 struct SamplingParams {
@@ -21,6 +23,9 @@ struct SamplingParams {
   uint64_t seed = 0;
   // Top logprobs to record per sampled token (vLLM's `logprobs`); 0: none.
   int32_t logprobs = 0;
+  // InvalidArgument naming the first bad field: temperature must be finite and >= 0, top_p in
+  // [0, 1], min_p in [0, 1] (NaN fails every range), top_k and logprobs >= 0.
+  Status Validate() const;
 };
 
 struct TokenLogprob {

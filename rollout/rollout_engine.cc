@@ -109,6 +109,7 @@ StatusOr<int64_t> RolloutEngine::Add(RolloutRequest request) {
   if (request.n < 1) {
     return InvalidArgumentError("request: n must be >= 1, got " + std::to_string(request.n));
   }
+  LAMINAR_RETURN_IF_ERROR(request.sampling.Validate(), "request");
   LAMINAR_ASSIGN_OR_RETURN(
       StopMatcher matcher,
       StopMatcher::Create(request.stop, config_.token_bytes, config_.strips_leading_space),

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -14,6 +15,27 @@ std::vector<float> LogitsOf(const std::vector<double>& probs) {
   std::vector<float> l;
   for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
   return l;
+}
+
+// Out-of-range and NaN settings are refused with the field named (NaN passes no range check).
+TEST(SamplingParamsTest, ValidateNamesTheBadField) {
+  EXPECT_TRUE(SamplingParams{}.Validate().ok());
+  EXPECT_TRUE((SamplingParams{0.0f, 5, 0.9f, 0.05f, 1}).Validate().ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    SamplingParams p;
+    const char* field;
+  };
+  for (const Case& c :
+       {Case{{nan, 0, 1.0f, 0.0f, 0}, "temperature"}, Case{{inf, 0, 1.0f, 0.0f, 0}, "temperature"},
+        Case{{-1.0f, 0, 1.0f, 0.0f, 0}, "temperature"}, Case{{1.0f, 0, nan, 0.0f, 0}, "top_p"},
+        Case{{1.0f, 0, 1.5f, 0.0f, 0}, "top_p"}, Case{{1.0f, 0, 1.0f, nan, 0}, "min_p"},
+        Case{{1.0f, -2, 1.0f, 0.0f, 0}, "top_k"}}) {
+    const Status st = c.p.Validate();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << st.message();
+  }
 }
 
 TEST(SamplerTest, GreedyReturnsArgmaxWithItsLogprob) {
