@@ -90,6 +90,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfi
   m->inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
   kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, RopeScalingOf(config),
                             m->inv_freq_);
+  // Up to 16k positions tabulated (16 MB at head_dim 128); later ones are computed per call.
+  m->rope_ = std::make_shared<const kernels::cpu::RopeTable>(
+      m->inv_freq_, std::min<int64_t>(config.max_position_embeddings, 16384));
   return m;
 }
 
@@ -115,6 +118,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LayerSubset(
   m->final_norm_ = final_norm_;
   m->lm_head_ = lm_head_;
   m->inv_freq_ = inv_freq_;
+  m->rope_ = rope_;
   for (int64_t l : layers) m->layers_.push_back(layers_[static_cast<size_t>(l)]);
   m->projection_bytes_ = projection_bytes_ * static_cast<int64_t>(layers.size()) /
                          std::max<int64_t>(1, std::ssize(layers_));
@@ -472,8 +476,13 @@ void LlamaModel::AttentionBlock(const Layer& l, int64_t li, std::span<const int3
   Linear(hn, l.wq, l.bq, t, h * d, dm, q);
   Linear(hn, l.wk, l.bk, t, hkv * d, dm, k);
   Linear(hn, l.wv, l.bv, t, hkv * d, dm, v);
-  kernels::ref::Rope(q, positions, t, h, d, inv_freq_, layout);
-  kernels::ref::Rope(k, positions, t, hkv, d, inv_freq_, layout);
+  if (backend_ == Backend::kCpu) {
+    rope_->Apply(q, positions, t, h, d, layout);
+    rope_->Apply(k, positions, t, hkv, d, layout);
+  } else {
+    kernels::ref::Rope(q, positions, t, h, d, inv_freq_, layout);
+    kernels::ref::Rope(k, positions, t, hkv, d, inv_freq_, layout);
+  }
   std::vector<int64_t> first_row(spans.size() + 1, 0);
   int64_t longest = 0;
   for (size_t si = 0; si < spans.size(); ++si) {

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/paged_kv_cache.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/reference/ops.h"
 #include "kernels/reference/quant.h"
 #include "model/model_config.h"
@@ -207,6 +208,7 @@ class LlamaModel {
   Weight lm_head_;
   std::vector<Layer> layers_;
   std::vector<double> inv_freq_;
+  std::shared_ptr<const kernels::cpu::RopeTable> rope_;  // the CPU backend's cos/sin table
 };
 
 }  // namespace laminar::engine
