@@ -348,7 +348,12 @@ TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
            << "\n";
     }
   }
+  // A step trains 4 groups, what both rollouts hold together: versions come no faster than both
+  // rollouts turn over, so the two often run the same version (repack moves only within a
+  // version). With 2 groups per step, once decoding got 4x faster the rollouts were almost never
+  // on the same version while one had a long tail, and no move happened in 90 s.
   run.overrides = {"actor.max_steps=0",
+                   "actor.groups_per_step=4",
                    "rollout.n=4",
                    "rollout.max_groups=2",
                    "rollout.kv_cache_mb=8",
