@@ -352,14 +352,10 @@ TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
   // rollouts turn over, so the two often run the same version (repack moves only within a
   // version). With 2 groups per step, once decoding got 4x faster the rollouts were almost never
   // on the same version while one had a long tail, and no move happened in 90 s.
-  run.overrides = {"actor.max_steps=0",
-                   "actor.groups_per_step=4",
-                   "rollout.n=4",
-                   "rollout.max_groups=2",
-                   "rollout.kv_cache_mb=8",
-                   "data.max_tokens_key=max_tokens",
-                   "data.shuffle=false",
-                   "repack.interval_s=0.05"};
+  run.overrides = {"actor.max_steps=0",     "actor.groups_per_step=4",
+                   "rollout.n=4",           "rollout.max_groups=2",
+                   "rollout.kv_cache_mb=8", "data.max_tokens_key=max_tokens",
+                   "data.shuffle=false",    "repack.interval_s=0.05"};
   run.Start(2);
   // Runs until a repack move completed, its group was trained, and the freed source generated
   // under a newer version.
