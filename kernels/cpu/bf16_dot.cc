@@ -77,10 +77,7 @@ void MatMulBF16Dot(std::span<const uint16_t> x, std::span<const uint16_t> w, int
 void MatMulBF16Weights(std::span<const float> x, std::span<const uint16_t> w,
                        std::span<const float> bias, int64_t m, int64_t n, int64_t k,
                        std::span<float> out, ThreadPool* pool, bool bf16_activations) {
-  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k &&
-                static_cast<int64_t>(w.size()) == n * k &&
-                static_cast<int64_t>(out.size()) == m * n &&
-                (bias.empty() || static_cast<int64_t>(bias.size()) == n))
+  LAMINAR_CHECK(MatMulSizesMatch(x.size(), w.size(), bias.size(), out.size(), m, n, k))
       << "bf16 matmul: sizes do not match M=" << m << " N=" << n << " K=" << k;
   if (bf16_activations) {
     thread_local std::vector<uint16_t> xb;

@@ -62,6 +62,11 @@ dnnl::stream& ThreadStream() {
   return stream;
 }
 
+Status SizeMismatch(int64_t m, int64_t n, int64_t k) {
+  return InvalidArgumentError("matmul: sizes do not match M=" + std::to_string(m) +
+                              " N=" + std::to_string(n) + " K=" + std::to_string(k));
+}
+
 // A oneDNN failure of a `dtype` matmul: Unimplemented when oneDNN has no such matmul for this CPU,
 // Internal otherwise.
 Status StatusOf(const dnnl::error& e, const char* dtype) {
@@ -114,11 +119,8 @@ Status MatMulSlice(const T* x, const T* w, const float* bias, int64_t m, int64_t
 template <typename T>
 Status MatMulOf(std::span<const T> x, std::span<const T> w, std::span<const float> bias, int64_t m,
                 int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
-  if (static_cast<int64_t>(x.size()) != m * k || static_cast<int64_t>(w.size()) != n * k ||
-      static_cast<int64_t>(out.size()) != m * n ||
-      (!bias.empty() && static_cast<int64_t>(bias.size()) != n)) {
-    return InvalidArgumentError("matmul: sizes do not match M=" + std::to_string(m) +
-                                " N=" + std::to_string(n) + " K=" + std::to_string(k));
+  if (!MatMulSizesMatch(x.size(), w.size(), bias.size(), out.size(), m, n, k)) {
+    return SizeMismatch(m, n, k);
   }
   if (m == 0 || n == 0) return OkStatus();
   const float* b = bias.empty() ? nullptr : bias.data();
@@ -144,11 +146,8 @@ Status MatMulOf(std::span<const T> x, std::span<const T> w, std::span<const floa
 
 Status MatMul(std::span<const float> x, std::span<const float> w, std::span<const float> bias,
               int64_t m, int64_t n, int64_t k, std::span<float> out, ThreadPool* pool) {
-  if (static_cast<int64_t>(x.size()) != m * k || static_cast<int64_t>(w.size()) != n * k ||
-      static_cast<int64_t>(out.size()) != m * n ||
-      (!bias.empty() && static_cast<int64_t>(bias.size()) != n)) {
-    return InvalidArgumentError("matmul: sizes do not match M=" + std::to_string(m) +
-                                " N=" + std::to_string(n) + " K=" + std::to_string(k));
+  if (!MatMulSizesMatch(x.size(), w.size(), bias.size(), out.size(), m, n, k)) {
+    return SizeMismatch(m, n, k);
   }
   if (m > 0 && n > 0) MatMulF32BatchInvariant(x, w, bias, m, n, k, out, pool);
   return OkStatus();

@@ -3,6 +3,7 @@
 // kernels/tolerance.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -11,6 +12,15 @@
 #include "core/thread_pool.h"
 
 namespace laminar::kernels::cpu {
+
+// Whether x [M, K], w [N, K], out [M, N] and bias ([N], or empty: size 0) have those sizes: the
+// check every out = x · w^T (+ bias) entry point makes.
+inline bool MatMulSizesMatch(size_t x_size, size_t w_size, size_t bias_size, size_t out_size,
+                             int64_t m, int64_t n, int64_t k) {
+  return static_cast<int64_t>(x_size) == m * k && static_cast<int64_t>(w_size) == n * k &&
+         static_cast<int64_t>(out_size) == m * n &&
+         (bias_size == 0 || static_cast<int64_t>(bias_size) == n);
+}
 
 //   x    [M, K] f32 row-major
 //   w    [N, K] f32 row-major (a Hugging Face linear weight, [out, in])

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/matmul.h"
 
 namespace laminar::kernels::cpu {
 
@@ -106,10 +107,7 @@ void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m
 void MatMulF32BatchInvariant(std::span<const float> x, std::span<const float> w,
                              std::span<const float> bias, int64_t m, int64_t n, int64_t k,
                              std::span<float> out, ThreadPool* pool, Isa isa) {
-  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k &&
-                static_cast<int64_t>(w.size()) == n * k &&
-                static_cast<int64_t>(out.size()) == m * n &&
-                (bias.empty() || static_cast<int64_t>(bias.size()) == n));
+  LAMINAR_CHECK(MatMulSizesMatch(x.size(), w.size(), bias.size(), out.size(), m, n, k));
   const VecOps& ops = Ops(isa);
   // Blocks of weight rows that stay in L2 (256 KB) while every activation row passes over them.
   const int64_t rows_per_block = std::max<int64_t>(16, (int64_t{256} << 10) / (4 * k) / 16 * 16);
