@@ -658,7 +658,11 @@ void LlamaModel::ForwardLayers(std::span<const int32_t> tokens, std::span<const 
   const int64_t t = static_cast<int64_t>(tokens.size());
   std::vector<float> x(t * c.hidden_size);
   Workspace ws;
-  kernels::ref::Embedding(embed_, tokens, c.hidden_size, x);
+  if (backend_ == Backend::kReference) {
+    kernels::ref::Embedding(embed_, tokens, c.hidden_size, x);
+  } else {
+    kernels::cpu::Embedding(embed_, tokens, c.hidden_size, x);
+  }
   for (size_t li = 0; li < layers_.size(); ++li) {
     AttentionBlock(layers_[li], static_cast<int64_t>(li), positions, spans, kv, x, ws);
     FeedForwardBlock(layers_[li], x, ws);

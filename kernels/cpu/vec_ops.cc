@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
@@ -143,16 +145,15 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
 
 namespace {
 
-// Grouped-query attention of each query i over the key/value rows that segments(i, body) lists:
-// body(p0, row0, n) names n consecutive slots p0.. of the query's visible set (p0 the index in
-// the score vector, in order) stored at rows row0.. of k_rows / v_rows. `num_visible(i)` is the
-// total. Shapes as BlockedCausalAttention.
-template <typename NumVisible, typename Segments>
-void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
-                    std::span<const float> v_rows, std::span<const int32_t> block_table,
-                    int64_t block_size, int64_t t, int64_t h, int64_t hkv, int64_t d,
-                    int64_t max_visible, std::span<float> out, ThreadPool* pool, Isa isa,
-                    NumVisible&& num_visible, Segments&& segments) {
+// Head dimensions up to this many floats attend over transposed keys and values
+// (AttendTransposed): a dot product of a few floats per key is mostly horizontal sums.
+constexpr int64_t kSmallHeadDim = 16;
+
+// Shapes and block ids of an attention call (LAMINAR_CHECK).
+void CheckAttentionShapes(std::span<const float> q, std::span<const float> k_rows,
+                          std::span<const float> v_rows, std::span<const int32_t> block_table,
+                          int64_t block_size, int64_t t, int64_t h, int64_t hkv, int64_t d,
+                          std::span<float> out) {
   LAMINAR_CHECK(block_size > 0 && hkv > 0 && d > 0);
   LAMINAR_CHECK_EQ(h % hkv, 0);
   const int64_t row_floats = hkv * d;
@@ -165,9 +166,84 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
     LAMINAR_CHECK(block >= 0 && block < num_blocks)
         << "block id " << block << " outside the pool of " << num_blocks;
   }
+}
+
+// Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
+bool RunSerially(const ThreadPool* pool, int64_t multiply_adds) {
+  return pool == nullptr || multiply_adds < (int64_t{1} << 16);
+}
+
+// Slots of the transposed path are padded to whole vectors of the widest ISA, so no row op runs a
+// scalar tail and every ISA sums a query's n slots as round_up(n, 16) lanes.
+constexpr int64_t kSlotPad = 16;
+int64_t PaddedSlots(int64_t n) { return (n + kSlotPad - 1) / kSlotPad * kSlotPad; }
+
+// Copies the keys and values of KV heads [kvh0, kvh1) at the n visible slots that segments lists
+// into kt, vt [kvh1 - kvh0, d, ld]: kt[(kvh - kvh0) · d · ld + j · ld + p] = K(slot p)[kvh, j].
+// Columns n..ld-1 are zeroed (ld >= n).
+template <typename Segments>
+void GatherTransposed(std::span<const float> k_rows, std::span<const float> v_rows, int64_t hkv,
+                      int64_t d, int64_t kvh0, int64_t kvh1, int64_t n, int64_t ld,
+                      Segments&& segments, float* kt, float* vt) {
+  const int64_t floats = (kvh1 - kvh0) * d;
+  segments([&](int64_t p0, int64_t row0, int64_t count) {
+    for (int64_t r = 0; r < count; ++r) {
+      const float* kr = &k_rows[((row0 + r) * hkv + kvh0) * d];
+      const float* vr = &v_rows[((row0 + r) * hkv + kvh0) * d];
+      for (int64_t e = 0; e < floats; ++e) {
+        kt[e * ld + p0 + r] = kr[e];
+        vt[e * ld + p0 + r] = vr[e];
+      }
+    }
+  });
+  for (int64_t e = 0; e < floats; ++e) {
+    std::fill(kt + e * ld + n, kt + (e + 1) * ld, 0.0f);
+    std::fill(vt + e * ld + n, vt + (e + 1) * ld, 0.0f);
+  }
+}
+
+// Attention of g query heads q [g, D] (sharing one KV head) over the n slots of kt, vt [D, ld]
+// (transposed keys and values, zero past n up to PaddedSlots(n) <= ld): scores by broadcast
+// multiply-adds over the slots (AxpyRows, summed in order of the head dimension), softmax, then
+// out [g, D] as dot products over the padded slots, whose probabilities are 0 (DotRows). Each
+// head's result is the same whatever g is. scratch holds g · (D + PaddedSlots(n)) floats.
+void AttendTransposed(const VecOps& ops, const float* q, int64_t g, int64_t d, const float* kt,
+                      const float* vt, int64_t ld, int64_t n, float scale, float* scratch,
+                      float* out) {
+  const int64_t np = PaddedSlots(n);
+  float* qs = scratch;  // the queries times 1/sqrt(D)
+  float* scores = scratch + g * d;
+  for (int64_t e = 0; e < g * d; ++e) qs[e] = q[e] * scale;
+  std::fill(scores, scores + g * np, 0.0f);
+  ops.axpy_rows(qs, g, d, kt, ld, d, np, scores);
+  for (int64_t hh = 0; hh < g; ++hh) {
+    float* s = scores + hh * np;
+    // Padded slots get probability exp(-inf) = 0 and change neither the max nor the sum.
+    std::fill(s + n, s + np, -std::numeric_limits<float>::infinity());
+    const float mx = ops.row_max(s, np);
+    const float sum = ops.sum_exp_shifted(s, np, mx);
+    ops.exp_shifted_scaled(s, np, mx, 1.0f / sum, s);
+  }
+  ops.dot_rows(scores, g, vt, ld, d, np, 1.0f, out, d);
+}
+
+// Grouped-query attention of each query i over the key/value rows that segments(i, body) lists:
+// body(p0, row0, n) names n consecutive slots p0.. of the query's visible set (p0 the index in
+// the score vector, in order) stored at rows row0.. of k_rows / v_rows. `num_visible(i)` is the
+// total. When `prefix_sets`, every query's visible set is a prefix of the largest one's (causal
+// attention), so head dimensions up to kSmallHeadDim transpose the keys and values once per call
+// rather than once per query. Shapes as BlockedCausalAttention.
+template <typename NumVisible, typename Segments>
+void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
+                    std::span<const float> v_rows, std::span<const int32_t> block_table,
+                    int64_t block_size, int64_t t, int64_t h, int64_t hkv, int64_t d,
+                    int64_t max_visible, bool prefix_sets, std::span<float> out, ThreadPool* pool,
+                    Isa isa, NumVisible&& num_visible, Segments&& segments) {
+  CheckAttentionShapes(q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, out);
+  const int64_t row_floats = hkv * d;
   const VecOps& ops = Ops(isa);
-  // A head dimension that is a multiple of 8 but not of 16 (stories260K's 8) would leave the
-  // AVX-512 build's row products in their scalar tails; the AVX2 build's 8 lanes cover it.
+  // A head dimension that is a multiple of 8 but not of 16 would leave the AVX-512 build's row
+  // products in their scalar tails; the AVX2 build's 8 lanes cover it.
   const VecOps& row_ops = Ops(isa == Isa::kAvx512 && d % 16 != 0 && d % 8 == 0 ? Isa::kAvx2 : isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // A job is one token's group of query heads that share a KV head (grouped-query attention): each
@@ -175,17 +251,53 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
   // sequence) a job is one head, so every thread gets work; each head's sums are the same either
   // way.
   const int64_t group = h / hkv;
-  // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
-  const bool serial = pool == nullptr || t * h * max_visible * d < (int64_t{1} << 16);
+  const bool serial = RunSerially(pool, t * h * max_visible * d);
   const int64_t per_job = serial || t * hkv >= 8 ? group : 1;
   const int64_t jobs = t * h / per_job;
+  const bool transposed = d <= kSmallHeadDim;
+  // Transposed keys and values of every KV head over the largest visible set, shared by all jobs.
+  int64_t shared_ld = 0;
+  thread_local std::vector<float> shared_kv;
+  if (transposed && prefix_sets) {
+    int64_t widest = 0;
+    for (int64_t i = 1; i < t; ++i) widest = num_visible(i) > num_visible(widest) ? i : widest;
+    shared_ld = PaddedSlots(num_visible(widest));
+    shared_kv.resize(static_cast<size_t>(2 * row_floats * shared_ld));
+    GatherTransposed(
+        k_rows, v_rows, hkv, d, 0, hkv, num_visible(widest), shared_ld,
+        [&](auto&& body) { segments(widest, body); }, shared_kv.data(),
+        shared_kv.data() + row_floats * shared_ld);
+  }
+  const float* shared = shared_kv.data();  // the pool's threads have their own thread_locals
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;  // a decode step calls this per sequence and layer
-    scores.resize(static_cast<size_t>(per_job * max_visible));
+    thread_local std::vector<float> kv;      // one query's transposed keys and values
+    const int64_t scratch =
+        transposed ? per_job * (d + PaddedSlots(max_visible)) : per_job * max_visible;
+    scores.resize(static_cast<size_t>(scratch));
     for (int64_t job = begin; job < end; ++job) {
       const int64_t i = job * per_job / h, head = job * per_job % h, kvh = head / group;
       const int64_t n_visible = num_visible(i);
       const float* qv = &q[(i * h + head) * d];
+      float* o = &out[(i * h + head) * d];
+      if (transposed) {
+        const float *kt, *vt;
+        int64_t ld = shared_ld;
+        if (prefix_sets) {
+          kt = shared + kvh * d * ld;
+          vt = kt + row_floats * ld;
+        } else {
+          ld = PaddedSlots(n_visible);
+          kv.resize(static_cast<size_t>(2 * d * ld));
+          GatherTransposed(
+              k_rows, v_rows, hkv, d, kvh, kvh + 1, n_visible, ld,
+              [&](auto&& body) { segments(i, body); }, kv.data(), kv.data() + d * ld);
+          kt = kv.data();
+          vt = kt + d * ld;
+        }
+        AttendTransposed(ops, qv, per_job, d, kt, vt, ld, n_visible, scale, scores.data(), o);
+        continue;
+      }
       segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
         row_ops.dot_rows(qv, per_job, &k_rows[(row0 * hkv + kvh) * d], row_floats, n, d, scale,
                          &scores[p0], max_visible);
@@ -196,7 +308,6 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
         float sum = ops.sum_exp_shifted(sg, n_visible, mx);
         ops.exp_shifted_scaled(sg, n_visible, mx, 1.0f / sum, sg);
       }
-      float* o = &out[(i * h + head) * d];
       std::fill(o, o + per_job * d, 0.0f);
       segments(i, [&](int64_t p0, int64_t row0, int64_t n) {
         row_ops.axpy_rows(&scores[p0], per_job, max_visible, &v_rows[(row0 * hkv + kvh) * d],
@@ -226,8 +337,8 @@ void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_r
         << "position " << positions[i] << " outside cache of " << s;
   }
   AttendSegments(
-      q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, s, out, pool, isa,
-      [&](int64_t i) { return int64_t{positions[i]} + 1; },
+      q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, s, /*prefix_sets=*/true, out, pool,
+      isa, [&](int64_t i) { return int64_t{positions[i]} + 1; },
       [&](int64_t i, auto&& body) {
         const int64_t last = positions[i];
         for (int64_t b = 0, p0 = 0; p0 <= last; ++b, p0 += block_size) {
@@ -252,7 +363,8 @@ void BlockedTreeAttention(std::span<const float> q, std::span<const float> k_row
     return block_table[p / block_size] * block_size + p % block_size;
   };
   AttendSegments(
-      q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, prefix + t, out, pool, isa,
+      q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, prefix + t,
+      /*prefix_sets=*/false, out, pool, isa,
       [&](int64_t i) { return prefix + std::popcount(ancestors[i]); },
       [&](int64_t i, auto&& body) {
         for (int64_t b = 0, p0 = 0; p0 < prefix; ++b, p0 += block_size) {
@@ -263,6 +375,18 @@ void BlockedTreeAttention(std::span<const float> q, std::span<const float> k_row
           if (ancestors[i] >> j & 1) body(p0++, row_of(prefix + j), 1);
         }
       });
+}
+
+void Embedding(std::span<const float> table, std::span<const int32_t> ids, int64_t c,
+               std::span<float> out) {
+  LAMINAR_CHECK(c > 0 && static_cast<int64_t>(table.size()) % c == 0 &&
+                out.size() == ids.size() * static_cast<size_t>(c));
+  const int64_t v = static_cast<int64_t>(table.size()) / c;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    LAMINAR_CHECK(ids[i] >= 0 && ids[i] < v)
+        << "token id " << ids[i] << " at index " << i << " outside the vocabulary of " << v;
+    std::memcpy(&out[i * c], &table[ids[i] * c], sizeof(float) * c);
+  }
 }
 
 void RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t t, int64_t c,

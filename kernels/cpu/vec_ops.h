@@ -25,6 +25,12 @@ void Softmax(std::span<const float> logits, int64_t t, int64_t v, std::span<floa
 void TokenLogprobs(std::span<const float> logits, std::span<const int32_t> targets, int64_t t,
                    int64_t v, std::span<float> out, Isa isa = BestIsa());
 
+// Embedding lookup, contract of kernels::ref::Embedding: out[t, :] = table[ids[t], :], table
+// [V, C] f32, ids [T] in [0, V) (else LAMINAR_CHECK naming the id and its index), out [T, C]; one
+// memcpy per row.
+void Embedding(std::span<const float> table, std::span<const int32_t> ids, int64_t c,
+               std::span<float> out);
+
 // out[i] = exp(f64(x[i]) · scale − shift) in f64, and returns Σ out (lane-wise partial sums, so
 // the last bits of the sum depend on the ISA, not on the values' position). Each out[i] is within
 // 2 ulp of std::exp, and 0 where the argument is below −708.39 (std::exp would give a subnormal
@@ -64,7 +70,10 @@ void CausalAttention(std::span<const float> q, std::span<const float> k_cache,
 // [S, Hkv, D] is one block of S positions with table {0}; a paged pool [num_blocks, block_size,
 // Hkv, D] is R = num_blocks * block_size rows. q, out [T, H, D]; positions [T] in
 // [0, block_table.size() * block_size); block ids in [0, R / block_size): else LAMINAR_CHECK.
-// Scale 1/sqrt(D); (token, head) pairs split over `pool` when the work is large enough.
+// Scale 1/sqrt(D); (token, head) pairs split over `pool` when the work is large enough. Head dims
+// up to 16 (stories260K's 8) copy the visible keys and values (once per call; per query in tree
+// attention) into a transposed [Hkv, D, S] scratch, so scores and outputs are vectorized over
+// positions, not over D.
 void BlockedCausalAttention(std::span<const float> q, std::span<const float> k_rows,
                             std::span<const float> v_rows, std::span<const int32_t> block_table,
                             int64_t block_size, std::span<const int32_t> positions, int64_t t,

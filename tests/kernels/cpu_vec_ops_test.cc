@@ -61,6 +61,21 @@ TEST(CpuVecOpsTest, RmsNormAndSwiGlu) {
   }
 }
 
+TEST(CpuVecOpsTest, EmbeddingEqualsReference) {
+  for (int64_t c : {1, 7, 64}) {
+    const int64_t v = 13;
+    auto table = Random(v * c, 5, 1.f);
+    const std::vector<int32_t> ids = {0, 12, 3, 3, 7};
+    std::vector<float> want(ids.size() * c), got(want.size());
+    ref::Embedding(table, ids, c, want);
+    cpu::Embedding(table, ids, c, got);
+    EXPECT_EQ(got, want) << "C=" << c;
+  }
+  std::vector<float> table(4 * 2), out(2);
+  const std::vector<int32_t> bad = {4};
+  EXPECT_DEATH(cpu::Embedding(table, bad, 2, out), "token id 4 at index 0 outside the vocabulary");
+}
+
 TEST(CpuVecOpsTest, SoftmaxLogSumExpLogprobs) {
   for (cpu::Isa isa : AvailableIsas()) {
     for (int64_t v : kWidths) {
@@ -313,8 +328,11 @@ TEST(CpuAttentionTest, EqualsReference) {
   for (cpu::Isa isa : AvailableIsas()) {
     // t · hkv >= 8 runs each token's group of heads as one job (g = 3, 7 and 3 with d = 72 here;
     // AVX-512 takes up to 4 heads per pass over the keys).
+    // Head dims up to 16 attend over transposed keys and values (1, 7, 8, 16 here), shared by
+    // all of a call's tokens; 64 tokens of d = 8 run on the pool.
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{3, 4, 2, 7, 5}, Case{5, 9, 3, 64, 37},
-                   Case{1, 9, 3, 64, 300}, Case{8, 14, 2, 64, 40}, Case{8, 6, 2, 72, 21}}) {
+                   Case{1, 9, 3, 64, 300}, Case{8, 14, 2, 64, 40}, Case{8, 6, 2, 72, 21},
+                   Case{64, 8, 4, 8, 300}, Case{6, 4, 1, 16, 33}}) {
       auto q = Random(c.t * c.h * c.d, 1, 1.f), k = Random(c.s * c.hkv * c.d, 2, 1.f),
            v = Random(c.s * c.hkv * c.d, 3, 1.f);
       std::vector<int32_t> pos(c.t);
