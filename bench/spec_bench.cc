@@ -78,6 +78,11 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   run.tokens_per_s = static_cast<double>(run.generated_tokens) / run.wall_s;
   run.tail_tokens_per_s = run.tail_s > 0 ? static_cast<double>(run.tail_tokens) / run.tail_s : 0;
   run.spec = engine->spec_stats();
+  if (const rollout::StepCostModel& costs = engine->step_costs(); costs.ready()) {
+    run.step_fixed_s = costs.fixed();
+    run.step_per_token_s = costs.per_token();
+  }
+  run.draft_per_token_s = engine->step_costs().draft_per_token();
   const auto& s = run.spec;
   if (s.verify_steps > 0) {
     run.mean_accepted_len = static_cast<double>(s.accepted_tokens + s.verify_steps) /

@@ -48,6 +48,9 @@ struct SpecRun {
   int64_t tail_tokens = 0;
   double tail_s = 0;
   double tail_tokens_per_s = 0;
+  // The engine's measured costs at the end (StepCostModel): a step's seconds = fixed + per_token ·
+  // tokens, and the drafter's seconds per drafted token; 0 when speculation never measured them.
+  double step_fixed_s = 0, step_per_token_s = 0, draft_per_token_s = 0;
 };
 
 // Runs every prompt of `load` as one request of load.n samples on a fresh engine over `model`

@@ -549,12 +549,17 @@ int RunSpec(const BenchArgs& a) {
                         {"rerooted", r->spec.rerooted},
                         {"tail_tokens", r->tail_tokens},
                         {"tail_tokens_per_s", r->tail_tokens_per_s},
-                        {"tail_speedup_vs_off", tail_speedup}});
+                        {"tail_speedup_vs_off", tail_speedup},
+                        {"step_fixed_ms", 1e3 * r->step_fixed_s},
+                        {"step_per_token_ms", 1e3 * r->step_per_token_s},
+                        {"draft_per_token_ms", 1e3 * r->draft_per_token_s}});
         std::fprintf(stderr,
                      "T=%.1f batch %3lld %-17s %7.1f tok/s (x%.2f)  accepted len %.2f  "
-                     "enabled %.2f  tail %7.1f tok/s (x%.2f)\n",
+                     "enabled %.2f  tail %7.1f tok/s (x%.2f)  step %.1f + %.2f/token ms, "
+                     "draft %.2f ms/token\n",
                      t, static_cast<long long>(b), drafter.c_str(), r->tokens_per_s, speedup,
-                     r->mean_accepted_len, r->enabled_frac, r->tail_tokens_per_s, tail_speedup);
+                     r->mean_accepted_len, r->enabled_frac, r->tail_tokens_per_s, tail_speedup,
+                     1e3 * r->step_fixed_s, 1e3 * r->step_per_token_s, 1e3 * r->draft_per_token_s);
       }
     }
   }

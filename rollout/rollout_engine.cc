@@ -190,10 +190,13 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   }
   std::sort(ids.begin(), ids.end());
   std::vector<AcceptanceStats> stats;
-  // A sequence not verified yet starts from the engine's acceptance over all sequences.
+  // A sequence not verified yet starts from the engine's acceptance over all sequences; one that
+  // has not drafted for a while fades back toward it.
   for (RequestId id : ids) {
     const Sample& s = samples_.at(id);
-    stats.push_back(s.verifications > 0 ? s.acceptance : acceptance_.Prior());
+    stats.push_back(s.verifications > 0
+                        ? s.acceptance.FadedToward(acceptance_, s.steps_without_draft)
+                        : acceptance_.Prior());
   }
   std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
   if (spec.adaptive) {
@@ -221,6 +224,7 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
     Sample& s = samples_.at(ids[i]);
     s.exploring = false;
     if (budgets[i] > 0) {
+      if (s.verifications > 0) s.acceptance = stats[i];  // the faded history is its history now
       s.steps_without_draft = 0;
       drafting = true;
     } else if (++s.steps_without_draft >
@@ -232,6 +236,7 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
     steps_since_draft_ = 0;
   } else if (++steps_since_draft_ >= explore_every_ && longest < ids.size()) {
     Sample& s = samples_.at(ids[longest]);
+    if (s.verifications > 0) s.acceptance = stats[longest];
     budgets[longest] = std::min<int64_t>(2, spec.max_draft_tokens);
     s.exploring = true;
     s.steps_without_draft = 0;

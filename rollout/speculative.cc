@@ -537,6 +537,14 @@ void AcceptanceStats::Record(int64_t num_accepted, bool rejected, double decay) 
   rejections = decay * rejections + (rejected ? 1.0 : 0.0);
 }
 
+AcceptanceStats AcceptanceStats::FadedToward(const AcceptanceStats& global, int64_t idle_steps,
+                                             double decay) const {
+  const double w = std::pow(decay, static_cast<double>(std::max<int64_t>(idle_steps, 0)));
+  const AcceptanceStats prior = global.Prior();
+  return {.accepted = w * accepted + (1 - w) * prior.accepted,
+          .rejections = w * rejections + (1 - w) * prior.rejections};
+}
+
 namespace {
 constexpr size_t kCostWindow = 256;
 }  // namespace

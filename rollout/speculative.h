@@ -282,6 +282,12 @@ struct AcceptanceStats {
   AcceptanceStats Prior() const {
     return {.accepted = 2 * alpha(), .rejections = 2 * (1 - alpha())};
   }
+  // This history after `idle_steps` steps without a try: its evidence fades by `decay` per step
+  // toward `global`'s Prior(). A sequence switched off by a run of rejections (frequent at
+  // temperature 1, where a near-exact drafter still loses some draws) comes back once the
+  // engine-wide rate says drafting pays, instead of waiting for exploration.
+  AcceptanceStats FadedToward(const AcceptanceStats& global, int64_t idle_steps,
+                              double decay = 0.9) const;
 };
 
 // The measured cost of an engine step as a function of the tokens it feeds: a least-squares line

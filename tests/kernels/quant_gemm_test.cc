@@ -268,6 +268,15 @@ TEST(QuantGemmTest, GgufBlocksMatchDequantizeThenF32) {
           ASSERT_NEAR(got[i], want[i], kMatMulGgufQuant.abs + kMatMulGgufQuant.rel * scale)
               << cpu::QuantIsaName(isa) << " element " << i;
         }
+        // Batch invariance: the first row alone (the decode path, 4 weight rows at a time) gives
+        // the bits it got among M rows.
+        Q8BlockActivations x0;
+        QuantizeActivationsQ8Blocks(std::span<const float>(x).first(s.k), 1, s.k, &x0);
+        std::vector<float> alone(s.n);
+        cpu::MatMulGguf(x0, *w, bias, alone, &pool, isa);
+        for (int64_t j = 0; j < s.n; ++j) {
+          ASSERT_EQ(alone[j], got[j]) << cpu::QuantIsaName(isa) << " column " << j;
+        }
       }
     }
   }
