@@ -1,6 +1,8 @@
 // DRAM bandwidth and GEMM peak measurement.
 #include "bench/hw_limits.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -60,20 +62,49 @@ double MeasureDramReadBandwidth(int64_t size_bytes, int repeats, int num_threads
   return best;
 }
 
-double MeasureGemmPeakF32(int64_t dim, int repeats) {
-  std::vector<float> a(dim * dim, 0.5f), b(dim * dim, 0.25f), c(dim * dim);
+namespace {
+
+// FLOP/s of the best of `repeats` timed runs of `gemm(pool)` (an m = n = k = dim product) after
+// one warm-up; 0 when the warm-up fails (no such matmul on this CPU).
+template <typename Gemm>
+double BestGemmRate(int64_t dim, int repeats, Gemm&& gemm) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ThreadPool pool(threads -
-                  1);  // with the caller: one part per hardware thread, as the engine runs
-  LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulF32(a, b, {}, dim, dim, dim, c, &pool));  // warm up
+  ThreadPool pool(threads - 1);  // with the caller: one part per hardware thread, as the engine
+  if (!gemm(&pool).ok()) return 0;
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    LAMINAR_CHECK_OK(kernels::cpu::OnednnMatMulF32(a, b, {}, dim, dim, dim, c, &pool));
+    LAMINAR_CHECK_OK(gemm(&pool));
     auto t1 = std::chrono::steady_clock::now();
     best = std::max(best, 2.0 * double(dim) * dim * dim / Seconds(t0, t1));
   }
   return best;
+}
+
+}  // namespace
+
+double MeasureGemmPeakF32(int64_t dim, int repeats) {
+  std::vector<float> a(dim * dim, 0.5f), b(dim * dim, 0.25f), c(dim * dim);
+  const double rate = BestGemmRate(dim, repeats, [&](ThreadPool* pool) {
+    return kernels::cpu::OnednnMatMulF32(a, b, {}, dim, dim, dim, c, pool);
+  });
+  LAMINAR_CHECK(rate > 0) << "oneDNN's f32 matmul failed";
+  return rate;
+}
+
+double MeasureGemmPeakBF16(int64_t dim, int repeats) {
+  std::vector<uint16_t> a(dim * dim, 0x3f00), b(dim * dim, 0x3e80);  // 0.5 and 0.25
+  std::vector<float> c(dim * dim);
+  return BestGemmRate(dim, repeats, [&](ThreadPool* pool) {
+    return kernels::cpu::OnednnMatMulBF16(a, b, {}, dim, dim, dim, c, pool);
+  });
+}
+
+int64_t LastLevelCacheBytes() {
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    if (const long bytes = sysconf(name); bytes > 0) return bytes;
+  }
+  return 0;
 }
 
 }  // namespace laminar::bench

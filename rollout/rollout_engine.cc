@@ -198,18 +198,38 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
                         ? s.acceptance.FadedToward(acceptance_, s.steps_without_draft)
                         : acceptance_.Prior());
   }
+  // A model drafter whose cache is behind by more than one verified tree (a sequence it never
+  // drafted for, or not for long) first catches up with a prefill: cold sequences pay it in their
+  // first draft token, spread over the verifications left in them (at the engine-wide acceptance),
+  // and exploration passes them over, so that drafts that do not pay never cost prefills.
+  const int64_t warm_catch_up = spec.max_draft_tokens + 1;
+  std::vector<int64_t> catch_up(ids.size());
+  std::vector<double> first_cost(ids.size(), 0.0);
+  const double a = std::min(acceptance_.alpha(), 0.999);
+  const double tokens_per_verify =
+      (1 - std::pow(a, static_cast<double>(spec.max_draft_tokens + 1))) / (1 - a);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Sample& s = samples_.at(ids[i]);
+    catch_up[i] = drafter_->CatchUpTokens(ids[i], s.tokens);
+    if (catch_up[i] <= warm_catch_up) continue;
+    const int64_t left = std::max<int64_t>(
+        1, s.matcher.options().max_tokens - (std::ssize(s.tokens) - s.num_prompt_tokens));
+    const double verifications = std::max(1.0, static_cast<double>(left) / tokens_per_verify);
+    first_cost[i] = static_cast<double>(catch_up[i]) * costs_.catch_up_per_token() / verifications;
+  }
   std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
   if (spec.adaptive) {
     if (costs_.ready()) {
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
-                                 /*explore_nodes=*/0);
+                                 /*explore_nodes=*/0, first_cost);
     } else {
       // Until the step cost has been measured at two sizes, every other step one sequence drafts
-      // (in turn) and the others do not: both sizes come soon whatever the batch, and a model
-      // drafter does not catch its cache up on every sequence at once (each costs a prefill).
+      // and the others do not: both sizes come soon whatever the batch. It is the sequence
+      // whose drafter cache is most nearly caught up (a model drafter's catch-up costs a
+      // prefill; after the first, that sequence stays warm).
       budgets.assign(ids.size(), 0);
       if (!ids.empty() && ++unmeasured_steps_ % 2 == 1) {
-        budgets[static_cast<size_t>(unmeasured_steps_ / 2) % ids.size()] =
+        budgets[static_cast<size_t>(std::ranges::min_element(catch_up) - catch_up.begin())] =
             std::min<int64_t>(4, spec.max_draft_tokens);
       }
     }
@@ -228,7 +248,8 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
       s.steps_without_draft = 0;
       drafting = true;
     } else if (++s.steps_without_draft >
-               (longest < ids.size() ? samples_.at(ids[longest]).steps_without_draft : 0)) {
+                   (longest < ids.size() ? samples_.at(ids[longest]).steps_without_draft : 0) &&
+               catch_up[i] <= warm_catch_up) {
       longest = i;
     }
   }
@@ -303,10 +324,14 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       const int64_t n = tree.size();
       // A catch-up longer than one verified tree (a sequence's first draft: its whole prompt)
       // is a one-time prefill, not the marginal cost of drafting: it would turn speculation off.
-      if (drafter_->last_catch_up() <= config_.speculative.max_draft_tokens + 1) {
-        costs_.RecordDraft(
-            n,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count());
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
+      if (const int64_t caught_up = drafter_->last_catch_up();
+          caught_up <= config_.speculative.max_draft_tokens + 1) {
+        costs_.RecordDraft(n, seconds);
+      } else {
+        costs_.RecordCatchUp(
+            caught_up, std::max(0.0, seconds - static_cast<double>(n) * costs_.draft_per_token()));
       }
       ++spec_stats_.budgeted;
       spec_stats_.empty_drafts += n == 0;

@@ -389,6 +389,28 @@ void ModelDrafter::DrawChain(SeqCache& cache, std::vector<int32_t>& seq, std::ve
   }
 }
 
+namespace {
+
+// Positions of `tokens` whose KV a drafter cache fed `fed` holds: their common prefix, leaving
+// at least one token to feed (for the logits).
+int64_t ValidPrefix(const std::vector<int32_t>& fed, std::span<const int32_t> tokens) {
+  const int64_t len = std::ssize(tokens);
+  int64_t valid = 0;
+  while (valid < std::ssize(fed) && valid < len - 1 &&
+         fed[static_cast<size_t>(valid)] == tokens[static_cast<size_t>(valid)]) {
+    ++valid;
+  }
+  return valid;
+}
+
+}  // namespace
+
+int64_t ModelDrafter::CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const {
+  auto it = caches_.find(seq);
+  if (model_ == nullptr || it == caches_.end()) return std::ssize(tokens);
+  return std::ssize(tokens) - ValidPrefix(it->second.tokens, tokens);
+}
+
 DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
   DraftTree tree;
   last_catch_up_ = 0;
@@ -417,13 +439,7 @@ DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
     }
     ++rerooted_;
   } else {
-    // Positions whose KV is valid: the common prefix with what the cache was fed (at least one
-    // token is fed, for the logits).
-    int64_t valid = 0;
-    while (valid < std::ssize(cache.tokens) && valid < len - 1 &&
-           cache.tokens[static_cast<size_t>(valid)] == ctx.tokens[static_cast<size_t>(valid)]) {
-      ++valid;
-    }
+    const int64_t valid = ValidPrefix(cache.tokens, ctx.tokens);
     std::vector<int32_t> seq(ctx.tokens.begin(), ctx.tokens.end());
     last_catch_up_ = len - valid;
     std::vector<float> logits = Feed(cache, seq, valid);
@@ -545,6 +561,13 @@ AcceptanceStats AcceptanceStats::FadedToward(const AcceptanceStats& global, int6
           .rejections = w * rejections + (1 - w) * prior.rejections};
 }
 
+void StepCostModel::RecordCatchUp(int64_t tokens, double seconds) {
+  if (tokens <= 0 || !(seconds >= 0)) return;
+  const double per_token = seconds / static_cast<double>(tokens);
+  catch_up_per_token_ = catch_up_seen_ ? 0.8 * catch_up_per_token_ + 0.2 * per_token : per_token;
+  catch_up_seen_ = true;
+}
+
 namespace {
 constexpr size_t kCostWindow = 256;
 }  // namespace
@@ -589,7 +612,9 @@ void StepCostModel::Fit() {
 
 std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
-                                      int64_t max_nodes, int64_t explore_nodes) {
+                                      int64_t max_nodes, int64_t explore_nodes,
+                                      std::span<const double> first_cost) {
+  LAMINAR_CHECK(first_cost.empty() || first_cost.size() == alpha.size());
   std::vector<int64_t> budget(alpha.size(), 0);
   if (max_nodes <= 0 || alpha.empty()) return budget;
   if (!cost.ready()) {
@@ -611,6 +636,33 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
         best = i;
     }
     if (best == alpha.size() || next_gain[best] < kMinGain) break;
+    if (budget[best] == 0 && !first_cost.empty() && first_cost[best] > 0) {
+      // A cold sequence's catch-up is shared by all its draft tokens: take the chain length
+      // that raises the rate most, or leave the sequence out (the warm ones may still pay).
+      const double a = alpha[best].alpha();
+      double gain = 0, g = next_gain[best], best_rate = rate;
+      int64_t best_k = 0;
+      for (int64_t k = 1; k <= max_nodes && g >= kMinGain; ++k, g *= a) {
+        gain += g;
+        const double r = (tokens + gain) / (seconds + first_cost[best] + k * marginal);
+        if (r > best_rate) {
+          best_rate = r;
+          best_k = k;
+        }
+      }
+      if (best_k == 0) {
+        next_gain[best] = -1;
+        continue;
+      }
+      for (int64_t k = 0; k < best_k; ++k) {
+        tokens += next_gain[best];
+        next_gain[best] *= a;
+      }
+      seconds += first_cost[best] + best_k * marginal;
+      rate = best_rate;
+      budget[best] = best_k;
+      continue;
+    }
     const double new_rate = (tokens + next_gain[best]) / (seconds + marginal);
     if (!(new_rate > rate)) break;
     tokens += next_gain[best];

@@ -105,6 +105,10 @@ class Drafter {
   // longer than one verified tree out of the measured drafting cost (a one-time prefill is not
   // the marginal cost of a drafted token).
   virtual int64_t last_catch_up() const { return 0; }
+  // Tokens of `tokens` (a sequence) that a Propose now would feed to catch up before drafting.
+  virtual int64_t CatchUpTokens(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) const {
+    return 0;
+  }
 };
 
 // The model drafters: `layer_skip` (the policy itself with a subset of its layers, rebuilt from
@@ -141,6 +145,7 @@ class ModelDrafter final : public Drafter {
   const engine::LlamaModel* model() const { return model_; }
   int64_t rerooted() const override { return rerooted_; }
   int64_t last_catch_up() const override { return last_catch_up_; }
+  int64_t CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const override;
 
  private:
   ModelDrafter(std::string name, double min_confidence, uint64_t seed);
@@ -300,6 +305,13 @@ class StepCostModel {
   // average of seconds per drafted token (model drafters run a forward per token).
   void RecordDraft(int64_t tokens, double seconds);
   double draft_per_token() const { return draft_per_token_; }
+  // A model drafter fed `tokens` (> 0) tokens of a sequence in one prefill to catch its cache up:
+  // an exponential moving average of seconds per token. Before one is seen, catch_up_per_token()
+  // is draft_per_token() (a decode per token: an upper bound).
+  void RecordCatchUp(int64_t tokens, double seconds);
+  double catch_up_per_token() const {
+    return catch_up_seen_ ? catch_up_per_token_ : draft_per_token_;
+  }
   // False until steps of at least two distinct sizes were seen together (4 or more in the
   // window); then true for good (the slope is kept while the window holds one size).
   bool ready() const;
@@ -314,18 +326,22 @@ class StepCostModel {
   bool fitted_ = false;  // a slope was measured (steps of two sizes at least)
   double draft_per_token_ = 0;
   bool draft_seen_ = false;
+  double catch_up_per_token_ = 0;
+  bool catch_up_seen_ = false;
 };
 
 // How many draft nodes each decoding sequence gets this step: adding one more draft token to the
 // sequence whose next one is most likely accepted, for as long as the expected tokens it adds per
 // second of extra time (one more row in the step, per_token, plus drafting it, draft_per_token)
 // beat the step's tokens per second so far (both from `cost`), and it is expected to add at least
-// 0.05 tokens. Returns
+// 0.05 tokens. A sequence's first draft token also costs first_cost[i] seconds when given (a model
+// drafter's catch-up on a cold cache, spread over the steps it will serve). Returns
 // [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large batch
 // whose extra rows cost real compute). Before `cost` is ready, every sequence gets
 // `explore_nodes` so that costs get measured.
 std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
-                                      int64_t max_nodes, int64_t explore_nodes);
+                                      int64_t max_nodes, int64_t explore_nodes,
+                                      std::span<const double> first_cost = {});
 
 }  // namespace laminar::rollout

@@ -211,23 +211,28 @@ TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
 // The tabulated RoPE equals the reference bit for bit, in both layouts, with Llama-3 scaling,
 // for positions inside the table and past it.
 TEST(CpuRopeTest, EqualsReferenceBitForBit) {
-  const int64_t d = 64, h = 3, t = 5;
-  std::vector<double> inv_freq(d / 2);
-  RopeScalingParams scaling;
-  scaling.type = "llama3";
-  scaling.factor = 8;
-  scaling.low_freq_factor = 1;
-  scaling.high_freq_factor = 4;
-  scaling.original_max_position_embeddings = 64;
-  ref::RopeInvFreq(d, 500000.0, scaling, inv_freq);
-  const cpu::RopeTable table(inv_freq, 100);
-  const std::vector<int32_t> positions = {0, 1, 99, 100, 4097};
-  for (auto layout : {RopeLayout::kInterleaved, RopeLayout::kRotateHalf}) {
-    auto want = Random(t * h * d, 5, 1.f);
-    auto got = want;
-    ref::Rope(want, positions, t, h, d, inv_freq, layout);
-    table.Apply(got, positions, t, h, d, layout);
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "at " << i;
+  const int64_t h = 3, t = 5;
+  // Head dims: stories260K's 8, a small non-power of two, SmolLM2's 64, and 128.
+  for (int64_t d : {2, 8, 10, 64, 128}) {
+    std::vector<double> inv_freq(d / 2);
+    RopeScalingParams scaling;
+    scaling.type = "llama3";
+    scaling.factor = 8;
+    scaling.low_freq_factor = 1;
+    scaling.high_freq_factor = 4;
+    scaling.original_max_position_embeddings = 64;
+    ref::RopeInvFreq(d, 500000.0, scaling, inv_freq);
+    const cpu::RopeTable table(inv_freq, 100);
+    const std::vector<int32_t> positions = {0, 1, 99, 100, 4097};
+    for (auto layout : {RopeLayout::kInterleaved, RopeLayout::kRotateHalf}) {
+      auto want = Random(t * h * d, 5, 1.f);
+      auto got = want;
+      ref::Rope(want, positions, t, h, d, inv_freq, layout);
+      table.Apply(got, positions, t, h, d, layout);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << "D=" << d << " at " << i;
+      }
+    }
   }
 }
 

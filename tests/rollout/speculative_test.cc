@@ -407,6 +407,39 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   EXPECT_LT(total, 32);
 }
 
+// A cold sequence (a model drafter that must first catch up with a prefill) pays that cost once,
+// shared by its whole chain: left out when it does not pay, a whole chain when it does, and the
+// warm sequences keep their budgets either way.
+TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
+  std::vector<AcceptanceStats> good(2);
+  for (auto& a : good) {
+    for (int i = 0; i < 40; ++i) a.Record(9, false);  // alpha near 0.97
+  }
+  StepCostModel cost;
+  for (int t : {1, 2, 4, 8, 1, 2}) cost.Record(t, 0.03 + 0.001 * t);
+  cost.RecordDraft(4, 4 * 0.005);
+  const auto warm = PlanDraftBudgets(good, cost, 2, 8, 0);
+  ASSERT_GT(warm[0], 0);
+  // Sequence 1's catch-up costs 10 steps: no chain repays it; sequence 0 is unaffected.
+  const std::vector<double> huge = {0.0, 0.3};
+  const auto b = PlanDraftBudgets(good, cost, 2, 8, 0, huge);
+  EXPECT_EQ(b[0], warm[0]);
+  EXPECT_EQ(b[1], 0);
+  // A small catch-up (a third of a step): one draft token alone would not repay it (alpha 0.97
+  // for 0.016 s), a chain does.
+  const std::vector<double> small = {0.0, 0.01};
+  const auto c = PlanDraftBudgets(good, cost, 2, 8, 0, small);
+  EXPECT_EQ(c[0], warm[0]);
+  EXPECT_GT(c[1], 1);
+  // A drafter's catch-up cost per token is measured apart from its drafting; before any is
+  // seen it is taken to be a drafted token's.
+  StepCostModel fresh;
+  fresh.RecordDraft(2, 0.02);
+  EXPECT_DOUBLE_EQ(fresh.catch_up_per_token(), 0.01);
+  fresh.RecordCatchUp(100, 0.2);
+  EXPECT_DOUBLE_EQ(fresh.catch_up_per_token(), 0.002);
+}
+
 // A model drafter reports how much of the sequence it fed to catch up: all of it on the first
 // draft, only what was emitted since on the next (the engine times drafting from those alone).
 TEST(ModelDrafterTest, ReportsItsCatchUp) {
@@ -435,8 +468,13 @@ TEST(ModelDrafterTest, ReportsItsCatchUp) {
   propose();
   EXPECT_GE(drafter->last_catch_up(), 1);
   EXPECT_LE(drafter->last_catch_up(), 2);
+  // What a Propose would feed now, without proposing: the new tokens, or all of an unseen one.
+  tokens.push_back(3);
+  EXPECT_EQ(drafter->CatchUpTokens(0, tokens), 1);
+  EXPECT_EQ(drafter->CatchUpTokens(7, tokens), std::ssize(tokens));
   SuffixDrafter suffix({});
   EXPECT_EQ(suffix.last_catch_up(), 0);
+  EXPECT_EQ(suffix.CatchUpTokens(0, tokens), 0);
 }
 
 // ---- the engine -----------------------------------------------------------------------------
