@@ -78,6 +78,7 @@ struct BenchArgs {
   std::vector<std::string> drafters = {"suffix"};
   std::vector<float> temperatures = {0.0f, 1.0f};
   int64_t max_draft_tokens = 8;
+  int64_t rounds = 1;  // spec: interleaved rounds of off and every drafter
   bool fixed_drafts = false;
   std::string draft_model;                 // the draft_model drafter's checkpoint
   std::string draft_weights;               // its weight format (default: the policy's)
@@ -513,53 +514,87 @@ int RunSpec(const BenchArgs& a) {
     draft = std::move(*dm);
   }
   nlohmann::json rows = nlohmann::json::array();
+  // Each (temperature, batch) runs `rounds` rounds of off and every drafter, off first in even
+  // rounds and last in odd ones; a drafter's speed-up is the median over rounds of its ratio to
+  // off in the same round (this machine's timings drift between minutes, not within one).
+  const int64_t rounds = a.rounds;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
   for (const float t : a.temperatures) {
     for (const int64_t b : batches) {
-      double off_tps = 0, off_tail = 0;
       std::vector<std::string> drafters = {"off"};
       drafters.insert(drafters.end(), a.drafters.begin(), a.drafters.end());
-      for (const std::string& drafter : drafters) {
-        bench::SpecCase c{.drafter = drafter,
-                          .batch = b,
-                          .temperature = t,
-                          .max_draft_tokens = a.max_draft_tokens,
-                          .adaptive = !a.fixed_drafts,
-                          .draft_model = draft.get()};
-        auto r = bench::RunSpecCase(**lm, load, c);
-        if (!r.ok()) return Fail(r.status());
-        if (drafter == "off") {
-          off_tps = r->tokens_per_s;
-          off_tail = r->tail_tokens_per_s;
+      std::map<std::string, std::vector<bench::SpecRun>> runs;
+      for (int64_t round = 0; round < rounds; ++round) {
+        std::vector<std::string> order = drafters;
+        if (round % 2 == 1) std::rotate(order.begin(), order.begin() + 1, order.end());
+        for (const std::string& drafter : order) {
+          bench::SpecCase c{.drafter = drafter,
+                            .batch = b,
+                            .temperature = t,
+                            .max_draft_tokens = a.max_draft_tokens,
+                            .adaptive = !a.fixed_drafts,
+                            .draft_model = draft.get()};
+          auto r = bench::RunSpecCase(**lm, load, c);
+          if (!r.ok()) return Fail(r.status());
+          runs[drafter].push_back(std::move(*r));
         }
-        const double speedup = off_tps > 0 ? r->tokens_per_s / off_tps : 0;
-        const double tail_speedup = off_tail > 0 ? r->tail_tokens_per_s / off_tail : 0;
+      }
+      const std::vector<bench::SpecRun>& off = runs.at("off");
+      for (const std::string& drafter : drafters) {
+        const std::vector<bench::SpecRun>& mine = runs.at(drafter);
+        std::vector<double> ratios, tail_ratios, tps;
+        for (size_t round = 0; round < mine.size(); ++round) {
+          const bench::SpecRun& o = off[round];
+          const bench::SpecRun& m = mine[round];
+          ratios.push_back(o.tokens_per_s > 0 ? m.tokens_per_s / o.tokens_per_s : 0);
+          tail_ratios.push_back(o.tail_tokens_per_s > 0 ? m.tail_tokens_per_s / o.tail_tokens_per_s
+                                                        : 0);
+          tps.push_back(m.tokens_per_s);
+        }
+        // The other fields come from the round whose tokens/s is the median.
+        const auto mid = static_cast<size_t>(std::ranges::find(tps, median(tps)) - tps.begin());
+        const bench::SpecRun& r = mine[mid];
+        const double speedup = median(ratios), tail_speedup = median(tail_ratios);
         rows.push_back({{"drafter", drafter},
                         {"batch", b},
                         {"temperature", t},
-                        {"generated_tokens", r->generated_tokens},
-                        {"wall_s", r->wall_s},
-                        {"tokens_per_s", r->tokens_per_s},
+                        {"rounds", rounds},
+                        {"generated_tokens", r.generated_tokens},
+                        {"wall_s", r.wall_s},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"tokens_per_s_each_round", tps},
                         {"speedup_vs_off", speedup},
-                        {"mean_accepted_len", r->mean_accepted_len},
-                        {"accept_rate", r->accept_rate},
-                        {"enabled_frac", r->enabled_frac},
-                        {"decode_steps", r->spec.decode_steps},
-                        {"budgeted", r->spec.budgeted},
-                        {"empty_drafts", r->spec.empty_drafts},
-                        {"rerooted", r->spec.rerooted},
-                        {"tail_tokens", r->tail_tokens},
-                        {"tail_tokens_per_s", r->tail_tokens_per_s},
+                        {"speedups_vs_off_each_round", ratios},
+                        {"mean_accepted_len", r.mean_accepted_len},
+                        {"accept_rate", r.accept_rate},
+                        {"enabled_frac", r.enabled_frac},
+                        {"decode_steps", r.spec.decode_steps},
+                        {"budgeted", r.spec.budgeted},
+                        {"empty_drafts", r.spec.empty_drafts},
+                        {"rerooted", r.spec.rerooted},
+                        {"tail_tokens", r.tail_tokens},
+                        {"tail_tokens_per_s", r.tail_tokens_per_s},
                         {"tail_speedup_vs_off", tail_speedup},
-                        {"step_fixed_ms", 1e3 * r->step_fixed_s},
-                        {"step_per_token_ms", 1e3 * r->step_per_token_s},
-                        {"draft_per_token_ms", 1e3 * r->draft_per_token_s}});
+                        {"step_fixed_ms", 1e3 * r.step_fixed_s},
+                        {"step_per_token_ms", 1e3 * r.step_per_token_s},
+                        {"draft_per_token_ms", 1e3 * r.draft_per_token_s}});
+        std::string each;
+        for (double x : ratios) {
+          char buf[16];
+          std::snprintf(buf, sizeof(buf), "%s%.2f", each.empty() ? "" : " ", x);
+          each += buf;
+        }
         std::fprintf(stderr,
-                     "T=%.1f batch %3lld %-17s %7.1f tok/s (x%.2f)  accepted len %.2f  "
+                     "T=%.1f batch %3lld %-17s %7.1f tok/s (x%.2f [%s])  accepted len %.2f  "
                      "enabled %.2f  tail %7.1f tok/s (x%.2f)  step %.1f + %.2f/token ms, "
                      "draft %.2f ms/token\n",
-                     t, static_cast<long long>(b), drafter.c_str(), r->tokens_per_s, speedup,
-                     r->mean_accepted_len, r->enabled_frac, r->tail_tokens_per_s, tail_speedup,
-                     1e3 * r->step_fixed_s, 1e3 * r->step_per_token_s, 1e3 * r->draft_per_token_s);
+                     t, static_cast<long long>(b), drafter.c_str(), r.tokens_per_s, speedup,
+                     each.c_str(), r.mean_accepted_len, r.enabled_frac, r.tail_tokens_per_s,
+                     tail_speedup, 1e3 * r.step_fixed_s, 1e3 * r.step_per_token_s,
+                     1e3 * r.draft_per_token_s);
       }
     }
   }
@@ -762,6 +797,10 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::Range(0.0, 100.0));
   app->add_option("--max-draft-tokens", a->max_draft_tokens, "spec: drafted tokens per tree")
       ->check(CLI::Range(1, 63));
+  app->add_option("--rounds", a->rounds,
+                  "spec: rounds of off and every drafter, interleaved; speed-ups are the median of "
+                  "each round's ratio")
+      ->check(CLI::Range(1, 100));
   app->add_flag("--fixed-drafts", a->fixed_drafts,
                 "spec: always draft --max-draft-tokens (no adaptive budgets)");
   a->given = [app](const char* flag) { return app->count(flag) > 0; };
