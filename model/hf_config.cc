@@ -241,6 +241,13 @@ StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& 
   LAMINAR_ASSIGN_OR_RETURN(m.head_dim, f.Int("head_dim", m.hidden_size / m.num_attention_heads));
   LAMINAR_ASSIGN_OR_RETURN(m.max_position_embeddings,
                            f.Int("max_position_embeddings", arch->default_max_positions));
+  if (arch->name == "mistral" && f.Has("sliding_window")) {
+    // We attend to the whole context, which is Mistral's sliding-window attention exactly when
+    // no sequence is longer than the window: the context is capped there.
+    LAMINAR_ASSIGN_OR_RETURN(int64_t window, f.Int("sliding_window"));
+    if (window <= 0) return f.Error("sliding_window", "must be positive or null");
+    m.max_position_embeddings = std::min(m.max_position_embeddings, window);
+  }
   LAMINAR_RETURN_IF_ERROR(ParseRope(f, source, &m));
   LAMINAR_ASSIGN_OR_RETURN(m.rms_norm_eps, f.Double("rms_norm_eps", 1e-6));
   LAMINAR_ASSIGN_OR_RETURN(m.tie_word_embeddings, f.Bool("tie_word_embeddings", false));

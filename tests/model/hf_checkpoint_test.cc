@@ -253,6 +253,22 @@ TEST(HfConfigTest, DefaultsAndVariants) {
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->model.architecture, "qwen2");
   EXPECT_TRUE(q->model.attention_bias);
+
+  // Mistral's sliding window caps the context (full attention equals it up to the window); a
+  // null window or one past the context changes nothing.
+  std::string mistral = BaseConfigJson();
+  mistral.replace(mistral.find("LlamaForCausalLM"), 16, "MistralForCausalLM");
+  auto full = ParseHfConfig(mistral, "config.json");
+  ASSERT_TRUE(full.ok()) << full.status();
+  const int64_t context = full->model.max_position_embeddings;
+  mistral.pop_back();
+  for (const auto& [window, want] : std::vector<std::pair<std::string, int64_t>>{
+           {"4", 4}, {"null", context}, {"1000000", context}}) {
+    auto m = ParseHfConfig(mistral + ", \"sliding_window\": " + window + "}", "config.json");
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->model.max_position_embeddings, want) << "sliding_window " << window;
+  }
+  ExpectConfigError(mistral + R"(, "sliding_window": 0})", "field 'sliding_window'");
 }
 
 TEST(HfConfigTest, BadFieldsAreNamed) {
