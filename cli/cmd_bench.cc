@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "bench/train_bench.h"
 #include "cli/command.h"
 #include "engine/llama_model.h"
+#include "kernels/cpu/bf16_dot.h"
 #include "kernels/cpu/cpu_features.h"
 #include "model/chat_format.h"
 #include "model/checkpoint.h"
@@ -520,12 +522,16 @@ int RunSpec(const BenchArgs& a) {
   const int64_t rounds = a.rounds;
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
+    if (v.empty()) return 0.0;
+    const size_t h = v.size() / 2;
+    return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
   };
   for (const float t : a.temperatures) {
     for (const int64_t b : batches) {
       std::vector<std::string> drafters = {"off"};
-      drafters.insert(drafters.end(), a.drafters.begin(), a.drafters.end());
+      for (const std::string& name : a.drafters) {  // each once (a repeat would double its rounds)
+        if (std::ranges::find(drafters, name) == drafters.end()) drafters.push_back(name);
+      }
       std::map<std::string, std::vector<bench::SpecRun>> runs;
       for (int64_t round = 0; round < rounds; ++round) {
         std::vector<std::string> order = drafters;
@@ -554,8 +560,11 @@ int RunSpec(const BenchArgs& a) {
                                                         : 0);
           tps.push_back(m.tokens_per_s);
         }
-        // The other fields come from the round whose tokens/s is the median.
-        const auto mid = static_cast<size_t>(std::ranges::find(tps, median(tps)) - tps.begin());
+        // The other fields come from the round whose tokens/s is nearest the median.
+        size_t mid = 0;
+        for (size_t k = 1; k < tps.size(); ++k) {
+          if (std::abs(tps[k] - median(tps)) < std::abs(tps[mid] - median(tps))) mid = k;
+        }
         const bench::SpecRun& r = mine[mid];
         const double speedup = median(ratios), tail_speedup = median(tail_ratios);
         rows.push_back({{"drafter", drafter},
@@ -670,7 +679,7 @@ int RunBench(const BenchArgs& a) {
       // integer formats are reported against the f32 peak (gemm_peak_dtype says which).
       double peak = gemm;
       std::string peak_dtype = "f32";
-      if (weights == "bf16") {
+      if (weights == "bf16" && kernels::cpu::HasBF16Dot()) {  // else bf16 weights widen to f32
         if (const double bf16 = bench::MeasureGemmPeakBF16(); bf16 > 0) {
           peak = bf16;
           peak_dtype = "bf16";

@@ -26,7 +26,8 @@ struct HfConfig {
 // architecture. Errors name `source` and the field: InvalidArgument (missing or wrong type, invalid
 // values), Unimplemented (unknown architecture, rope type, hidden_act other than silu, mlp_bias,
 // o_proj bias). Mistral's sliding_window W caps max_position_embeddings at W: we attend to the
-// whole context, which equals sliding-window attention for sequences of at most W. An absent
+// whole context, which equals sliding-window attention for sequences of at most W (GGUF files
+// carry no window; their context_length stands). An absent
 // num_key_value_heads means H for every architecture (Qwen2Config's own default would be 32).
 StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& source);
 

@@ -229,8 +229,17 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
       // prefill; after the first, that sequence stays warm).
       budgets.assign(ids.size(), 0);
       if (!ids.empty() && ++unmeasured_steps_ % 2 == 1) {
-        budgets[static_cast<size_t>(std::ranges::min_element(catch_up) - catch_up.begin())] =
-            std::min<int64_t>(4, spec.max_draft_tokens);
+        // In turn among the least behind (all of them for drafters without a cache), so that a
+        // sequence the drafter has nothing for does not hold the measurement up.
+        const int64_t least = *std::ranges::min_element(catch_up);
+        const size_t n = ids.size();
+        const size_t start = static_cast<size_t>(unmeasured_steps_ / 2) % n;
+        for (size_t k = 0; k < n; ++k) {
+          if (catch_up[(start + k) % n] == least) {
+            budgets[(start + k) % n] = std::min<int64_t>(4, spec.max_draft_tokens);
+            break;
+          }
+        }
       }
     }
   }
@@ -238,7 +247,8 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   // longest without tries two, so that acceptance and the cost of larger steps keep being
   // measured. One at a time: a model drafter's first draft for a sequence catches its cache up
   // on the whole sequence, which costs like a prefill.
-  size_t longest = ids.size();
+  size_t longest = ids.size();     // the warm sequence idle longest
+  size_t least_cold = ids.size();  // else the one least behind
   bool drafting = false;
   for (size_t i = 0; i < ids.size(); ++i) {
     Sample& s = samples_.at(ids[i]);
@@ -251,11 +261,20 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
                    (longest < ids.size() ? samples_.at(ids[longest]).steps_without_draft : 0) &&
                catch_up[i] <= warm_catch_up) {
       longest = i;
+    } else if (least_cold == ids.size() || catch_up[i] < catch_up[least_cold]) {
+      least_cold = i;
     }
   }
   if (drafting || ids.empty()) {
     steps_since_draft_ = 0;
-  } else if (++steps_since_draft_ >= explore_every_ && longest < ids.size()) {
+  } else if (++steps_since_draft_ >= explore_every_ && longest == ids.size() &&
+             steps_since_draft_ >= kMaxExploreEvery) {
+    // No warm sequence: a model drafter's caches all fell behind while drafting did not pay.
+    // Once in kMaxExploreEvery steps the least-behind sequence catches up and tries, so that the
+    // acceptance estimate does not go stale for good.
+    longest = least_cold;
+  }
+  if (!drafting && !ids.empty() && steps_since_draft_ >= explore_every_ && longest < ids.size()) {
     Sample& s = samples_.at(ids[longest]);
     if (s.verifications > 0) s.acceptance = stats[longest];
     budgets[longest] = std::min<int64_t>(2, spec.max_draft_tokens);

@@ -406,8 +406,12 @@ int64_t ValidPrefix(const std::vector<int32_t>& fed, std::span<const int32_t> to
 }  // namespace
 
 int64_t ModelDrafter::CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const {
+  if (model_ == nullptr) return 0;  // Propose drafts nothing yet
   auto it = caches_.find(seq);
-  if (model_ == nullptr || it == caches_.end()) return std::ssize(tokens);
+  // No cache, or one too small for the sequence (Propose makes a new one): all of it.
+  if (it == caches_.end() || it->second.kv.max_positions() <= std::ssize(tokens)) {
+    return std::ssize(tokens);
+  }
   return std::ssize(tokens) - ValidPrefix(it->second.tokens, tokens);
 }
 

@@ -203,10 +203,12 @@ void GatherTransposed(std::span<const float> k_rows, std::span<const float> v_ro
 }
 
 // Attention of g query heads q [g, D] (sharing one KV head) over the n slots of kt, vt [D, ld]
-// (transposed keys and values, zero past n up to PaddedSlots(n) <= ld): scores by broadcast
-// multiply-adds over the slots (AxpyRows, summed in order of the head dimension), softmax, then
-// out [g, D] as dot products over the padded slots, whose probabilities are 0 (DotRows). Each
-// head's result is the same whatever g is. scratch holds g · (D + PaddedSlots(n)) floats.
+// (transposed keys and values; columns n..PaddedSlots(n)-1 <= ld exist but may hold other
+// tokens' keys): scores by broadcast multiply-adds over the padded slots (AxpyRows, summed in order
+// of the head dimension), the padded ones set to -inf, softmax, then out [g, D] as dot products
+// over the n slots (DotRows, whose zero-padded last vector sums in the same lanes, so values past
+// n are never read). Each head's result is the same whatever g is. scratch holds
+// g · (D + PaddedSlots(n)) floats.
 void AttendTransposed(const VecOps& ops, const float* q, int64_t g, int64_t d, const float* kt,
                       const float* vt, int64_t ld, int64_t n, float scale, float* scratch,
                       float* out) {
@@ -224,7 +226,10 @@ void AttendTransposed(const VecOps& ops, const float* q, int64_t g, int64_t d, c
     const float sum = ops.sum_exp_shifted(s, np, mx);
     ops.exp_shifted_scaled(s, np, mx, 1.0f / sum, s);
   }
-  ops.dot_rows(scores, g, vt, ld, d, np, 1.0f, out, d);
+  // Scores of head hh start at hh · np; DotRows reads query rows at its length's stride, so one
+  // head at a time.
+  for (int64_t hh = 0; hh < g; ++hh)
+    ops.dot_rows(scores + hh * np, 1, vt, ld, d, n, 1.0f, out + hh * d, d);
 }
 
 // Grouped-query attention of each query i over the key/value rows that segments(i, body) lists:
@@ -242,8 +247,8 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
   CheckAttentionShapes(q, k_rows, v_rows, block_table, block_size, t, h, hkv, d, out);
   const int64_t row_floats = hkv * d;
   const VecOps& ops = Ops(isa);
-  // A head dimension that is a multiple of 8 but not of 16 would leave the AVX-512 build's row
-  // products in their scalar tails; the AVX2 build's 8 lanes cover it.
+  // A head dimension that is a multiple of 8 but not of 16 would leave the AVX-512 build's
+  // AxpyRows in its per-element tail; the AVX2 build's 8 lanes cover it.
   const VecOps& row_ops = Ops(isa == Isa::kAvx512 && d % 16 != 0 && d % 8 == 0 ? Isa::kAvx2 : isa);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   // A job is one token's group of query heads that share a KV head (grouped-query attention): each
@@ -258,7 +263,7 @@ void AttendSegments(std::span<const float> q, std::span<const float> k_rows,
   // Transposed keys and values of every KV head over the largest visible set, shared by all jobs.
   int64_t shared_ld = 0;
   thread_local std::vector<float> shared_kv;
-  if (transposed && prefix_sets) {
+  if (transposed && prefix_sets && t > 0) {
     int64_t widest = 0;
     for (int64_t i = 1; i < t; ++i) widest = num_visible(i) > num_visible(widest) ? i : widest;
     shared_ld = PaddedSlots(num_visible(widest));
