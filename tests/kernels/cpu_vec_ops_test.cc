@@ -325,6 +325,15 @@ TEST(CpuMatMulBF16DotTest, EqualsReferenceOnRoundedOperands) {
 namespace laminar::kernels {
 namespace {
 
+// No tokens is nothing to do, on both paths (head dims up to 16 and above).
+TEST(CpuAttentionTest, NoTokensIsANoOp) {
+  for (int64_t d : {8, 64}) {
+    const std::vector<float> cache(4 * 2 * d, 1.0f);
+    std::vector<float> q, out;
+    cpu::CausalAttention(q, cache, cache, std::span<const int32_t>(), 0, 4, 2, d, 4, out);
+  }
+}
+
 TEST(CpuAttentionTest, EqualsReference) {
   ThreadPool pool(2);
   struct Case {
