@@ -756,7 +756,7 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--temperature", a->temperature, "rollout: sampling temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0));
-  app->add_option("--seed", a->seed, "rollout: prompt ids and sampling seed");
+  app->add_option("--seed", a->seed, "rollout: prompt ids and sampling seed")->check(kNonNegative);
   app->add_option("--kv-cache-mb", a->kv_cache_mb,
                   "rollout: KV pool in MiB (default: enough for the whole load)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

@@ -503,7 +503,8 @@ std::function<int()> SetupEval(CLI::App* app) {
   app->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);
   app->add_option("--seed", a->seed,
                   "sampling seed; sample i of row r draws with a seed of "
-                  "(seed, r, i) only");
+                  "(seed, r, i) only")
+      ->check(kNonNegative);
   app->add_option("--limit", a->limit, "evaluate the first L rows only (0: all)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--batch", a->batch, "sequences in flight at most")->check(CLI::PositiveNumber);

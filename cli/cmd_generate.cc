@@ -338,7 +338,7 @@ std::function<int()> SetupGenerate(CLI::App* app) {
   app->add_option("--top-p", a->top_p, "nucleus mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app->add_option("--top-k", a->top_k, "0 = off")->check(CLI::NonNegativeNumber);
   app->add_option("--min-p", a->min_p, "0 = off")->check(CLI::Range(0.0, 1.0));
-  app->add_option("--seed", a->seed, "sampling seed");
+  app->add_option("--seed", a->seed, "sampling seed")->check(kNonNegative);
   app->add_option("--sampler", a->sampler, "default, or llama2c (run.c's sampler and output)")
       ->check(CLI::IsMember({"default", "llama2c"}));
   app->add_option("--steps", a->steps, "llama2c: total positions including the prompt (run.c -n)");

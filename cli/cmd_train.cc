@@ -212,7 +212,7 @@ std::function<int()> SetupTrain(CLI::App* app) {
   app->add_option("--micro-batch-tokens", c.micro_batch_tokens, "tokens per forward/backward");
   app->add_option("--epochs", c.ppo_epochs, "passes over each step's samples");
   app->add_flag("--shuffle", c.shuffle, "shuffle samples before each epoch");
-  app->add_option("--seed", c.seed, "shuffle seed");
+  app->add_option("--seed", c.seed, "shuffle seed")->check(kNonNegative);
   app->add_option("--compute", a->compute, "f32, or bf16 (bf16 GEMM operands, f32 master)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_flag("--recompute", c.graph.recompute_activations, "recompute activations per layer");

@@ -24,6 +24,13 @@ std::vector<Command>& CommandRegistry();
 // 2: a usage error), so each command reports errors in one form.
 int CommandFail(std::string_view command, std::string_view message, int code = 1);
 
+// For unsigned options (seeds): refuses a leading '-', which CLI11 would wrap ("-5" to 2^64 - 5).
+inline const CLI::Validator kNonNegative(
+    [](std::string& text) {
+      return text.starts_with('-') ? std::string("must not be negative") : std::string();
+    },
+    "UINT", "NonNegative");
+
 // Set by `laminar run` in its roles' environment to its own pid: a role stops (SIGTERM) when
 // that process dies (cli/main.cc).
 inline constexpr char kSupervisorPidEnv[] = "LAMINAR_SUPERVISOR_PID";

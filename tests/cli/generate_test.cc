@@ -77,6 +77,9 @@ TEST(CliGenerate, BadInput) {
   EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
   r = RunLaminar("generate --model " + bin + " --temperature -1 --prompt hi");
   EXPECT_EQ(r.exit_code, 2);
+  r = RunLaminar("generate --model " + bin + " --seed -5 --prompt hi");  // not wrapped to 2^64-5
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("must not be negative"), std::string::npos) << r.err;
 }
 
 // Writes `lines` to a fresh prompts file and returns its path.
