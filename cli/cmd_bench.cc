@@ -561,9 +561,10 @@ int RunSpec(const BenchArgs& a) {
           tps.push_back(m.tokens_per_s);
         }
         // The other fields come from the round whose tokens/s is nearest the median.
+        const double median_tps = median(tps);
         size_t mid = 0;
         for (size_t k = 1; k < tps.size(); ++k) {
-          if (std::abs(tps[k] - median(tps)) < std::abs(tps[mid] - median(tps))) mid = k;
+          if (std::abs(tps[k] - median_tps) < std::abs(tps[mid] - median_tps)) mid = k;
         }
         const bench::SpecRun& r = mine[mid];
         const double speedup = median(ratios), tail_speedup = median(tail_ratios);
@@ -642,9 +643,6 @@ int RunBench(const BenchArgs& a) {
     auto ckpt = model::LoadCheckpoint(*path);
     if (!ckpt.ok()) return Fail(ckpt.status());
     const std::string weights = a.weights.empty() ? "f32" : a.weights[0];
-    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
-                                         *engine::ParseWeightFormat(weights));
-    if (!lm.ok()) return Fail(lm.status());
     if (a.what == "prefill" && a.prompt_tokens > ckpt->config.max_position_embeddings) {
       return CommandFail("bench",
                          "--prompt-tokens " + std::to_string(a.prompt_tokens) +
@@ -652,6 +650,9 @@ int RunBench(const BenchArgs& a) {
                              std::to_string(ckpt->config.max_position_embeddings) + " positions",
                          2);
     }
+    auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
+                                         *engine::ParseWeightFormat(weights));
+    if (!lm.ok()) return Fail(lm.status());
     out["model"] = a.model;
     out["weights_dtype"] = weights;
     const double step_bytes = static_cast<double>((*lm)->projection_bytes());

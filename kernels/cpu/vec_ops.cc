@@ -80,6 +80,11 @@ const VecOps& Ops(Isa isa) {
   return kScalar;
 }
 
+// Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
+bool RunSerially(const ThreadPool* pool, int64_t multiply_adds) {
+  return pool == nullptr || multiply_adds < (int64_t{1} << 16);
+}
+
 // log-sum-exp of one row: max pass, then exp-sum pass; both vectorized.
 float RowLogSumExp(const VecOps& ops, const float* row, int64_t v) {
   float mx = ops.row_max(row, v);
@@ -91,9 +96,7 @@ float RowLogSumExp(const VecOps& ops, const float* row, int64_t v) {
 
 void MatMulBF16(std::span<const float> x, std::span<const uint16_t> w, int64_t m, int64_t n,
                 int64_t k, std::span<float> out, ThreadPool* pool, Isa isa) {
-  LAMINAR_CHECK(static_cast<int64_t>(x.size()) == m * k &&
-                static_cast<int64_t>(w.size()) == n * k &&
-                static_cast<int64_t>(out.size()) == m * n);
+  LAMINAR_CHECK(MatMulSizesMatch(x.size(), w.size(), /*bias_size=*/0, out.size(), m, n, k));
   const VecOps& ops = Ops(isa);
   auto run = [&](int64_t b, int64_t e) {
     ops.matmul_bf16_rows(x.data(), w.data(), m, k, n, b * 4, std::min(n, e * 4), out.data());
@@ -124,8 +127,7 @@ void MatMulF32BatchInvariant(std::span<const float> x, std::span<const float> w,
     }
   };
   const int64_t blocks = (n + 15) / 16;
-  // Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
-  if (pool == nullptr || m * n * k < (int64_t{1} << 16)) {
+  if (RunSerially(pool, m * n * k)) {
     run(0, blocks);
   } else {
     pool->ParallelFor(blocks, 4, run);
@@ -168,13 +170,8 @@ void CheckAttentionShapes(std::span<const float> q, std::span<const float> k_row
   }
 }
 
-// Below ~64k multiply-adds the wake-up of another thread costs more than it saves.
-bool RunSerially(const ThreadPool* pool, int64_t multiply_adds) {
-  return pool == nullptr || multiply_adds < (int64_t{1} << 16);
-}
-
-// Slots of the transposed path are padded to whole vectors of the widest ISA, so no row op runs a
-// scalar tail and every ISA sums a query's n slots as round_up(n, 16) lanes.
+// Scores of the transposed path are padded to whole vectors of the widest ISA (the padded ones
+// -inf), so AxpyRows and the softmax run no scalar tail on any ISA.
 constexpr int64_t kSlotPad = 16;
 int64_t PaddedSlots(int64_t n) { return (n + kSlotPad - 1) / kSlotPad * kSlotPad; }
 
