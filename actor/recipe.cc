@@ -86,6 +86,11 @@ ConfigSchema BuildSchema() {
       "pull them from their relay");
   s.AddInt("rollout.speculative.layer_skip_keep", 0,
            "drafter layer_skip: policy layers kept, evenly spaced (0: half)", 0);
+  s.AddInt("rollout.speculative.draft_vocab", w.engine.speculative.draft_vocab,
+           "model drafters: their output head computes only this many lowest token ids plus "
+           "every token of the prompts and responses seen (FR-Spec; exact, fewer bytes per "
+           "drafted token); 0: the whole vocabulary",
+           0);
   s.AddInt("rollout.speculative.max_draft_tokens", w.engine.speculative.max_draft_tokens,
            "drafted tokens per sequence and step at most", 1, 63);
   s.AddBool("rollout.speculative.async_draft", w.engine.speculative.async_draft,
@@ -261,6 +266,7 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.engine.speculative.adaptive = r.GetBool("rollout.speculative.adaptive");
   w.engine.speculative.async_draft = r.GetBool("rollout.speculative.async_draft");
   w.engine.speculative.layer_skip_keep = r.GetInt("rollout.speculative.layer_skip_keep");
+  w.engine.speculative.draft_vocab = r.GetInt("rollout.speculative.draft_vocab");
   w.draft_model_path = r.GetString("rollout.speculative.draft_model");
   if (w.engine.speculative.drafter == "draft_model") {
     if (w.draft_model_path.empty()) {

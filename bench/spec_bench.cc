@@ -33,6 +33,7 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
     config.speculative.async_draft = true;
   }
   config.speculative.max_draft_tokens = c.max_draft_tokens;
+  config.speculative.draft_vocab = c.draft_vocab;
   config.speculative.adaptive = c.adaptive;
   config.speculative.draft_model = c.draft_model;
   auto request = [&](size_t r, int32_t n, int32_t max_tokens) {

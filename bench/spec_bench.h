@@ -33,6 +33,7 @@ struct SpecCase {
   float temperature = 1.0f;
   int64_t max_draft_tokens = 8;
   bool adaptive = true;
+  int64_t draft_vocab = 0;  // model drafters' SpeculativeConfig::draft_vocab
   const engine::LlamaModel* draft_model = nullptr;  // drafter draft_model (borrowed)
 };
 

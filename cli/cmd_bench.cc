@@ -82,6 +82,7 @@ struct BenchArgs {
   int64_t max_draft_tokens = 8;
   int64_t rounds = 1;  // spec: interleaved rounds of off and every drafter
   bool fixed_drafts = false;
+  int64_t draft_vocab = 0;                 // spec: model drafters' draft vocabulary (0: all)
   std::string draft_model;                 // the draft_model drafter's checkpoint
   std::string draft_weights;               // its weight format (default: the policy's)
   std::function<bool(const char*)> given;  // whether a flag was on the command line
@@ -542,6 +543,7 @@ int RunSpec(const BenchArgs& a) {
                             .temperature = t,
                             .max_draft_tokens = a.max_draft_tokens,
                             .adaptive = !a.fixed_drafts,
+                            .draft_vocab = a.draft_vocab,
                             .draft_model = draft.get()};
           auto r = bench::RunSpecCase(**lm, load, c);
           if (!r.ok()) return Fail(r.status());
@@ -616,6 +618,7 @@ int RunSpec(const BenchArgs& a) {
                         {"max_tokens", load.max_tokens},
                         {"max_draft_tokens", a.max_draft_tokens},
                         {"adaptive", !a.fixed_drafts},
+                        {"draft_vocab", a.draft_vocab},
                         {"cores", std::thread::hardware_concurrency()},
                         {"rows", rows}};
   std::printf("%s\n", out.dump(2).c_str());
@@ -811,6 +814,10 @@ std::function<int()> SetupBench(CLI::App* app) {
                   "spec: rounds of off and every drafter, interleaved; speed-ups are the median of "
                   "each round's ratio")
       ->check(CLI::Range(1, 100));
+  app->add_option("--draft-vocab", a->draft_vocab,
+                  "spec: model drafters' head computes this many lowest token ids plus the tokens "
+                  "seen (rollout.speculative.draft_vocab; 0: the whole vocabulary)")
+      ->check(CLI::NonNegativeNumber);
   app->add_flag("--fixed-drafts", a->fixed_drafts,
                 "spec: always draft --max-draft-tokens (no adaptive budgets)");
   a->given = [app](const char* flag) { return app->count(flag) > 0; };

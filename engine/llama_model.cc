@@ -2,6 +2,8 @@
 #include "engine/llama_model.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -107,21 +109,88 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LayerSubset(
                                   std::to_string(layers_.size()) + ")");
     }
   }
+  std::unique_ptr<LlamaModel> m = SharedView();
+  m->config_.num_hidden_layers = static_cast<int64_t>(layers.size());
+  m->layers_.clear();
+  for (int64_t l : layers) m->layers_.push_back(layers_[static_cast<size_t>(l)]);
+  m->projection_bytes_ = projection_bytes_ * static_cast<int64_t>(layers.size()) /
+                         std::max<int64_t>(1, std::ssize(layers_));
+  return m;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::SharedView() const {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = config_;
-  m->config_.num_hidden_layers = static_cast<int64_t>(layers.size());
   m->backend_ = backend_;
   m->format_ = format_;
   m->bf16_dot_ = bf16_dot_;
+  m->projection_bytes_ = projection_bytes_;
   m->pool_ = pool_;
   m->embed_ = embed_;
   m->final_norm_ = final_norm_;
   m->lm_head_ = lm_head_;
+  m->output_ids_ = output_ids_;
+  m->layers_ = layers_;
   m->inv_freq_ = inv_freq_;
   m->rope_ = rope_;
-  for (int64_t l : layers) m->layers_.push_back(layers_[static_cast<size_t>(l)]);
-  m->projection_bytes_ = projection_bytes_ * static_cast<int64_t>(layers.size()) /
-                         std::max<int64_t>(1, std::ssize(layers_));
+  return m;
+}
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::WithOutputVocab(
+    std::span<const int32_t> ids) const {
+  const int64_t v = config_.vocab_size, c = config_.hidden_size;
+  if (ids.empty()) return InvalidArgumentError("output vocabulary: no token");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= v || (i > 0 && ids[i] <= ids[i - 1])) {
+      return InvalidArgumentError("output vocabulary: token " + std::to_string(ids[i]) +
+                                  " (entry " + std::to_string(i) + ") is not ascending in [0, " +
+                                  std::to_string(v) + ")");
+    }
+  }
+  // The rows of this model's head (itself possibly a subset) that the tokens are.
+  std::vector<int32_t> rows(ids.begin(), ids.end());
+  if (!output_ids_.empty()) {
+    for (int32_t& r : rows) {
+      auto it = std::ranges::lower_bound(output_ids_, r);
+      if (it == output_ids_.end() || *it != r) {
+        return InvalidArgumentError("output vocabulary: token " + std::to_string(r) +
+                                    " is not in this model's output vocabulary");
+      }
+      r = static_cast<int32_t>(it - output_ids_.begin());
+    }
+  }
+  std::unique_ptr<LlamaModel> m = SharedView();
+  m->output_ids_.assign(ids.begin(), ids.end());
+  const int64_t n = std::ssize(rows);
+  Weight head;
+  const Weight& from = lm_head_;
+  if (!from.f32.empty() || !from.bf16.empty()) {
+    const bool f32 = !from.f32.empty();
+    Tensor t(f32 ? DType::kF32 : DType::kBF16, {n, c});
+    const size_t row_bytes = static_cast<size_t>(c) * (f32 ? 4 : 2);
+    const auto* src = f32 ? static_cast<const void*>(from.f32.data()) : from.bf16.data();
+    for (int64_t r = 0; r < n; ++r) {
+      std::memcpy(static_cast<uint8_t*>(t.data()) + r * row_bytes,
+                  static_cast<const uint8_t*>(src) + rows[r] * row_bytes, row_bytes);
+    }
+    m->owned_.push_back(std::move(t));
+    if (f32) {
+      head.f32 = {m->owned_.back().data_as<const float>(), static_cast<size_t>(n * c)};
+    } else {
+      head.bf16 = {m->owned_.back().data_as<const uint16_t>(), static_cast<size_t>(n * c)};
+    }
+  } else if (from.w8a8) {
+    // Drafting runs the head on one row: the many-row packing is left out (int8_packed null).
+    head.w8a8 = std::make_shared<const kernels::W8A8Weights>(kernels::GatherRows(*from.w8a8, rows));
+  } else if (from.gguf) {
+    head.gguf =
+        std::make_shared<const kernels::GgufQuantWeights>(kernels::GatherRows(*from.gguf, rows));
+  } else {
+    return InvalidArgumentError("output vocabulary: the head's format (" +
+                                WeightFormatName(format_) + ") has no row gather");
+  }
+  m->projection_bytes_ += WeightBytes(head) - WeightBytes(lm_head_);
+  m->lm_head_ = std::move(head);
   return m;
 }
 
@@ -182,6 +251,19 @@ StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& we
   owned_.push_back(std::move(bf16));
   w.bf16 = {owned_.back().data_as<const uint16_t>(), f32.size()};
   return w;
+}
+
+int64_t LlamaModel::WeightBytes(const Weight& w) {
+  int64_t bytes = static_cast<int64_t>(w.f32.size() * 4 + w.bf16.size() * 2);
+  if (w.w8a8) bytes += static_cast<int64_t>(w.w8a8->u.size() + 4 * w.w8a8->n);
+  if (w.w4a8) {
+    bytes += static_cast<int64_t>(w.w4a8->q4.size() + w.w4a8->group_scale.size() +
+                                  w.w4a8->group_offset.size() + 4 * w.w4a8->n);
+  }
+  if (w.gguf) {
+    bytes += static_cast<int64_t>(w.gguf->qs.size() + 4 * w.gguf->d.size() + 4 * w.gguf->m.size());
+  }
+  return bytes;
 }
 
 Status LlamaModel::Quantize() {
@@ -255,19 +337,7 @@ Status LlamaModel::Quantize() {
     return std::find(replaced.begin(), replaced.end(), t.data()) != replaced.end();
   });
   projection_bytes_ = 0;
-  for (const Weight* w : all) {
-    if (!w->f32.empty()) projection_bytes_ += static_cast<int64_t>(w->f32.size() * 4);
-    if (!w->bf16.empty()) projection_bytes_ += static_cast<int64_t>(w->bf16.size() * 2);
-    if (w->w8a8) projection_bytes_ += static_cast<int64_t>(w->w8a8->u.size() + 4 * w->w8a8->n);
-    if (w->w4a8) {
-      projection_bytes_ += static_cast<int64_t>(w->w4a8->q4.size() + w->w4a8->group_scale.size() +
-                                                w->w4a8->group_offset.size() + 4 * w->w4a8->n);
-    }
-    if (w->gguf) {
-      projection_bytes_ +=
-          static_cast<int64_t>(w->gguf->qs.size() + 4 * w->gguf->d.size() + 4 * w->gguf->m.size());
-    }
-  }
+  for (const Weight* w : all) projection_bytes_ += WeightBytes(*w);
   return OkStatus();
 }
 
@@ -684,8 +754,18 @@ void LlamaModel::ForwardLayers(std::span<const int32_t> tokens, std::span<const 
   }
   std::vector<float> normed(rows.size());
   Norm(rows, final_norm_, n, c.hidden_size, c.rms_norm_eps, normed);
-  logits->assign(static_cast<size_t>(n * c.vocab_size), 0.f);
-  Linear(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
+  if (output_ids_.empty()) {
+    logits->assign(static_cast<size_t>(n * c.vocab_size), 0.f);
+    Linear(normed, lm_head_, {}, n, c.vocab_size, c.hidden_size, *logits);
+    return;
+  }
+  const int64_t s = std::ssize(output_ids_);
+  std::vector<float> part(static_cast<size_t>(n * s));
+  Linear(normed, lm_head_, {}, n, s, c.hidden_size, part);
+  logits->assign(static_cast<size_t>(n * c.vocab_size), -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < s; ++j) (*logits)[i * c.vocab_size + output_ids_[j]] = part[i * s + j];
+  }
 }
 
 }  // namespace laminar::engine

@@ -110,6 +110,17 @@ class LlamaModel {
   // must outlive it; their Forward calls may overlap (distinct caches). Its config has
   // num_hidden_layers = layers.size(). InvalidArgument for an empty, unsorted or out-of-range list.
   StatusOr<std::unique_ptr<LlamaModel>> LayerSubset(std::span<const int64_t> layers) const;
+  // A model whose output head computes only the logits of the tokens `ids` (ascending, distinct, in
+  // [0, V), at least one): Forward still returns [*, V] logits, -inf for every other token, so a
+  // sampler gives those tokens probability 0. A speculative drafter's head restricted to the
+  // tokens it is likely to draft (FR-Spec, Zhao et al., arXiv 2502.14856: the head is the largest
+  // matrix of a small model, and most of the vocabulary is never drafted). The head rows are
+  // copied in this model's format, bit for bit (the logits of `ids` are this model's); everything
+  // else is shared, as with LayerSubset (this model must outlive it). InvalidArgument for a bad
+  // id list.
+  StatusOr<std::unique_ptr<LlamaModel>> WithOutputVocab(std::span<const int32_t> ids) const;
+  // The tokens the head computes (WithOutputVocab); empty: the whole vocabulary.
+  std::span<const int32_t> output_vocab() const { return output_ids_; }
 
   const model::ModelConfig& config() const { return config_; }
   // The workers Forward uses (null on one hardware thread); callers may run their own
@@ -167,6 +178,9 @@ class LlamaModel {
     Weight wq, wk, wv, wo, w_gate, w_up, w_down;
   };
   LlamaModel() = default;
+  // A model sharing this one's configuration, head, layers, pool and tables (not owned_): the
+  // start of LayerSubset and WithOutputVocab.
+  std::unique_ptr<LlamaModel> SharedView() const;
   Status Bind(const model::WeightStore& weights);
   StatusOr<std::span<const float>> Tensor2D(const model::WeightStore& weights,
                                             const std::string& name, int64_t rows, int64_t cols);
@@ -174,6 +188,8 @@ class LlamaModel {
   // Quantize).
   StatusOr<Weight> Projection(const model::WeightStore& weights, const std::string& name,
                               int64_t rows, int64_t cols);
+  // Bytes of a weight in its format (the step's read of it).
+  static int64_t WeightBytes(const Weight& w);
   // Quantizes every projection to w8a8 / w4a8 over the pool (Bind leaves them in f32 first).
   Status Quantize();
   // Positions [T] of the packed batch from `spans`, after checking ids and span sums (errors as
@@ -206,6 +222,7 @@ class LlamaModel {
   std::vector<Tensor> owned_;  // f32 conversions of f16/bf16 weights
   std::span<const float> embed_, final_norm_;
   Weight lm_head_;
+  std::vector<int32_t> output_ids_;  // the head's rows are these tokens' (empty: all V)
   std::vector<Layer> layers_;
   std::vector<double> inv_freq_;
   std::shared_ptr<const kernels::cpu::RopeTable> rope_;  // the CPU backend's cos/sin table

@@ -311,34 +311,79 @@ void SuffixDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<cons
 // ---------------------------------------------------------------------------------------------
 // Model drafters
 
-ModelDrafter::ModelDrafter(std::string name, double min_confidence, uint64_t seed)
-    : name_(std::move(name)), min_confidence_(min_confidence), rng_(seed) {}
+ModelDrafter::ModelDrafter(std::string name, double min_confidence, uint64_t seed,
+                           int64_t draft_vocab)
+    : name_(std::move(name)),
+      min_confidence_(min_confidence),
+      draft_vocab_(draft_vocab),
+      rng_(seed) {}
 
 std::unique_ptr<ModelDrafter> ModelDrafter::LayerSkip(int64_t keep_layers, double min_confidence,
-                                                      uint64_t seed) {
-  std::unique_ptr<ModelDrafter> d(new ModelDrafter("layer_skip", min_confidence, seed));
+                                                      uint64_t seed, int64_t draft_vocab) {
+  std::unique_ptr<ModelDrafter> d(
+      new ModelDrafter("layer_skip", min_confidence, seed, draft_vocab));
   d->keep_layers_ = keep_layers;
   return d;
 }
 
 std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel* draft,
-                                                       double min_confidence, uint64_t seed) {
+                                                       double min_confidence, uint64_t seed,
+                                                       int64_t draft_vocab) {
   LAMINAR_CHECK(draft != nullptr) << "draft_model needs a model";
-  std::unique_ptr<ModelDrafter> d(new ModelDrafter("draft_model", min_confidence, seed));
+  std::unique_ptr<ModelDrafter> d(
+      new ModelDrafter("draft_model", min_confidence, seed, draft_vocab));
   d->model_ = draft;
   return d;
 }
 
 Status ModelDrafter::OnWeights(const engine::LlamaModel* policy) {
   caches_.clear();  // KV of the old drafter weights
+  head_.reset();
   if (name_ == "draft_model") {
     if (model_->config().vocab_size != policy->config().vocab_size) {
       return InvalidArgumentError(
           "draft_model: its vocabulary of " + std::to_string(model_->config().vocab_size) +
           " tokens differs from the policy's " + std::to_string(policy->config().vocab_size));
     }
-    return OkStatus();
+  } else {
+    LAMINAR_RETURN_IF_ERROR(SkipLayersOf(policy));
   }
+  // The draft vocabulary: the lowest ids, plus every token seen (kept across versions).
+  const int64_t v = model_->config().vocab_size;
+  if (draft_vocab_ > 0 && draft_vocab_ < v) {
+    if (std::ssize(in_vocab_) != v) {
+      in_vocab_.assign(static_cast<size_t>(v), 0);
+      std::fill_n(in_vocab_.begin(), draft_vocab_, 1);
+    }
+    vocab_grew_ = true;
+    RebuildHead();
+  }
+  return OkStatus();
+}
+
+void ModelDrafter::NoteTokens(std::span<const int32_t> tokens) {
+  if (in_vocab_.empty()) return;
+  for (const int32_t t : tokens) {
+    if (t >= 0 && t < std::ssize(in_vocab_) && in_vocab_[t] == 0) {
+      in_vocab_[t] = 1;
+      vocab_grew_ = true;
+    }
+  }
+}
+
+void ModelDrafter::RebuildHead() {
+  if (!vocab_grew_ || model_ == nullptr) return;
+  vocab_grew_ = false;
+  std::vector<int32_t> ids;
+  for (size_t t = 0; t < in_vocab_.size(); ++t) {
+    if (in_vocab_[t] != 0) ids.push_back(static_cast<int32_t>(t));
+  }
+  auto view = model_->WithOutputVocab(ids);
+  LAMINAR_CHECK(view.ok()) << "draft vocabulary: " << view.status();
+  head_ = std::move(*view);
+}
+
+Status ModelDrafter::SkipLayersOf(const engine::LlamaModel* policy) {
   // Evenly spaced layers, the first and the last among them.
   const int64_t total = policy->config().num_hidden_layers;
   const int64_t keep =
@@ -358,8 +403,8 @@ std::vector<float> ModelDrafter::Feed(SeqCache& cache, std::span<const int32_t> 
   const engine::SequenceSpan span(0, start, std::ssize(tokens) - start);
   std::vector<float> logits;
   const Status st =
-      model_->Forward(tokens.subspan(static_cast<size_t>(start)), {&span, 1}, &cache.kv,
-                      engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+      drafting()->Forward(tokens.subspan(static_cast<size_t>(start)), {&span, 1}, &cache.kv,
+                          engine::LogitsFor::kLastTokenOfEachSequence, &logits);
   LAMINAR_CHECK(st.ok()) << "drafter forward: " << st;
   cache.tokens.assign(tokens.begin(), tokens.end());
   return logits;
@@ -429,6 +474,8 @@ DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
     it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
   }
   SeqCache& cache = it->second;
+  NoteTokens(ctx.tokens);
+  RebuildHead();
   engine::SamplingParams params = *ctx.sampling;
   params.logprobs = 0;
   cache.params = params;
@@ -496,9 +543,10 @@ void ModelDrafter::DraftAhead(int64_t seq_id, int64_t max_nodes) {
   rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
 }
 
-void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t>,
+void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t> tokens,
                                  int64_t) {
   caches_.erase(seq);
+  NoteTokens(tokens);  // its siblings and later responses may write them
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -508,6 +556,10 @@ Status SpeculativeConfig::Validate() const {
   if (layer_skip_keep < 0) {
     return InvalidArgumentError("rollout.speculative.layer_skip_keep must be >= 0, got " +
                                 std::to_string(layer_skip_keep));
+  }
+  if (draft_vocab < 0) {
+    return InvalidArgumentError("rollout.speculative.draft_vocab must be >= 0, got " +
+                                std::to_string(draft_vocab));
   }
   if (!(min_confidence >= 0 && min_confidence < 1)) {
     return InvalidArgumentError("rollout.speculative.min_confidence must be in [0, 1), got " +
@@ -535,16 +587,16 @@ StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config) 
   LAMINAR_RETURN_IF_ERROR(config.Validate());
   if (config.drafter == "suffix") return std::unique_ptr<Drafter>(new SuffixDrafter(config.suffix));
   if (config.drafter == "layer_skip") {
-    return std::unique_ptr<Drafter>(
-        ModelDrafter::LayerSkip(config.layer_skip_keep, config.min_confidence, config.seed));
+    return std::unique_ptr<Drafter>(ModelDrafter::LayerSkip(
+        config.layer_skip_keep, config.min_confidence, config.seed, config.draft_vocab));
   }
   if (config.drafter == "draft_model") {
     if (config.draft_model == nullptr) {
       return InvalidArgumentError(
           "rollout.speculative.drafter: draft_model needs a drafter model (none given)");
     }
-    return std::unique_ptr<Drafter>(
-        ModelDrafter::DraftModel(config.draft_model, config.min_confidence, config.seed));
+    return std::unique_ptr<Drafter>(ModelDrafter::DraftModel(
+        config.draft_model, config.min_confidence, config.seed, config.draft_vocab));
   }
   return std::unique_ptr<Drafter>();
 }

@@ -125,15 +125,24 @@ class Drafter {
 // g, the next Propose returns that chain (the tree re-rooted at the accepted path, its KV already
 // in the drafter's cache). It is exact: the chain after g was drawn from q given the sequence's
 // actual prefix, independently of the target's draws.
+// Draft vocabulary (draft_vocab > 0; FR-Spec, Zhao et al., arXiv 2502.14856): the drafter's output
+// head computes only the `draft_vocab` lowest token ids (a BPE vocabulary is numbered in merge
+// order, most frequent first) and every token of the prompts and responses it has drafted for
+// (a GRPO response mostly reuses its prompt's and its siblings' tokens), rebuilt
+// (engine::LlamaModel::WithOutputVocab) when a proposal brings tokens it lacks. The head is the
+// largest matrix of a small model: this cuts the bytes a drafted token reads. Other tokens get
+// q = 0, which the min(1, p/q) test and its residual handle exactly (the policy's mass there is
+// emitted through corrections).
 class ModelDrafter final : public Drafter {
  public:
   // layer_skip: `keep_layers` evenly spaced layers of each policy (first and last included).
   static std::unique_ptr<ModelDrafter> LayerSkip(int64_t keep_layers, double min_confidence,
-                                                 uint64_t seed);
+                                                 uint64_t seed, int64_t draft_vocab = 0);
   // draft_model: `draft` (borrowed, outliving the drafter); its vocabulary must be the policy's
   // (checked in OnWeights).
   static std::unique_ptr<ModelDrafter> DraftModel(const engine::LlamaModel* draft,
-                                                  double min_confidence, uint64_t seed);
+                                                  double min_confidence, uint64_t seed,
+                                                  int64_t draft_vocab = 0);
 
   std::string name() const override { return name_; }
   DraftTree Propose(const DraftContext& ctx) override;
@@ -141,14 +150,24 @@ class ModelDrafter final : public Drafter {
                      int64_t num_prompt_tokens) override;
   Status OnWeights(const engine::LlamaModel* policy) override;
   void DraftAhead(int64_t seq, int64_t max_nodes) override;
-  // The model drafting now (null before OnWeights for layer_skip).
+  // The model drafting now (null before OnWeights for layer_skip), without the draft vocabulary.
   const engine::LlamaModel* model() const { return model_; }
+  // Tokens the drafting head computes now (0: the whole vocabulary).
+  int64_t draft_vocab_size() const { return head_ ? std::ssize(head_->output_vocab()) : 0; }
   int64_t rerooted() const override { return rerooted_; }
   int64_t last_catch_up() const override { return last_catch_up_; }
   int64_t CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const override;
 
  private:
-  ModelDrafter(std::string name, double min_confidence, uint64_t seed);
+  ModelDrafter(std::string name, double min_confidence, uint64_t seed, int64_t draft_vocab);
+  // Adds `tokens` to the draft vocabulary (draft_vocab > 0).
+  void NoteTokens(std::span<const int32_t> tokens);
+  // layer_skip: model_ becomes the view of `policy` with the kept layers.
+  Status SkipLayersOf(const engine::LlamaModel* policy);
+  // Rebuilds head_ from model_ and the draft vocabulary when tokens were added since.
+  void RebuildHead();
+  // model_, or its view with the draft vocabulary's head.
+  const engine::LlamaModel* drafting() const { return head_ ? head_.get() : model_; }
   struct SeqCache {
     explicit SeqCache(engine::KvCache cache) : kv(std::move(cache)) {}
     engine::KvCache kv;
@@ -176,6 +195,10 @@ class ModelDrafter final : public Drafter {
   int64_t keep_layers_ = 0;                    // layer_skip
   std::unique_ptr<engine::LlamaModel> owned_;  // layer_skip: the view of the current policy
   const engine::LlamaModel* model_ = nullptr;
+  int64_t draft_vocab_ = 0;
+  std::vector<uint8_t> in_vocab_;             // [V] 1: in the draft vocabulary (draft_vocab > 0)
+  bool vocab_grew_ = false;                   // tokens were added since head_ was built
+  std::unique_ptr<engine::LlamaModel> head_;  // model_ with the draft vocabulary's head
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
   int64_t rerooted_ = 0;
@@ -251,7 +274,10 @@ struct SpeculativeConfig {
   // MakeDrafter (not by Validate: a rollout worker builds it from the first version it pulls).
   const engine::LlamaModel* draft_model = nullptr;
   double min_confidence = 0.05;  // model drafters: see ModelDrafter
-  uint64_t seed = 0;             // model drafters' own sampling stream
+  // Model drafters: tokens of the drafter's output head besides those seen (ModelDrafter's draft
+  // vocabulary); 0: the whole vocabulary.
+  int64_t draft_vocab = 0;
+  uint64_t seed = 0;  // model drafters' own sampling stream
   bool enabled() const { return drafter != "off"; }
   // InvalidArgument naming the field.
   Status Validate() const;

@@ -258,6 +258,26 @@ std::vector<float> Dequantize(const W8A8Weights& w) {
   return out;
 }
 
+W8A8Weights GatherRows(const W8A8Weights& w, std::span<const int32_t> rows) {
+  W8A8Weights out;
+  out.n = std::ssize(rows);
+  out.k = w.k;
+  out.k_padded = w.k_padded;
+  out.u.assign(static_cast<size_t>(out.num_tiles() * kQuantTileN * out.k_padded), 128);
+  out.channel_scale.resize(rows.size());
+  for (int64_t r = 0; r < out.n; ++r) {
+    const int64_t src = rows[r];
+    LAMINAR_CHECK(src >= 0 && src < w.n) << "w8a8 row " << src << " outside [0, " << w.n << ")";
+    out.channel_scale[r] = w.channel_scale[src];
+    // A row's chunk of 32 K elements is contiguous in the tiled layout.
+    for (int64_t c = 0; c < w.k_padded; c += kQuantChunk) {
+      std::memcpy(out.u.data() + TiledChunkOffset(r, c, out.k_padded, kQuantChunk),
+                  w.u.data() + TiledChunkOffset(src, c, w.k_padded, kQuantChunk), kQuantChunk);
+    }
+  }
+  return out;
+}
+
 std::vector<float> Dequantize(const W4A8Weights& w) {
   std::vector<float> out(static_cast<size_t>(w.n * w.k));
   for (int64_t r = 0; r < w.n; ++r) {
@@ -457,6 +477,26 @@ std::vector<float> Dequantize(const GgufQuantWeights& w) {
       dst[i] = w.d[b] * static_cast<float>(q);
       if (w.type == GgufQuantType::kQ4_1) dst[i] += w.m[b];
     }
+  }
+  return out;
+}
+
+GgufQuantWeights GatherRows(const GgufQuantWeights& w, std::span<const int32_t> rows) {
+  GgufQuantWeights out;
+  out.type = w.type;
+  out.n = std::ssize(rows);
+  out.k = w.k;
+  const int64_t nb = w.blocks_per_row(), row_bytes = nb * w.block_bytes();
+  out.qs.resize(static_cast<size_t>(out.n * row_bytes));
+  out.d.resize(static_cast<size_t>(out.n * nb));
+  if (!w.m.empty()) out.m.resize(static_cast<size_t>(out.n * nb));
+  for (int64_t r = 0; r < out.n; ++r) {
+    const int64_t src = rows[r];
+    LAMINAR_CHECK(src >= 0 && src < w.n) << "gguf row " << src << " outside [0, " << w.n << ")";
+    std::memcpy(out.qs.data() + r * row_bytes, w.qs.data() + src * row_bytes,
+                static_cast<size_t>(row_bytes));
+    std::copy_n(w.d.begin() + src * nb, nb, out.d.begin() + r * nb);
+    if (!w.m.empty()) std::copy_n(w.m.begin() + src * nb, nb, out.m.begin() + r * nb);
   }
   return out;
 }

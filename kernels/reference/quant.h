@@ -121,6 +121,12 @@ StatusOr<W4A8Weights> QuantizeW4A8(std::span<const float> w, int64_t n, int64_t 
 std::vector<float> Dequantize(const W8A8Weights& w);
 std::vector<float> Dequantize(const W4A8Weights& w);
 
+// The weights of output rows `rows` (ids in [0, N), any order, repeats allowed) as a
+// [rows.size(), K] weight of the same format, bit for bit: row i of the result is row rows[i] of
+// `w`. A speculative drafter's output head restricted to part of the vocabulary (FR-Spec, Zhao et
+// al., arXiv 2502.14856). LAMINAR_CHECK on an id out of range.
+W8A8Weights GatherRows(const W8A8Weights& w, std::span<const int32_t> rows);
+
 // Reference matmuls. acc[m, n] = Σ_k (u[n, k] - 128) · x.q[m, k] in int32, then
 //   out[m, n] = static_cast<float>(acc) * (x.scale[m] * channel_scale[n]) (+ bias[n])
 // in f32, in exactly that order (the kernels do the same, so results are bitwise equal).
@@ -184,5 +190,7 @@ void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::spa
 }  // namespace ref
 // The f32 weights [N, K] the blocks stand for.
 std::vector<float> Dequantize(const GgufQuantWeights& w);
+// Rows `rows` of `w`, as GatherRows of W8A8Weights above.
+GgufQuantWeights GatherRows(const GgufQuantWeights& w, std::span<const int32_t> rows);
 
 }  // namespace laminar::kernels

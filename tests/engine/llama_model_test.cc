@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -267,6 +269,76 @@ TEST_P(LlamaModelTest, QuantizedFormatsAreBatchInvariantAndNearF32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BiasAndLayout, LlamaModelTest, ::testing::Values(false, true));
+
+// A drafter's head over part of the vocabulary (WithOutputVocab): the kept tokens' logits are the
+// full model's, bit for bit, every other token's are -inf, in every weight format and both
+// backends; a view of a view keeps narrowing; bad id lists are refused.
+TEST_P(LlamaModelTest, OutputVocabularyKeepsTheLogitsOfItsTokens) {
+  const bool bias = GetParam();  // untied head with bias, tied without
+  auto cfg =
+      TinyConfig(bias, bias ? model::RopeLayout::kRotateHalf : model::RopeLayout::kInterleaved);
+  auto weights = RandomWeights(cfg, 13);
+  const std::vector<int32_t> ids = {0, 3, 17, 35, 36}, narrower = {3, 36};
+  const std::vector<int32_t> tokens = {1, 5, 9, 2};
+  auto run = [&](const LlamaModel& m) {
+    KvCache cache = m.NewCache(1, 8);
+    std::vector<float> all;
+    for (int64_t t = 0; t < std::ssize(tokens); ++t) {  // M = 1: the drafter's shape
+      SequenceSpan span{0, t, 1};
+      std::vector<float> logits;
+      EXPECT_TRUE(m.Forward({&tokens[static_cast<size_t>(t)], 1}, {&span, 1}, &cache,
+                            LogitsFor::kAllTokens, &logits)
+                      .ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  auto check = [&](const std::vector<float>& full, const std::vector<float>& part,
+                   const std::vector<int32_t>& kept) {
+    ASSERT_EQ(part.size(), full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      const auto token = static_cast<int32_t>(i % static_cast<size_t>(cfg.vocab_size));
+      if (std::ranges::find(kept, token) != kept.end()) {
+        ASSERT_EQ(part[i], full[i]) << "token " << token;
+      } else {
+        ASSERT_EQ(part[i], -std::numeric_limits<float>::infinity()) << "token " << token;
+      }
+    }
+  };
+  struct Case {
+    Backend backend;
+    WeightFormat format;
+  };
+  for (const Case c : {Case{Backend::kReference, WeightFormat::kF32},
+                       {Backend::kCpu, WeightFormat::kF32},
+                       {Backend::kCpu, WeightFormat::kBF16},
+                       {Backend::kCpu, WeightFormat::kW8A8},
+                       {Backend::kCpu, WeightFormat::kW4A8}}) {
+    SCOPED_TRACE(WeightFormatName(c.format) +
+                 (c.backend == Backend::kReference ? " reference" : " cpu"));
+    auto m = LlamaModel::Create(cfg, weights, c.backend, c.format);
+    ASSERT_TRUE(m.ok()) << m.status();
+    auto view = (*m)->WithOutputVocab(ids);
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_EQ(std::ssize((*view)->output_vocab()), std::ssize(ids));
+    EXPECT_LT((*view)->projection_bytes(), (*m)->projection_bytes());
+    const std::vector<float> full = run(**m);
+    check(full, run(**view), ids);
+    auto narrow = (*view)->WithOutputVocab(narrower);
+    ASSERT_TRUE(narrow.ok()) << narrow.status();
+    check(full, run(**narrow), narrower);
+    // Bad lists: empty, unsorted, repeated, out of range, outside the view's own vocabulary.
+    const std::vector<int32_t> unsorted = {3, 0}, repeated = {3, 3}, outside = {0, 37},
+                               not_in_view = {1};
+    EXPECT_FALSE((*m)->WithOutputVocab({}).ok());
+    for (const auto* bad : {&unsorted, &repeated, &outside}) {
+      auto r = (*m)->WithOutputVocab(*bad);
+      ASSERT_FALSE(r.ok());
+      EXPECT_NE(r.status().message().find("output vocabulary"), std::string::npos) << r.status();
+    }
+    EXPECT_FALSE((*view)->WithOutputVocab(not_in_view).ok());
+  }
+}
 
 TEST(LlamaModelErrorsTest, BadInput) {
   auto cfg = TinyConfig(false, model::RopeLayout::kInterleaved);

@@ -477,16 +477,62 @@ TEST(ModelDrafterTest, ReportsItsCatchUp) {
   EXPECT_EQ(suffix.CatchUpTokens(0, tokens), 0);
 }
 
+// The draft vocabulary: the lowest ids plus every token seen; drafts and their q stay inside it,
+// and a weight swap keeps what was seen.
+TEST(ModelDrafterTest, DraftVocabularyGrowsWithTheTokensSeen) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  auto drafter = ModelDrafter::DraftModel(model.get(), 0.0, 1, /*draft_vocab=*/4);
+  ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
+  EXPECT_EQ(drafter->draft_vocab_size(), 4);
+  engine::SamplingParams t1;
+  t1.temperature = 1;
+  const std::vector<int32_t> tokens = {1, 20, 30, 20};
+  for (int round = 0; round < 20; ++round) {
+    const DraftTree tree = drafter->Propose({.seq = round,
+                                             .group = 0,
+                                             .tokens = tokens,
+                                             .num_prompt_tokens = 4,
+                                             .max_nodes = 4,
+                                             .sampling = &t1});
+    ASSERT_EQ(tree.child_q.size(), static_cast<size_t>(tree.size()) + 1);
+    for (int64_t j = 0; j < tree.size(); ++j) {
+      const int32_t token = tree.tokens[j];
+      EXPECT_TRUE(token < 4 || token == 20 || token == 30) << token;
+      const std::vector<float>& q = tree.child_q[j];
+      for (int32_t v = 4; v < config.vocab_size; ++v) {
+        if (v != 20 && v != 30) {
+          ASSERT_EQ(q[v], 0.f) << "token " << v;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(drafter->draft_vocab_size(), 6);  // 0..3, 20 and 30
+  drafter->OnSequenceEnd(0, 0, std::vector<int32_t>{1, 20, 30, 20, 25}, 4);
+  ASSERT_TRUE(drafter->OnWeights(model.get()).ok());  // a new version keeps the tokens seen
+  EXPECT_EQ(drafter->draft_vocab_size(), 7);
+  auto whole = ModelDrafter::DraftModel(model.get(), 0.0, 1, config.vocab_size);
+  ASSERT_TRUE(whole->OnWeights(model.get()).ok());
+  EXPECT_EQ(whole->draft_vocab_size(), 0);  // all of it: the model's own head
+}
+
 // ---- the engine -----------------------------------------------------------------------------
 
-// `drafter` is a drafter's name, "+async" appended for async_draft.
+// `drafter` is a drafter's name, "+async" appended for async_draft, "+vocab" for a draft vocabulary
+// of `draft_vocab` tokens.
 RolloutEngineConfig EngineConfig(std::string drafter, int32_t block_size = 4,
-                                 const engine::LlamaModel* draft_model = nullptr) {
+                                 const engine::LlamaModel* draft_model = nullptr,
+                                 int64_t draft_vocab = 8) {
   RolloutEngineConfig c;
   c.speculative.draft_model = draft_model;
   c.block_size = block_size;
   c.num_blocks = 256;
   c.scheduler.max_num_batched_tokens = 128;
+  if (drafter.ends_with("+vocab")) {
+    drafter.resize(drafter.size() - 6);
+    c.speculative.draft_vocab = draft_vocab;
+  }
   if (drafter.ends_with("+async")) {
     drafter.resize(drafter.size() - 6);
     c.speculative.async_draft = true;
@@ -647,10 +693,11 @@ INSTANTIATE_TEST_SUITE_P(
     BackendsAndDrafters, SpeculativeEngineTest,
     ::testing::Combine(::testing::Values(engine::Backend::kReference, engine::Backend::kCpu),
                        ::testing::Values("suffix", "layer_skip", "draft_model", "layer_skip+async",
-                                         "draft_model+async")),
+                                         "draft_model+async", "layer_skip+vocab",
+                                         "draft_model+async+vocab")),
     [](const ::testing::TestParamInfo<EngineParam>& p) {
       std::string name = std::get<1>(p.param);
-      if (name.ends_with("+async")) name.replace(name.size() - 6, 6, "_async");
+      for (size_t plus; (plus = name.find('+')) != std::string::npos;) name[plus] = '_';
       return std::string(std::get<0>(p.param) == engine::Backend::kCpu ? "cpu_" : "ref_") + name;
     });
 
@@ -714,7 +761,8 @@ double HomogeneityPValue(const std::map<K, int64_t>& a, const std::map<K, int64_
 }
 
 // On stories260K: the tokens of GRPO groups sampled with speculation (always on) have the same
-// distribution as without, for each drafter, and for a draft model drafting ahead. 768 responses of
+// distribution as without, for each drafter, for a draft model drafting ahead, and for one whose
+// head computes 64 of the 512 tokens and those seen (q = 0 elsewhere). 768 responses of
 // 10 tokens after BOS per engine; for each k in 1..8 the pairs (token k + 1, token k + 2), which
 // speculation verifies, are compared between the two engines by a two-sample chi-square. Positions
 // where the policy has a single outcome are skipped; the smallest p-value must exceed 1e-3 /
@@ -733,14 +781,16 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
   std::iota(all_layers.begin(), all_layers.end(), 0);
   auto full = *m->LayerSubset(all_layers);
   constexpr int kTokens = 10;
-  for (const std::string drafter : {"suffix", "layer_skip", "draft_model", "draft_model+async"})
+  for (const std::string drafter :
+       {"suffix", "layer_skip", "draft_model", "draft_model+async", "draft_model+vocab"})
     for (const Setting s : {Setting{1.0f, 1.0f}, Setting{0.7f, 0.9f}}) {
       using Pair = std::pair<int32_t, int32_t>;
       std::map<Pair, int64_t> counts[2][kTokens - 2];  // [engine][k]
       int64_t n = 0;
       for (int spec = 0; spec < 2; ++spec) {
+        // +vocab: the draft head computes 64 of the 512 tokens and those seen.
         RolloutEngineConfig c = EngineConfig(
-            spec ? drafter : "off", 16, drafter.ends_with("+async") ? full.get() : draft.get());
+            spec ? drafter : "off", 16, drafter.ends_with("+async") ? full.get() : draft.get(), 64);
         c.speculative.max_draft_tokens = drafter == "suffix" ? 6 : 3;
         c.num_blocks = 2048;
         c.scheduler.max_num_batched_tokens = 4096;
