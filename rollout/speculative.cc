@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <queue>
 #include <utility>
 
@@ -648,18 +649,27 @@ double StepCostModel::Seconds(int64_t tokens) const {
 }
 
 void StepCostModel::Fit() {
-  const double n = static_cast<double>(window_.size());
-  double st = 0, ss = 0, stt = 0, sts = 0;
-  for (const auto& [t, s] : window_) {
-    st += double(t);
-    ss += s;
-    stt += double(t) * double(t);
-    sts += double(t) * s;
+  // The median step time of each size, then a least-squares line through those medians weighted by
+  // their counts: one stalled step (a page fault, a neighbour's burst) moves a median little,
+  // where it would tilt a plain fit over the steps, and a slope measured from a stall would be
+  // kept, switching speculation off for good.
+  std::map<int64_t, std::vector<double>> by_size;
+  for (const auto& [t, s] : window_) by_size[t].push_back(s);
+  double n = 0, st = 0, ss = 0, stt = 0, sts = 0;
+  for (auto& [t, times] : by_size) {
+    const auto mid = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+    std::nth_element(times.begin(), mid, times.end());
+    const double w = static_cast<double>(times.size()), x = static_cast<double>(t), y = *mid;
+    n += w;
+    st += w * x;
+    ss += w * y;
+    stt += w * x * x;
+    sts += w * x * y;
   }
   const double var = stt - st * st / n;
   // Steps of one size only (speculation off, a steady batch) say nothing of the slope: keep the
-  // last one measured and move the line through their mean.
-  if (var > 0 && window_.size() >= 4) {
+  // last one measured and move the line through their median.
+  if (by_size.size() >= 2 && var > 0 && window_.size() >= 4) {
     b_ = std::max(0.0, (sts - st * ss / n) / var);
     fitted_ = true;
   }

@@ -321,9 +321,10 @@ struct AcceptanceStats {
                               double decay = 0.9) const;
 };
 
-// The measured cost of an engine step as a function of the tokens it feeds: a least-squares line
-// seconds = a + b * tokens over the recent steps (a sliding window), so speculation is decided
-// from measured costs, not constants.
+// The measured cost of an engine step as a function of the tokens it feeds: a line
+// seconds = a + b * tokens through the median step time of each size over the recent steps (a
+// sliding window; least squares weighted by each size's count, so a stalled step does not tilt
+// it), so speculation is decided from measured costs, not constants.
 class StepCostModel {
  public:
   void Record(int64_t tokens, double seconds);

@@ -387,6 +387,14 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   EXPECT_TRUE(steep.ready());
   EXPECT_NEAR(steep.per_token(), 0.001, 1e-9);
   EXPECT_EQ(PlanDraftBudgets(good, steep, 4, 8, 2), (std::vector<int64_t>(4, 0)));
+  // A stalled step (0.5 s among 30-40 ms ones) does not tilt the line: medians per size.
+  StepCostModel stalled;
+  for (int i = 0; i < 40; ++i) stalled.Record(1, 0.03);
+  for (int i = 0; i < 3; ++i) stalled.Record(5, 0.04);
+  stalled.Record(5, 0.5);
+  stalled.Record(1, 0.5);
+  EXPECT_NEAR(stalled.per_token(), 0.0025, 1e-9);
+  EXPECT_NEAR(stalled.Seconds(1), 0.03, 1e-3);
   // Flat steps, but each drafted token costs as much as a step (a slow model drafter): none.
   StepCostModel slow_drafter = flat;
   slow_drafter.RecordDraft(4, 0.04);
