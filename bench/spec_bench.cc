@@ -28,12 +28,15 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   config.scheduler.max_num_seqs = c.batch;
   config.scheduler.max_num_batched_tokens = load.max_num_batched_tokens;
   config.speculative.drafter = c.drafter;
-  if (c.drafter.ends_with("+async")) {
-    config.speculative.drafter.resize(c.drafter.size() - 6);
+  if (config.speculative.drafter.ends_with("+vocab")) {
+    config.speculative.drafter.resize(config.speculative.drafter.size() - 6);
+    config.speculative.draft_vocab = c.draft_vocab;
+  }
+  if (config.speculative.drafter.ends_with("+async")) {
+    config.speculative.drafter.resize(config.speculative.drafter.size() - 6);
     config.speculative.async_draft = true;
   }
   config.speculative.max_draft_tokens = c.max_draft_tokens;
-  config.speculative.draft_vocab = c.draft_vocab;
   config.speculative.adaptive = c.adaptive;
   config.speculative.draft_model = c.draft_model;
   auto request = [&](size_t r, int32_t n, int32_t max_tokens) {

@@ -28,12 +28,14 @@ struct SpecLoad {
 // One configuration: the drafter ("off" or a SpeculativeConfig drafter), the running sequences at
 // most (the batch) and the temperature.
 struct SpecCase {
-  std::string drafter = "off";  // a drafter's name; "+async" appended: async_draft
+  // A drafter's name; "+async" appended: async_draft; then "+vocab": a draft vocabulary of
+  // draft_vocab tokens (SpeculativeConfig::draft_vocab).
+  std::string drafter = "off";
   int64_t batch = 1;
   float temperature = 1.0f;
   int64_t max_draft_tokens = 8;
   bool adaptive = true;
-  int64_t draft_vocab = 0;  // model drafters' SpeculativeConfig::draft_vocab
+  int64_t draft_vocab = 16384;                      // for the "+vocab" drafters
   const engine::LlamaModel* draft_model = nullptr;  // drafter draft_model (borrowed)
 };
 

@@ -82,7 +82,7 @@ struct BenchArgs {
   int64_t max_draft_tokens = 8;
   int64_t rounds = 1;  // spec: interleaved rounds of off and every drafter
   bool fixed_drafts = false;
-  int64_t draft_vocab = 0;                 // spec: model drafters' draft vocabulary (0: all)
+  int64_t draft_vocab = 16384;             // spec: the +vocab drafters' draft vocabulary
   std::string draft_model;                 // the draft_model drafter's checkpoint
   std::string draft_weights;               // its weight format (default: the policy's)
   std::function<bool(const char*)> given;  // whether a flag was on the command line
@@ -794,11 +794,14 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--data", a->data, "spec: JSONL prompts (e.g. GSM8K's test.jsonl)")
       ->check(CLI::ExistingFile);
   app->add_option("--prompt-key", a->prompt_key, "spec: the prompt field of --data");
-  app->add_option("--drafters", a->drafters,
-                  "spec: drafters measured against off (+async: drafting ahead on its own thread)")
+  app->add_option(
+         "--drafters", a->drafters,
+         "spec: drafters measured against off (+async: drafting ahead on its own thread; +vocab: "
+         "a draft vocabulary of --draft-vocab tokens)")
       ->delimiter(',')
-      ->check(CLI::IsMember(
-          {"suffix", "layer_skip", "draft_model", "layer_skip+async", "draft_model+async"}));
+      ->check(CLI::IsMember({"suffix", "layer_skip", "draft_model", "layer_skip+async",
+                             "draft_model+async", "layer_skip+vocab", "draft_model+vocab",
+                             "draft_model+async+vocab"}));
   app->add_option("--draft-model", a->draft_model,
                   "spec: the draft_model drafter's checkpoint (same vocabulary as --model)");
   app->add_option("--draft-weights", a->draft_weights,
@@ -815,9 +818,9 @@ std::function<int()> SetupBench(CLI::App* app) {
                   "each round's ratio")
       ->check(CLI::Range(1, 100));
   app->add_option("--draft-vocab", a->draft_vocab,
-                  "spec: model drafters' head computes this many lowest token ids plus the tokens "
-                  "seen (rollout.speculative.draft_vocab; 0: the whole vocabulary)")
-      ->check(CLI::NonNegativeNumber);
+                  "spec: the +vocab drafters' head computes this many lowest token ids plus the "
+                  "tokens seen (rollout.speculative.draft_vocab; the others compute all)")
+      ->check(CLI::PositiveNumber);
   app->add_flag("--fixed-drafts", a->fixed_drafts,
                 "spec: always draft --max-draft-tokens (no adaptive budgets)");
   a->given = [app](const char* flag) { return app->count(flag) > 0; };

@@ -222,6 +222,9 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
     if (costs_.ready()) {
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
                                  /*explore_nodes=*/0, first_cost);
+      // Steps with drafts measured slower than plain ones: only exploration drafts (below), and
+      // its steps keep measuring whether drafting pays again.
+      if (!gain_.pays()) budgets.assign(ids.size(), 0);
     } else {
       // Until the step cost has been measured at two sizes, every other step one sequence drafts
       // and the others do not: both sizes come soon whatever the batch. It is the sequence
@@ -327,6 +330,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   std::unordered_map<RequestId, int64_t> budgets;
   std::unordered_map<RequestId, DraftTree> trees;
   Scheduler::DraftWanted draft_wanted;
+  double draft_s = 0;  // drafting this step (a cold catch-up counted as drafting its tokens)
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
     draft_wanted = [&](RequestId id) -> int64_t {
@@ -348,9 +352,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       if (const int64_t caught_up = drafter_->last_catch_up();
           caught_up <= config_.speculative.max_draft_tokens + 1) {
         costs_.RecordDraft(n, seconds);
+        draft_s += seconds;
       } else {
         costs_.RecordCatchUp(
             caught_up, std::max(0.0, seconds - static_cast<double>(n) * costs_.draft_per_token()));
+        draft_s += static_cast<double>(n) * costs_.draft_per_token();
       }
       ++spec_stats_.budgeted;
       spec_stats_.empty_drafts += n == 0;
@@ -429,6 +435,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   if (drafter_ != nullptr && decodes_only) {
     costs_.Record(plan.num_batched_tokens, forward_s);
   }
+  const int64_t accepted_before = spec_stats_.accepted_tokens;
   // Plain next-token draws are independent per sample (each has its own sampler and RNG), so they
   // run over the model's pool first; appending, which may finish samples, stays in plan order.
   std::vector<std::pair<RequestId, const float*>> draws;
@@ -482,6 +489,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
         appended.push_back(1);
       }
     }
+  }
+  if (drafter_ != nullptr && decodes_only && !trees.empty() && costs_.ready()) {
+    const auto decodes = std::ssize(plan.seqs);
+    gain_.Record(decodes, decodes + spec_stats_.accepted_tokens - accepted_before,
+                 forward_s + draft_s, costs_.Seconds(decodes));
   }
   // The stop matcher ends a sample at max_tokens before the scheduler would; any id the scheduler
   // still finishes here reached its length.

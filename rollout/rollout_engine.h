@@ -222,6 +222,7 @@ class RolloutEngine {
   bool last_step_empty_ = false;      // the last Step's plan scheduled nothing
   std::unique_ptr<Drafter> drafter_;  // null: speculation off
   StepCostModel costs_;
+  SpeculationGain gain_;  // what the steps with drafts measured against plain ones
   SpecStats spec_stats_;
   // Acceptance over every sequence (slow forgetting): where a new sequence's history starts.
   AcceptanceStats acceptance_;

@@ -644,6 +644,14 @@ void StepCostModel::RecordDraft(int64_t tokens, double seconds) {
 
 bool StepCostModel::ready() const { return fitted_; }
 
+void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, double plain_seconds,
+                             double decay) {
+  if (decodes <= 0 || seconds <= 0 || plain_seconds <= 0) return;
+  const double r =
+      (static_cast<double>(emitted) / seconds) / (static_cast<double>(decodes) / plain_seconds);
+  ratio_ = steps_++ == 0 ? r : decay * ratio_ + (1 - decay) * r;
+}
+
 double StepCostModel::Seconds(int64_t tokens) const {
   return a_ + b_ * static_cast<double>(tokens);
 }

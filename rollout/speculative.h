@@ -357,6 +357,30 @@ class StepCostModel {
   bool catch_up_seen_ = false;
 };
 
+// What speculation actually yields, measured: per step with drafts (decode steps only), the
+// tokens it emitted per second of forward and drafting, against the tokens per second the same
+// step would have emitted without drafts (the step cost line at its decode count). An exponential
+// moving average of that ratio; once kMinSteps steps were seen, pays() is whether it is >= 1.
+// PlanDraftBudgets plans from expectations (acceptance history, a linear step cost); this closes
+// the loop on what they missed (a step cost that is not linear in the rows, acceptance that does
+// not hold), so that speculation that loses is switched off (SpecInfer-style planners, and the
+// issue's "never slower than off").
+class SpeculationGain {
+ public:
+  static constexpr int64_t kMinSteps = 8;
+  // A step with drafts: `decodes` decoding sequences emitted `emitted` tokens in `seconds`
+  // (forward and drafting); without drafts the step would have taken `plain_seconds`.
+  void Record(int64_t decodes, int64_t emitted, double seconds, double plain_seconds,
+              double decay = 0.95);
+  bool pays() const { return steps_ < kMinSteps || ratio_ >= 1.0; }
+  double ratio() const { return ratio_; }  // emitted per second with drafts / without (1 unseen)
+  int64_t steps() const { return steps_; }
+
+ private:
+  double ratio_ = 1.0;
+  int64_t steps_ = 0;
+};
+
 // How many draft nodes each decoding sequence gets this step: adding one more draft token to the
 // sequence whose next one is most likely accepted, for as long as the expected tokens it adds per
 // second of extra time (one more row in the step, per_token, plus drafting it, draft_per_token)

@@ -418,6 +418,28 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
 // A cold sequence (a model drafter that must first catch up with a prefill) pays that cost once,
 // shared by its whole chain: left out when it does not pay, a whole chain when it does, and the
 // warm sequences keep their budgets either way.
+// The measured gain closes speculation when steps with drafts emit fewer tokens per second than
+// plain steps would, and opens it again when they emit more.
+TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
+  SpeculationGain gain;
+  EXPECT_TRUE(gain.pays());  // nothing measured
+  // 4 decodes, 1 token accepted in all, 70 ms against 50 ms plain: (5 / 0.07) / (4 / 0.05) < 1.
+  for (int64_t i = 0; i < SpeculationGain::kMinSteps - 1; ++i) gain.Record(4, 5, 0.07, 0.05);
+  EXPECT_TRUE(gain.pays());  // too few steps to tell
+  gain.Record(4, 5, 0.07, 0.05);
+  EXPECT_FALSE(gain.pays());
+  EXPECT_NEAR(gain.ratio(), (5 / 0.07) / (4 / 0.05), 1e-9);
+  // Exploration steps that pay (one decode, 4 tokens in 45 ms against 30 ms): back on.
+  while (!gain.pays()) gain.Record(1, 4, 0.045, 0.03);
+  EXPECT_GE(gain.ratio(), 1.0);
+  EXPECT_GT(gain.steps(), SpeculationGain::kMinSteps);
+  // Steps without a measured time are ignored.
+  const double before = gain.ratio();
+  gain.Record(0, 0, 0.01, 0.01);
+  gain.Record(2, 3, 0.0, 0.01);
+  EXPECT_EQ(gain.ratio(), before);
+}
+
 TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
   std::vector<AcceptanceStats> good(2);
   for (auto& a : good) {
