@@ -27,15 +27,10 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
       static_cast<int32_t>(c.batch * ((positions + load.block_size - 1) / load.block_size) + 4);
   config.scheduler.max_num_seqs = c.batch;
   config.scheduler.max_num_batched_tokens = load.max_num_batched_tokens;
-  config.speculative.drafter = c.drafter;
-  if (config.speculative.drafter.ends_with("+vocab")) {
-    config.speculative.drafter.resize(config.speculative.drafter.size() - 6);
-    config.speculative.draft_vocab = c.draft_vocab;
-  }
-  if (config.speculative.drafter.ends_with("+async")) {
-    config.speculative.drafter.resize(config.speculative.drafter.size() - 6);
-    config.speculative.async_draft = true;
-  }
+  const rollout::DrafterVariant variant = rollout::ParseDrafterVariant(c.drafter);
+  config.speculative.drafter = variant.drafter;
+  config.speculative.async_draft = variant.async_draft;
+  if (variant.vocab) config.speculative.draft_vocab = c.draft_vocab;
   config.speculative.max_draft_tokens = c.max_draft_tokens;
   config.speculative.adaptive = c.adaptive;
   config.speculative.draft_model = c.draft_model;

@@ -801,7 +801,7 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"suffix", "layer_skip", "draft_model", "layer_skip+async",
                              "draft_model+async", "layer_skip+vocab", "draft_model+vocab",
-                             "draft_model+async+vocab"}));
+                             "layer_skip+async+vocab", "draft_model+async+vocab"}));
   app->add_option("--draft-model", a->draft_model,
                   "spec: the draft_model drafter's checkpoint (same vocabulary as --model)");
   app->add_option("--draft-weights", a->draft_weights,

@@ -3,6 +3,7 @@
 #include "rollout/rollout_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -224,7 +225,7 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
                                  /*explore_nodes=*/0, first_cost);
       // Steps with drafts measured slower than plain ones: only exploration drafts (below), and
       // its steps keep measuring whether drafting pays again.
-      if (!gain_.pays()) budgets.assign(ids.size(), 0);
+      if (!GainFor(std::ssize(ids)).pays()) budgets.assign(ids.size(), 0);
     } else {
       // Until the step cost has been measured at two sizes, every other step one sequence drafts
       // and the others do not: both sizes come soon whatever the batch. It is the sequence
@@ -290,9 +291,14 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   return out;
 }
 
+SpeculationGain& RolloutEngine::GainFor(int64_t decodes) {
+  return gains_[std::bit_width(static_cast<uint64_t>(std::max<int64_t>(decodes, 1)))];
+}
+
 StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
                                               std::span<const float> logits,
-                                              std::vector<FinishedSample>* finished) {
+                                              std::vector<FinishedSample>* finished,
+                                              int64_t* emitted) {
   Sample& s = samples_.at(seq.id);
   const int64_t v = model_->config().vocab_size;
   VerifiedPath path = VerifyTree(tree, logits, v, s.sampler);
@@ -319,6 +325,7 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
   int64_t appended = 0;
   for (engine::SampledToken& token : path.tokens) {
     LAMINAR_ASSIGN_OR_RETURN(bool done, Append(seq.id, std::move(token), finished));
+    ++*emitted;
     if (done) return 0;
     ++appended;
   }
@@ -425,7 +432,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     const Status forward = model_->Forward(tokens, spans, tables, &cache_,
                                            engine::LogitsFor::kLastTokenOfEachSequence, &logits);
     forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (drafting.valid()) drafting.get();
+    if (drafting.valid()) {
+      drafting.get();  // the wait for drafting ahead is on the critical path
+      draft_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - forward_s;
+    }
     LAMINAR_RETURN_IF_ERROR(forward, "rollout step");
   }
   // The cost model covers decode steps only (prefill chunks run other kernels at other sizes).
@@ -435,7 +446,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   if (drafter_ != nullptr && decodes_only) {
     costs_.Record(plan.num_batched_tokens, forward_s);
   }
-  const int64_t accepted_before = spec_stats_.accepted_tokens;
+  int64_t emitted = 0;  // tokens the decodes appended (those that finished included)
   // Plain next-token draws are independent per sample (each has its own sampler and RNG), so they
   // run over the model's pool first; appending, which may finish samples, stays in plan order.
   std::vector<std::pair<RequestId, const float*>> draws;
@@ -472,7 +483,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       ++spec_stats_.decode_steps;
     }
     if (seq.num_draft_tokens > 0) {
-      LAMINAR_ASSIGN_OR_RETURN(int64_t n, AcceptDrafts(seq, trees.at(seq.id), first, &finished));
+      LAMINAR_ASSIGN_OR_RETURN(int64_t n,
+                               AcceptDrafts(seq, trees.at(seq.id), first, &finished, &emitted));
       if (n > 0) {
         sampled.push_back(seq.id);
         appended.push_back(n);
@@ -484,16 +496,18 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     for (RequestId id : ids) {
       LAMINAR_CHECK(next_draw < draws.size() && draws[next_draw].first == id);
       LAMINAR_ASSIGN_OR_RETURN(bool done, Append(id, std::move(drawn[next_draw++]), &finished));
+      ++emitted;
       if (!done) {
         sampled.push_back(id);
         appended.push_back(1);
       }
     }
   }
-  if (drafter_ != nullptr && decodes_only && !trees.empty() && costs_.ready()) {
+  const bool verified =
+      std::ranges::any_of(plan.seqs, [](const ScheduledSeq& q) { return q.num_draft_tokens > 0; });
+  if (drafter_ != nullptr && decodes_only && verified && costs_.ready()) {
     const auto decodes = std::ssize(plan.seqs);
-    gain_.Record(decodes, decodes + spec_stats_.accepted_tokens - accepted_before,
-                 forward_s + draft_s, costs_.Seconds(decodes));
+    GainFor(decodes).Record(decodes, emitted, forward_s + draft_s, costs_.Seconds(decodes));
   }
   // The stop matcher ends a sample at max_tokens before the scheduler would; any id the scheduler
   // still finishes here reached its length.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -203,10 +204,13 @@ class RolloutEngine {
   std::unordered_map<RequestId, int64_t> PlanDrafts();
   // Verifies the tree of `seq` against its logits rows [1 + n, V], moves the accepted KV into
   // place and appends the emitted tokens. Returns the tokens appended while the sample runs
-  // (0 when it finished).
+  // (0 when it finished); adds every token appended to *emitted (the finishing one included).
   StatusOr<int64_t> AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
                                  std::span<const float> logits,
-                                 std::vector<FinishedSample>* finished);
+                                 std::vector<FinishedSample>* finished, int64_t* emitted);
+  // The measured gain of steps with `decodes` decoding sequences: one per power-of-two bucket of
+  // the batch, so that what a large batch measured does not switch off the small-batch tail.
+  SpeculationGain& GainFor(int64_t decodes);
   // The drafter forgets a sample leaving the engine.
   void EndSample(RequestId id, const Sample& s);
   template <typename Out>
@@ -222,7 +226,8 @@ class RolloutEngine {
   bool last_step_empty_ = false;      // the last Step's plan scheduled nothing
   std::unique_ptr<Drafter> drafter_;  // null: speculation off
   StepCostModel costs_;
-  SpeculationGain gain_;  // what the steps with drafts measured against plain ones
+  // What steps with drafts measured against plain ones, by bit_width(decodes) (GainFor).
+  std::map<int, SpeculationGain> gains_;
   SpecStats spec_stats_;
   // Acceptance over every sequence (slow forgetting): where a new sequence's history starts.
   AcceptanceStats acceptance_;

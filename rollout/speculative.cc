@@ -356,8 +356,8 @@ Status ModelDrafter::OnWeights(const engine::LlamaModel* policy) {
       in_vocab_.assign(static_cast<size_t>(v), 0);
       std::fill_n(in_vocab_.begin(), draft_vocab_, 1);
     }
-    vocab_grew_ = true;
-    RebuildHead();
+    vocab_pending_ = std::max<int64_t>(vocab_pending_, 1);
+    RebuildHead(/*now=*/true);
   }
   return OkStatus();
 }
@@ -367,20 +367,33 @@ void ModelDrafter::NoteTokens(std::span<const int32_t> tokens) {
   for (const int32_t t : tokens) {
     if (t >= 0 && t < std::ssize(in_vocab_) && in_vocab_[t] == 0) {
       in_vocab_[t] = 1;
-      vocab_grew_ = true;
+      ++vocab_pending_;
     }
   }
 }
 
-void ModelDrafter::RebuildHead() {
-  if (!vocab_grew_ || model_ == nullptr) return;
-  vocab_grew_ = false;
+void ModelDrafter::RebuildHead(bool now) {
+  if (vocab_pending_ == 0 || model_ == nullptr) return;
   std::vector<int32_t> ids;
   for (size_t t = 0; t < in_vocab_.size(); ++t) {
     if (in_vocab_[t] != 0) ids.push_back(static_cast<int32_t>(t));
   }
-  auto view = model_->WithOutputVocab(ids);
-  LAMINAR_CHECK(view.ok()) << "draft vocabulary: " << view.status();
+  // A copy of the head per 1/256 of its rows added, at most per kVocabRebuildTokens.
+  const int64_t every = std::clamp<int64_t>(std::ssize(ids) / 256, 1, kVocabRebuildTokens);
+  if (!now && vocab_pending_ < every) return;
+  vocab_pending_ = 0;
+  // Past half the vocabulary the copy saves little: the whole head from here on. So too for a
+  // head format without a row gather.
+  auto view = 2 * std::ssize(ids) > std::ssize(in_vocab_)
+                  ? StatusOr<std::unique_ptr<engine::LlamaModel>>(
+                        InvalidArgumentError("draft vocabulary: over half the vocabulary"))
+                  : model_->WithOutputVocab(ids);
+  if (!view.ok()) {
+    head_.reset();
+    in_vocab_.clear();
+    draft_vocab_ = 0;
+    return;
+  }
   head_ = std::move(*view);
 }
 
@@ -469,14 +482,18 @@ DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
   const int64_t need = len + ctx.max_nodes;
   if (need > model_->config().max_position_embeddings) return tree;
   auto it = caches_.find(ctx.seq);
+  const bool first = it == caches_.end();
   if (it == caches_.end() || it->second.kv.max_positions() < need) {
     const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
                                           model_->config().max_position_embeddings);
     it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
   }
   SeqCache& cache = it->second;
+  // A sequence's first draft brings its prompt's tokens (what its response most likely reuses):
+  // rebuilt at once; later ones wait for kVocabRebuildTokens new tokens (a token not in the head
+  // yet just has q = 0, which stays exact).
   NoteTokens(ctx.tokens);
-  RebuildHead();
+  RebuildHead(/*now=*/first);
   engine::SamplingParams params = *ctx.sampling;
   params.logprobs = 0;
   cache.params = params;
@@ -552,6 +569,23 @@ void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
+
+DrafterVariant ParseDrafterVariant(std::string_view name) {
+  DrafterVariant v;
+  for (bool more = true; more;) {
+    more = false;
+    for (const auto& [suffix, flag] :
+         {std::pair<std::string_view, bool*>{"+async", &v.async_draft}, {"+vocab", &v.vocab}}) {
+      if (name.ends_with(suffix)) {
+        name.remove_suffix(suffix.size());
+        *flag = true;
+        more = true;
+      }
+    }
+  }
+  v.drafter = std::string(name);
+  return v;
+}
 
 Status SpeculativeConfig::Validate() const {
   if (layer_skip_keep < 0) {
@@ -649,7 +683,11 @@ void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, d
   if (decodes <= 0 || seconds <= 0 || plain_seconds <= 0) return;
   const double r =
       (static_cast<double>(emitted) / seconds) / (static_cast<double>(decodes) / plain_seconds);
-  ratio_ = steps_++ == 0 ? r : decay * ratio_ + (1 - decay) * r;
+  sum_ = decay * sum_ + r;
+  weight_ = decay * weight_ + 1;
+  if (++steps_ < kMinSteps) return;
+  if (pays_ && ratio() < kOff) pays_ = false;
+  if (!pays_ && ratio() > kOn) pays_ = true;
 }
 
 double StepCostModel::Seconds(int64_t tokens) const {
@@ -667,7 +705,9 @@ void StepCostModel::Fit() {
   for (auto& [t, times] : by_size) {
     const auto mid = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
     std::nth_element(times.begin(), mid, times.end());
-    const double w = static_cast<double>(times.size()), x = static_cast<double>(t), y = *mid;
+    double y = *mid;  // an even count: the mean of the two middle times
+    if (times.size() % 2 == 0) y = (y + *std::max_element(times.begin(), mid)) / 2;
+    const double w = static_cast<double>(times.size()), x = static_cast<double>(t);
     n += w;
     st += w * x;
     ss += w * y;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -127,12 +128,13 @@ class Drafter {
 // actual prefix, independently of the target's draws.
 // Draft vocabulary (draft_vocab > 0; FR-Spec, Zhao et al., arXiv 2502.14856): the drafter's output
 // head computes only the `draft_vocab` lowest token ids (a BPE vocabulary is numbered in merge
-// order, most frequent first) and every token of the prompts and responses it has drafted for
-// (a GRPO response mostly reuses its prompt's and its siblings' tokens), rebuilt
-// (engine::LlamaModel::WithOutputVocab) when a proposal brings tokens it lacks. The head is the
-// largest matrix of a small model: this cuts the bytes a drafted token reads. Other tokens get
-// q = 0, which the min(1, p/q) test and its residual handle exactly (the policy's mass there is
-// emitted through corrections).
+// order, most frequent first) and every token of the prompts and responses it has seen (a GRPO
+// response mostly reuses its prompt's and its siblings' tokens), rebuilt
+// (engine::LlamaModel::WithOutputVocab) at a sequence's first proposal and after every
+// kVocabRebuildTokens new tokens (fewer for a small vocabulary); past half the vocabulary the whole
+// head is used. The head is the largest matrix of a small model: this cuts the bytes a drafted
+// token reads. Other tokens get q = 0: the drafter never proposes them, and the residual of the
+// min(1, p/q) test emits the policy's mass there exactly.
 class ModelDrafter final : public Drafter {
  public:
   // layer_skip: `keep_layers` evenly spaced layers of each policy (first and last included).
@@ -164,8 +166,11 @@ class ModelDrafter final : public Drafter {
   void NoteTokens(std::span<const int32_t> tokens);
   // layer_skip: model_ becomes the view of `policy` with the kept layers.
   Status SkipLayersOf(const engine::LlamaModel* policy);
-  // Rebuilds head_ from model_ and the draft vocabulary when tokens were added since.
-  void RebuildHead();
+  // Rebuilds head_ from model_ and the draft vocabulary when tokens were added since (`now`) or
+  // enough were (1/256 of the vocabulary's size, at most kVocabRebuildTokens); past half the
+  // vocabulary (or for a head without a row gather) the whole head is used from then on.
+  void RebuildHead(bool now);
+  static constexpr int64_t kVocabRebuildTokens = 32;
   // model_, or its view with the draft vocabulary's head.
   const engine::LlamaModel* drafting() const { return head_ ? head_.get() : model_; }
   struct SeqCache {
@@ -197,7 +202,7 @@ class ModelDrafter final : public Drafter {
   const engine::LlamaModel* model_ = nullptr;
   int64_t draft_vocab_ = 0;
   std::vector<uint8_t> in_vocab_;             // [V] 1: in the draft vocabulary (draft_vocab > 0)
-  bool vocab_grew_ = false;                   // tokens were added since head_ was built
+  int64_t vocab_pending_ = 0;                 // tokens added since head_ was built
   std::unique_ptr<engine::LlamaModel> head_;  // model_ with the draft vocabulary's head
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
@@ -283,6 +288,15 @@ struct SpeculativeConfig {
   Status Validate() const;
 };
 
+// A drafter's name with variant suffixes, as benchmarks and tests write it: "draft_model+async",
+// "layer_skip+vocab", "draft_model+async+vocab" (suffixes in any order).
+struct DrafterVariant {
+  std::string drafter;       // off | suffix | layer_skip | draft_model
+  bool async_draft = false;  // +async: SpeculativeConfig::async_draft
+  bool vocab = false;        // +vocab: a draft vocabulary (SpeculativeConfig::draft_vocab)
+};
+DrafterVariant ParseDrafterVariant(std::string_view name);
+
 // The drafter `config` names (null for off). Errors: config.Validate()'s; InvalidArgument for
 // draft_model without a draft model.
 StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const SpeculativeConfig& config);
@@ -359,26 +373,29 @@ class StepCostModel {
 
 // What speculation actually yields, measured: per step with drafts (decode steps only), the
 // tokens it emitted per second of forward and drafting, against the tokens per second the same
-// step would have emitted without drafts (the step cost line at its decode count). An exponential
-// moving average of that ratio; once kMinSteps steps were seen, pays() is whether it is >= 1.
-// PlanDraftBudgets plans from expectations (acceptance history, a linear step cost); this closes
-// the loop on what they missed (a step cost that is not linear in the rows, acceptance that does
-// not hold), so that speculation that loses is switched off (SpecInfer-style planners, and the
-// issue's "never slower than off").
+// step would have emitted without drafts (the step cost line at its decode count). A moving
+// average of that ratio (exponential, corrected for its start so the first step weighs no more
+// than the others); from kMinSteps steps on, pays() turns false below kOff and true again above
+// kOn (hysteresis: near 1 the ratio is mostly noise). PlanDraftBudgets plans from expectations
+// (acceptance history, a linear step cost); this closes the loop on what they missed (a step cost
+// that is not linear in the rows, acceptance that does not hold), so that speculation that loses
+// is switched off (the "never slower than off").
 class SpeculationGain {
  public:
   static constexpr int64_t kMinSteps = 8;
+  static constexpr double kOff = 0.97, kOn = 1.03;
   // A step with drafts: `decodes` decoding sequences emitted `emitted` tokens in `seconds`
   // (forward and drafting); without drafts the step would have taken `plain_seconds`.
   void Record(int64_t decodes, int64_t emitted, double seconds, double plain_seconds,
               double decay = 0.95);
-  bool pays() const { return steps_ < kMinSteps || ratio_ >= 1.0; }
-  double ratio() const { return ratio_; }  // emitted per second with drafts / without (1 unseen)
+  bool pays() const { return pays_; }
+  double ratio() const { return weight_ > 0 ? sum_ / weight_ : 1.0; }  // 1 before any step
   int64_t steps() const { return steps_; }
 
  private:
-  double ratio_ = 1.0;
+  double sum_ = 0, weight_ = 0;  // Σ decay^age · ratio, Σ decay^age
   int64_t steps_ = 0;
+  bool pays_ = true;
 };
 
 // How many draft nodes each decoding sequence gets this step: adding one more draft token to the

@@ -68,6 +68,44 @@ TEST(SamplerTest, LogprobIsUnderTheTruncatedDistribution) {
   EXPECT_NEAR(t.logprob, logits[t.id] / 2.0 - std::log(z), 1e-6);
 }
 
+// -inf logits (a drafter's head over part of the vocabulary, LlamaModel::WithOutputVocab) get
+// probability 0 in every path: dense at T = 1, sorted with top-p / top-k / min-p, and greedy.
+TEST(SamplerTest, MinusInfinityLogitsGetProbabilityZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits(40, -inf);
+  logits[3] = 0.5f;
+  logits[17] = 1.5f;
+  logits[38] = -0.5f;
+  for (const SamplingParams& p :
+       {SamplingParams{.temperature = 1}, SamplingParams{.temperature = 0.7f, .top_p = 0.95f},
+        SamplingParams{.temperature = 1, .top_k = 30},
+        SamplingParams{.temperature = 1, .min_p = 0.01f}, SamplingParams{.temperature = 0}}) {
+    Sampler s(p);
+    TokenDistribution dist;
+    s.Distribution(logits, &dist);
+    if (dist.greedy) {
+      EXPECT_EQ(dist.ids[0], 17);
+      EXPECT_TRUE(std::isfinite(dist.greedy_logprob));
+      continue;
+    }
+    double total = 0;
+    for (size_t i = 0; i < dist.ids.size(); ++i) {
+      const int32_t id = dist.ids[i];
+      const double prob = dist.probs[i];
+      EXPECT_TRUE(std::isfinite(prob)) << "token " << id;
+      if (id != 3 && id != 17 && id != 38) {
+        EXPECT_EQ(prob, 0.0) << "token " << id << " temperature " << p.temperature;
+      }
+      total += prob;
+    }
+    EXPECT_NEAR(total, 1.0, 1e-12);
+    for (int i = 0; i < 200; ++i) {
+      const int32_t id = s.Sample(logits).id;
+      ASSERT_TRUE(id == 3 || id == 17 || id == 38) << id;
+    }
+  }
+}
+
 TEST(SamplerTest, SameSeedSameTokens) {
   auto logits = LogitsOf({0.25, 0.25, 0.25, 0.25});
   Sampler a({.seed = 42}), b({.seed = 42}), c({.seed = 43});

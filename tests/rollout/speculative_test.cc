@@ -415,9 +415,6 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   EXPECT_LT(total, 32);
 }
 
-// A cold sequence (a model drafter that must first catch up with a prefill) pays that cost once,
-// shared by its whole chain: left out when it does not pay, a whole chain when it does, and the
-// warm sequences keep their budgets either way.
 // The measured gain closes speculation when steps with drafts emit fewer tokens per second than
 // plain steps would, and opens it again when they emit more.
 TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
@@ -438,8 +435,22 @@ TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
   gain.Record(0, 0, 0.01, 0.01);
   gain.Record(2, 3, 0.0, 0.01);
   EXPECT_EQ(gain.ratio(), before);
+  // Near 1 it holds its state (hysteresis): a ratio of 0.99 does not switch it off.
+  for (int i = 0; i < 200; ++i) gain.Record(1, 1, 1.0 / 0.99, 1.0);
+  EXPECT_NEAR(gain.ratio(), 0.99, 1e-4);
+  EXPECT_TRUE(gain.pays());
+  // One stalled first step weighs no more than the others: seven good steps outvote it.
+  SpeculationGain cold;
+  cold.Record(1, 1, 0.2, 0.04);                               // ratio 0.2
+  for (int i = 0; i < 7; ++i) cold.Record(1, 2, 0.05, 0.04);  // ratio 1.6
+  EXPECT_EQ(cold.steps(), SpeculationGain::kMinSteps);
+  EXPECT_GT(cold.ratio(), 1.03);
+  EXPECT_TRUE(cold.pays());
 }
 
+// A cold sequence (a model drafter that must first catch up with a prefill) pays that cost once,
+// shared by its whole chain: left out when it does not pay, a whole chain when it does, and the
+// warm sequences keep their budgets either way.
 TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
   std::vector<AcceptanceStats> good(2);
   for (auto& a : good) {
@@ -545,6 +556,20 @@ TEST(ModelDrafterTest, DraftVocabularyGrowsWithTheTokensSeen) {
   auto whole = ModelDrafter::DraftModel(model.get(), 0.0, 1, config.vocab_size);
   ASSERT_TRUE(whole->OnWeights(model.get()).ok());
   EXPECT_EQ(whole->draft_vocab_size(), 0);  // all of it: the model's own head
+  // A new sequence's prompt takes it past half the vocabulary: the whole head from then on.
+  std::vector<int32_t> wide(17);
+  std::iota(wide.begin(), wide.end(), 4);
+  drafter->Propose({.seq = 100,
+                    .group = 1,
+                    .tokens = wide,
+                    .num_prompt_tokens = 17,
+                    .max_nodes = 2,
+                    .sampling = &t1});
+  EXPECT_EQ(drafter->draft_vocab_size(), 0);
+  EXPECT_EQ(ParseDrafterVariant("draft_model+vocab+async").drafter, "draft_model");
+  EXPECT_TRUE(ParseDrafterVariant("draft_model+vocab+async").vocab);
+  EXPECT_TRUE(ParseDrafterVariant("layer_skip+async+vocab").async_draft);
+  EXPECT_FALSE(ParseDrafterVariant("suffix").async_draft);
 }
 
 // ---- the engine -----------------------------------------------------------------------------
@@ -553,21 +578,16 @@ TEST(ModelDrafterTest, DraftVocabularyGrowsWithTheTokensSeen) {
 // of `draft_vocab` tokens.
 RolloutEngineConfig EngineConfig(std::string drafter, int32_t block_size = 4,
                                  const engine::LlamaModel* draft_model = nullptr,
-                                 int64_t draft_vocab = 8) {
+                                 int64_t draft_vocab = 12) {
   RolloutEngineConfig c;
   c.speculative.draft_model = draft_model;
   c.block_size = block_size;
   c.num_blocks = 256;
   c.scheduler.max_num_batched_tokens = 128;
-  if (drafter.ends_with("+vocab")) {
-    drafter.resize(drafter.size() - 6);
-    c.speculative.draft_vocab = draft_vocab;
-  }
-  if (drafter.ends_with("+async")) {
-    drafter.resize(drafter.size() - 6);
-    c.speculative.async_draft = true;
-  }
-  c.speculative.drafter = drafter;
+  const DrafterVariant variant = ParseDrafterVariant(drafter);
+  if (variant.vocab) c.speculative.draft_vocab = draft_vocab;
+  c.speculative.async_draft = variant.async_draft;
+  c.speculative.drafter = variant.drafter;
   c.speculative.max_draft_tokens = 6;
   c.speculative.adaptive = false;  // always draft: exercises verification on every decode
   return c;
