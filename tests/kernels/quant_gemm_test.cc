@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -286,29 +287,29 @@ TEST(QuantGemmTest, GgufBlocksMatchDequantizeThenF32) {
 // in any order and with repeats, in both row formats with their own layouts.
 TEST(QuantFormatTest, GatherRowsKeepsTheRowsBitForBit) {
   const std::vector<int32_t> rows = {66, 0, 5, 5, 31, 64};
+  const int64_t n = 67;
+  // Row r of `got` [rows, K] is row rows[r] of `all` [n, K].
+  auto expect_rows = [&](const std::vector<float>& all, const std::vector<float>& got, int64_t k,
+                         const std::string& what) {
+    ASSERT_EQ(got.size(), rows.size() * static_cast<size_t>(k)) << what;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        ASSERT_EQ(got[r * k + c], all[rows[r] * k + c]) << what << " row " << r;
+      }
+    }
+  };
   for (const int64_t k : {int64_t{96}, int64_t{129}}) {
-    const int64_t n = 67;
     auto w8 = QuantizeW8A8(Gaussian(static_cast<size_t>(n * k), 41), n, k);
     ASSERT_TRUE(w8.ok()) << w8.status();
-    const std::vector<float> all = Dequantize(*w8), got = Dequantize(GatherRows(*w8, rows));
-    ASSERT_EQ(got.size(), rows.size() * static_cast<size_t>(k));
-    for (size_t r = 0; r < rows.size(); ++r) {
-      for (int64_t c = 0; c < k; ++c) {
-        ASSERT_EQ(got[r * k + c], all[rows[r] * k + c]) << "w8a8 k " << k << " row " << r;
-      }
-    }
+    expect_rows(Dequantize(*w8), Dequantize(GatherRows(*w8, rows)), k,
+                "w8a8 k " + std::to_string(k));
   }
   for (uint32_t type : {2u, 3u, 8u}) {
-    const int64_t n = 67, k = 96;
+    const int64_t k = 96;
     auto w = PackGgufWeights(type, RandomGgmlBlocks(type, n, k, 43), n, k);
     ASSERT_TRUE(w.ok()) << w.status();
-    const std::vector<float> all = Dequantize(*w), got = Dequantize(GatherRows(*w, rows));
-    ASSERT_EQ(got.size(), rows.size() * static_cast<size_t>(k));
-    for (size_t r = 0; r < rows.size(); ++r) {
-      for (int64_t c = 0; c < k; ++c) {
-        ASSERT_EQ(got[r * k + c], all[rows[r] * k + c]) << "type " << type << " row " << r;
-      }
-    }
+    expect_rows(Dequantize(*w), Dequantize(GatherRows(*w, rows)), k,
+                "ggml type " + std::to_string(type));
   }
 }
 
