@@ -705,9 +705,9 @@ void StepCostModel::Fit() {
   for (auto& [t, times] : by_size) {
     const auto mid = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
     std::nth_element(times.begin(), mid, times.end());
-    double y = *mid;  // an even count: the mean of the two middle times
-    if (times.size() % 2 == 0) y = (y + *std::max_element(times.begin(), mid)) / 2;
-    const double w = static_cast<double>(times.size()), x = static_cast<double>(t);
+    // The upper median for an even count: averaging the two middle times measured b1 speculation
+    // at 1.0x instead of 1.4x (the warm-up's first steps, two per size, then set the slope).
+    const double w = static_cast<double>(times.size()), x = static_cast<double>(t), y = *mid;
     n += w;
     st += w * x;
     ss += w * y;
