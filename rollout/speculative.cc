@@ -355,6 +355,7 @@ Status ModelDrafter::OnWeights(const engine::LlamaModel* policy) {
     if (std::ssize(in_vocab_) != v) {
       in_vocab_.assign(static_cast<size_t>(v), 0);
       std::fill_n(in_vocab_.begin(), draft_vocab_, 1);
+      vocab_count_ = draft_vocab_;
     }
     vocab_pending_ = std::max<int64_t>(vocab_pending_, 1);
     RebuildHead(/*now=*/true);
@@ -368,20 +369,22 @@ void ModelDrafter::NoteTokens(std::span<const int32_t> tokens) {
     if (t >= 0 && t < std::ssize(in_vocab_) && in_vocab_[t] == 0) {
       in_vocab_[t] = 1;
       ++vocab_pending_;
+      ++vocab_count_;
     }
   }
 }
 
 void ModelDrafter::RebuildHead(bool now) {
   if (vocab_pending_ == 0 || model_ == nullptr) return;
+  // A copy of the head per 1/256 of its rows added, at most per kVocabRebuildTokens.
+  const int64_t every = std::clamp<int64_t>(vocab_count_ / 256, 1, kVocabRebuildTokens);
+  if (!now && vocab_pending_ < every) return;
+  vocab_pending_ = 0;
   std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(vocab_count_));
   for (size_t t = 0; t < in_vocab_.size(); ++t) {
     if (in_vocab_[t] != 0) ids.push_back(static_cast<int32_t>(t));
   }
-  // A copy of the head per 1/256 of its rows added, at most per kVocabRebuildTokens.
-  const int64_t every = std::clamp<int64_t>(std::ssize(ids) / 256, 1, kVocabRebuildTokens);
-  if (!now && vocab_pending_ < every) return;
-  vocab_pending_ = 0;
   // Past half the vocabulary the copy saves little: the whole head from here on. So too for a
   // head format without a row gather.
   auto view = 2 * std::ssize(ids) > std::ssize(in_vocab_)

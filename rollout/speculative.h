@@ -203,6 +203,7 @@ class ModelDrafter final : public Drafter {
   int64_t draft_vocab_ = 0;
   std::vector<uint8_t> in_vocab_;             // [V] 1: in the draft vocabulary (draft_vocab > 0)
   int64_t vocab_pending_ = 0;                 // tokens added since head_ was built
+  int64_t vocab_count_ = 0;                   // tokens in the draft vocabulary (ones in in_vocab_)
   std::unique_ptr<engine::LlamaModel> head_;  // model_ with the draft vocabulary's head
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
