@@ -167,10 +167,12 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
     LAMINAR_ASSIGN_OR_RETURN(const kernels::W8A8Weights w8, kernels::QuantizeW8A8(w, s.n, s.k));
     LAMINAR_ASSIGN_OR_RETURN(const kernels::W4A8Weights w4,
                              kernels::QuantizeW4A8(w, s.n, s.k, engine::kW4A8GroupSize));
-    LAMINAR_ASSIGN_OR_RETURN(const kernels::GgufQuantWeights q41,
+    LAMINAR_ASSIGN_OR_RETURN(const kernels::GgufQuantWeights q41_rows,
                              kernels::PackGgufWeights(3, RandomBlocks(3, s.n, s.k), s.n, s.k));
-    LAMINAR_ASSIGN_OR_RETURN(const kernels::GgufQuantWeights q80,
+    LAMINAR_ASSIGN_OR_RETURN(const kernels::GgufQuantWeights q80_rows,
                              kernels::PackGgufWeights(8, RandomBlocks(8, s.n, s.k), s.n, s.k));
+    const kernels::cpu::GgufRowGroups q41 = kernels::cpu::PackGgufRowGroups(q41_rows);
+    const kernels::cpu::GgufRowGroups q80 = kernels::cpu::PackGgufRowGroups(q80_rows);
     std::vector<uint16_t> wbf16(w.size());
     for (size_t i = 0; i < w.size(); ++i) wbf16[i] = FloatToBF16(w[i]);
     for (int64_t m : ms) {
@@ -208,8 +210,8 @@ StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
           });
       kernels::Q8BlockActivations xb;
       for (const auto* g : {&q41, &q80}) {
-        add(kernels::GgufQuantTypeName(g->type), *g, g->qs.size() + 4 * (g->d.size() + g->m.size()),
-            [&](const kernels::GgufQuantWeights& wc) {
+        add(kernels::GgufQuantTypeName(g->type), *g, g->data.size(),
+            [&](const kernels::cpu::GgufRowGroups& wc) {
               kernels::QuantizeActivationsQ8Blocks(x, m, s.k, &xb);
               kernels::cpu::MatMulGguf(xb, wc, {}, out, p);
             });

@@ -183,8 +183,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::WithOutputVocab(
     // Drafting runs the head on one row: the many-row packing is left out (int8_packed null).
     head.w8a8 = std::make_shared<const kernels::W8A8Weights>(kernels::GatherRows(*from.w8a8, rows));
   } else if (from.gguf) {
-    head.gguf =
-        std::make_shared<const kernels::GgufQuantWeights>(kernels::GatherRows(*from.gguf, rows));
+    head.gguf = std::make_shared<const kernels::cpu::GgufRowGroups>(
+        kernels::cpu::GatherRows(*from.gguf, rows));
   } else {
     return InvalidArgumentError("output vocabulary: the head's format (" +
                                 WeightFormatName(format_) + ") has no row gather");
@@ -231,7 +231,8 @@ StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& we
                                kernels::PackGgufWeights(static_cast<uint32_t>(q->type),
                                                         {q->bytes, q->size_bytes}, rows, cols),
                                "tensor '" + name + "'");
-      w.gguf = std::make_shared<const kernels::GgufQuantWeights>(std::move(packed));
+      w.gguf = std::make_shared<const kernels::cpu::GgufRowGroups>(
+          kernels::cpu::PackGgufRowGroups(packed));
       return w;
     }
   }
@@ -261,7 +262,7 @@ int64_t LlamaModel::WeightBytes(const Weight& w) {
                                   w.w4a8->group_offset.size() + 4 * w.w4a8->n);
   }
   if (w.gguf) {
-    bytes += static_cast<int64_t>(w.gguf->qs.size() + 4 * w.gguf->d.size() + 4 * w.gguf->m.size());
+    bytes += static_cast<int64_t>(w.gguf->data.size());
   }
   return bytes;
 }

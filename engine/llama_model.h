@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/paged_kv_cache.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/reference/ops.h"
 #include "kernels/reference/quant.h"
@@ -169,7 +170,7 @@ class LlamaModel {
     std::span<const uint16_t> bf16;
     std::shared_ptr<const kernels::W8A8Weights> w8a8;
     std::shared_ptr<const kernels::W4A8Weights> w4a8;
-    std::shared_ptr<const kernels::GgufQuantWeights> gguf;
+    std::shared_ptr<const kernels::cpu::GgufRowGroups> gguf;
     // w8a8 / w4a8 packed for many-row calls (null where that path does not run).
     std::shared_ptr<const kernels::cpu::ManyRowInt8Weights> int8_packed;
   };

@@ -9,7 +9,8 @@ const CpuFeatures& GetCpuFeatures() {
   static const CpuFeatures f = [] {
     CpuFeatures c;
     __builtin_cpu_init();
-    c.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    c.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
     c.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     c.avx512_vnni = c.avx512 && __builtin_cpu_supports("avx512vnni");

@@ -8,7 +8,7 @@ namespace laminar::kernels::cpu {
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
 struct CpuFeatures {
-  bool avx2 = false;         // AVX2 + FMA
+  bool avx2 = false;         // AVX2 + FMA + F16C
   bool avx512 = false;       // AVX-512 F + BW + VL + DQ
   bool avx512_bf16 = false;  // vdpbf16ps
   bool avx512_vnni = false;  // vpdpbusd

@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_gemm_isa.h"
@@ -72,29 +75,42 @@ void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uin
   }
 }
 
-void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end) {
-  const int64_t nb = a.k / kQuantChunk, qbytes = a.type == 2 ? 32 : 16;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    for (int64_t i = 0; i < a.m; ++i) {
-      float sum = 0;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* qs = a.qs + (row * nb + b) * qbytes;
-        const int8_t* x = a.xq + i * a.k + b * kQuantChunk;
-        int32_t isum = 0;
-        for (int e = 0; e < 32; ++e) {
-          int w;
-          if (a.type == 2) {
-            w = static_cast<int8_t>(qs[e]);
-          } else {
-            w = e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4);
-            if (a.type == 0) w -= 8;
+void GgufGroups(const GgufGroupArgs& a, int64_t group_begin, int64_t group_end, int8_t*) {
+  const int64_t nb = a.k / kQuantChunk, row_bytes = a.type == 2 ? 32 : 16;
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    for (int64_t slot = 0; slot < kGgufRowGroup; ++slot) {
+      const int64_t row = g * kGgufRowGroup + slot;
+      if (row >= a.n) break;
+      for (int64_t i = 0; i < a.m; ++i) {
+        float sum = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* block = a.w + (g * nb + b) * a.block_stride;
+          uint8_t qs[32];  // the row's bytes in the file's order
+          for (int64_t j = 0; j < row_bytes; ++j) {
+            qs[j] = block[(j / 4) * 4 * kGgufRowGroup + slot * 4 + j % 4];
           }
-          isum += w * x[e];
+          const int8_t* x = a.xq + i * a.k + b * kQuantChunk;
+          int32_t isum = 0;
+          for (int e = 0; e < 32; ++e) {
+            int w;
+            if (a.type == 2) {
+              w = static_cast<int8_t>(qs[e]);
+            } else {
+              w = e < 16 ? (qs[e] & 0x0F) : (qs[e - 16] >> 4);
+              if (a.type == 0) w -= 8;
+            }
+            isum += w * x[e];
+          }
+          uint16_t half;
+          std::memcpy(&half, block + a.quant_bytes + 2 * slot, 2);
+          sum += (HalfToFloat(half) * a.x_d[i * nb + b]) * static_cast<float>(isum);
+          if (a.type == 1) {
+            std::memcpy(&half, block + a.quant_bytes + 2 * (kGgufRowGroup + slot), 2);
+            sum += HalfToFloat(half) * a.x_s[i * nb + b];
+          }
         }
-        sum += (a.d[row * nb + b] * a.x_d[i * nb + b]) * static_cast<float>(isum);
-        if (a.type == 1) sum += a.mins[row * nb + b] * a.x_s[i * nb + b];
+        a.out[i * a.n + row] = a.bias != nullptr ? sum + a.bias[row] : sum;
       }
-      a.out[i * a.n + row] = a.bias != nullptr ? sum + a.bias[row] : sum;
     }
   }
 }
@@ -111,7 +127,7 @@ bool Available(QuantIsa isa) {
     case QuantIsa::kAvx2:
       return f.avx2;
     case QuantIsa::kAvx512Vnni:
-      return f.avx2 && f.avx512_vnni;
+      return f.avx2 && f.avx512 && f.avx512_vnni;
   }
   return false;
 }
@@ -370,36 +386,161 @@ void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const 
   Split(w.num_tiles(), MinTiles(x.m, w.k_padded), pool, run);
 }
 
-void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::span<const float> bias,
+namespace {
+
+// Where byte j of row `row`'s quants in block b lies, and its d (m follows kGgufRowGroup halves
+// later).
+uint8_t* GroupQuant(uint8_t* data, const GgufRowGroups& w, int64_t row, int64_t b, int64_t j) {
+  const int64_t g = row / kGgufRowGroup, slot = row % kGgufRowGroup;
+  return data + (g * w.blocks_per_row() + b) * w.block_stride() + (j / 4) * 4 * kGgufRowGroup +
+         slot * 4 + j % 4;
+}
+uint8_t* GroupScale(uint8_t* data, const GgufRowGroups& w, int64_t row, int64_t b) {
+  const int64_t g = row / kGgufRowGroup, slot = row % kGgufRowGroup;
+  return data + (g * w.blocks_per_row() + b) * w.block_stride() + w.quant_bytes() + 2 * slot;
+}
+
+GgufRowGroups EmptyGroups(GgufQuantType type, int64_t n, int64_t k) {
+  GgufRowGroups out;
+  out.type = type;
+  out.n = n;
+  out.k = k;
+  out.data.assign(static_cast<size_t>(out.groups() * out.blocks_per_row() * out.block_stride()), 0);
+  return out;
+}
+
+// Row `dst_row` of `dst` = row `src_row` of `src` (same type and K).
+void CopyGroupRow(const GgufRowGroups& src, int64_t src_row, GgufRowGroups* dst, int64_t dst_row) {
+  const int64_t row_bytes = src.quant_bytes() / kGgufRowGroup;
+  auto* from = const_cast<uint8_t*>(src.data.data());  // read only
+  for (int64_t b = 0; b < src.blocks_per_row(); ++b) {
+    for (int64_t c = 0; c < row_bytes; c += 4) {
+      std::memcpy(GroupQuant(dst->data.data(), *dst, dst_row, b, c),
+                  GroupQuant(from, src, src_row, b, c), 4);
+    }
+    const uint8_t* d = GroupScale(from, src, src_row, b);
+    uint8_t* to = GroupScale(dst->data.data(), *dst, dst_row, b);
+    std::memcpy(to, d, 2);
+    if (src.type == GgufQuantType::kQ4_1)
+      std::memcpy(to + 2 * kGgufRowGroup, d + 2 * kGgufRowGroup, 2);
+  }
+}
+
+uint16_t ExactHalf(float v, const char* what) {
+  const uint16_t h = FloatToHalf(v);
+  const float back = HalfToFloat(h);
+  LAMINAR_CHECK(back == v || (std::isnan(back) && std::isnan(v)))
+      << "gguf " << what << " " << v << " is not an f16 value";
+  return h;
+}
+
+}  // namespace
+
+GgufRowGroups PackGgufRowGroups(const GgufQuantWeights& w) {
+  GgufRowGroups out = EmptyGroups(w.type, w.n, w.k);
+  const int64_t nb = w.blocks_per_row(), row_bytes = w.block_bytes();
+  for (int64_t row = 0; row < w.n; ++row) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* qs = w.qs.data() + (row * nb + b) * row_bytes;
+      for (int64_t c = 0; c < row_bytes; c += 4) {
+        std::memcpy(GroupQuant(out.data.data(), out, row, b, c), qs + c, 4);
+      }
+      uint8_t* scale = GroupScale(out.data.data(), out, row, b);
+      const uint16_t d = ExactHalf(w.d[row * nb + b], "d");
+      std::memcpy(scale, &d, 2);
+      if (w.type == GgufQuantType::kQ4_1) {
+        const uint16_t m = ExactHalf(w.m[row * nb + b], "m");
+        std::memcpy(scale + 2 * kGgufRowGroup, &m, 2);
+      }
+    }
+  }
+  return out;
+}
+
+GgufQuantWeights UnpackGgufRowGroups(const GgufRowGroups& w) {
+  GgufQuantWeights out;
+  out.type = w.type;
+  out.n = w.n;
+  out.k = w.k;
+  const int64_t nb = w.blocks_per_row(), row_bytes = out.block_bytes();
+  out.qs.resize(static_cast<size_t>(w.n * nb * row_bytes));
+  out.d.resize(static_cast<size_t>(w.n * nb));
+  if (w.type == GgufQuantType::kQ4_1) out.m.resize(out.d.size());
+  auto* data = const_cast<uint8_t*>(w.data.data());  // read only
+  for (int64_t row = 0; row < w.n; ++row) {
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t c = 0; c < row_bytes; c += 4) {
+        std::memcpy(out.qs.data() + (row * nb + b) * row_bytes + c, GroupQuant(data, w, row, b, c),
+                    4);
+      }
+      const uint8_t* scale = GroupScale(data, w, row, b);
+      uint16_t half;
+      std::memcpy(&half, scale, 2);
+      out.d[row * nb + b] = HalfToFloat(half);
+      if (w.type == GgufQuantType::kQ4_1) {
+        std::memcpy(&half, scale + 2 * kGgufRowGroup, 2);
+        out.m[row * nb + b] = HalfToFloat(half);
+      }
+    }
+  }
+  return out;
+}
+
+GgufRowGroups GatherRows(const GgufRowGroups& w, std::span<const int32_t> rows) {
+  GgufRowGroups out = EmptyGroups(w.type, std::ssize(rows), w.k);
+  for (int64_t r = 0; r < out.n; ++r) {
+    LAMINAR_CHECK(rows[r] >= 0 && rows[r] < w.n)
+        << "gguf row " << rows[r] << " outside [0, " << w.n << ")";
+    CopyGroupRow(w, rows[r], &out, r);
+  }
+  return out;
+}
+
+void MatMulGguf(const Q8BlockActivations& x, const GgufRowGroups& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool, QuantIsa isa) {
   LAMINAR_CHECK(Available(isa)) << "this CPU cannot run " << QuantIsaName(isa);
   LAMINAR_CHECK(x.k == w.k) << "activations of K " << x.k << ", weights of K " << w.k;
   LAMINAR_CHECK(bias.empty() || static_cast<int64_t>(bias.size()) == w.n);
   LAMINAR_CHECK(static_cast<int64_t>(out.size()) == x.m * w.n);
-  GgufRowArgs a;
+  const int64_t nb = w.blocks_per_row();
+  GgufGroupArgs a;
   a.type = static_cast<int>(w.type);
   a.xq = x.q.data();
   a.x_d = x.d.data();
   a.x_s = x.s.data();
+  thread_local std::vector<int32_t> x_sum;
+  if (w.type != GgufQuantType::kQ4_1) {  // their zero corrections need Σ x_q per block
+    x_sum.resize(static_cast<size_t>(x.m * nb));
+    for (int64_t b = 0; b < x.m * nb; ++b) {
+      int32_t sum = 0;
+      for (int64_t e = 0; e < kQuantChunk; ++e) sum += x.q[b * kQuantChunk + e];
+      x_sum[b] = sum;
+    }
+    a.x_sum = x_sum.data();
+  }
   a.m = x.m;
   a.n = w.n;
   a.k = w.k;
-  a.qs = w.qs.data();
-  a.d = w.d.data();
-  a.mins = w.m.empty() ? nullptr : w.m.data();
+  a.w = w.data.data();
+  a.quant_bytes = w.quant_bytes();
+  a.block_stride = w.block_stride();
   a.bias = bias.empty() ? nullptr : bias.data();
   a.out = out.data();
   auto run = [&](int64_t b, int64_t e) {
+    thread_local std::vector<int8_t> scratch;
+    scratch.resize(static_cast<size_t>(kGgufScratchPerK * w.k));
     switch (isa) {
       case QuantIsa::kScalar:
-        return scalar::GgufRows(a, b, e);
+        return scalar::GgufGroups(a, b, e, scratch.data());
       case QuantIsa::kAvx2:
-        return avx2::GgufRows(a, b, e);
+        return avx2::GgufGroups(a, b, e, scratch.data());
       case QuantIsa::kAvx512Vnni:
-        return avx512vnni::GgufRows(a, b, e);
+        return avx512vnni::GgufGroups(a, b, e, scratch.data());
     }
   };
-  Split(w.n, 4 * MinTiles(x.m, w.k), pool, run);
+  // As many weight rows per part as the w8a8 kernels' 4 · MinTiles.
+  const int64_t min_groups = std::max<int64_t>(1, 4 * MinTiles(x.m, w.k) / kGgufRowGroup);
+  Split(w.groups(), min_groups, pool, run);
 }
 
 }  // namespace laminar::kernels::cpu

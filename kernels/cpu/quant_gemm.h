@@ -63,7 +63,41 @@ void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const 
 int64_t OnednnInt8MatMuls();
 int64_t OnednnInt8PackedMatMuls();
 
-void MatMulGguf(const Q8BlockActivations& x, const GgufQuantWeights& w, std::span<const float> bias,
+// GGUF blocks (Q4_0, Q4_1, Q8_0) repacked for the kernels: weight rows in groups of
+// kGgufRowGroup, so one vector instruction works on a block of every row of a group, and one
+// group's blocks are a single stream in memory (the layout of ggml's repacked "x8" CPU formats).
+// Per group and block of 32 K elements, `block_stride()` bytes: the quants as [c][8 rows][4 bytes]
+// (c = 0..3: bytes 4c..4c+3 of each row's 16 nibble bytes, low nibbles elements 4c.., high ones
+// 16 + 4c..; Q8_0: c = 0..7, bytes 4c..4c+3 of the 32 int8), then the 8 rows' d as IEEE f16,
+// then (Q4_1) their m as f16: the file's own fields, so the values equal GgufQuantWeights'
+// exactly. Rows past N in the last group are zero (d = 0) and never stored.
+inline constexpr int64_t kGgufRowGroup = 8;
+struct GgufRowGroups {
+  GgufQuantType type = GgufQuantType::kQ4_0;
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> data;  // [groups, K/32, block_stride()]
+
+  int64_t groups() const { return (n + kGgufRowGroup - 1) / kGgufRowGroup; }
+  int64_t blocks_per_row() const { return k / kQuantChunk; }
+  // Quant bytes of one block of a group: 8 rows of 16 (Q4) or 32 (Q8_0).
+  int64_t quant_bytes() const { return kGgufRowGroup * (type == GgufQuantType::kQ8_0 ? 32 : 16); }
+  int64_t block_stride() const {
+    return quant_bytes() + 2 * kGgufRowGroup * (type == GgufQuantType::kQ4_1 ? 2 : 1);
+  }
+};
+// CHECK-fails when a d or m is not an f16 value (PackGgufWeights only makes f16 ones).
+GgufRowGroups PackGgufRowGroups(const GgufQuantWeights& w);
+// The row-major form back (tests; Dequantize).
+GgufQuantWeights UnpackGgufRowGroups(const GgufRowGroups& w);
+// Rows `rows` of `w` (each in [0, n), CHECKed; any order, repeats allowed), bit for bit.
+GgufRowGroups GatherRows(const GgufRowGroups& w, std::span<const int32_t> rows);
+
+// ref::MatMulGguf on the repacked weights. AVX-512 VNNI: vpdpbusd on 512-bit vectors, 8 rows ×
+// 8 K elements per instruction (the nibbles are u8 already; Q4_0's − 8 and Q8_0's signed bytes,
+// taken as u8 with + 128, are corrected once per block from Σ x_q); AVX2: vpmaddubsw, 8 rows ×
+// 4 K elements. Each output is computed alone from its row and column (no dependence on M, N or
+// the split over threads), so a row alone equals the same row among many.
+void MatMulGguf(const Q8BlockActivations& x, const GgufRowGroups& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
 
 }  // namespace laminar::kernels::cpu

@@ -22,15 +22,19 @@ struct QuantTileArgs {
   float* out = nullptr;                  // [M, N]
 };
 
-struct GgufRowArgs {
-  int type = 0;                // 0 q4_0, 1 q4_1, 2 q8_0 (GgufQuantType order)
-  const int8_t* xq = nullptr;  // [M, K]
-  const float* x_d = nullptr;  // [M, K/32]
-  const float* x_s = nullptr;  // [M, K/32]
+// Scratch bytes per K element of GgufGroups: 8 activation rows × 256 bytes per block of 32.
+inline constexpr int64_t kGgufScratchPerK = 8 * 256 / 32;
+
+// One GGUF matmul on row groups (kernels/cpu/quant_gemm.h, GgufRowGroups).
+struct GgufGroupArgs {
+  int type = 0;                    // 0 q4_0, 1 q4_1, 2 q8_0 (GgufQuantType order)
+  const int8_t* xq = nullptr;      // [M, K]
+  const float* x_d = nullptr;      // [M, K/32]
+  const float* x_s = nullptr;      // [M, K/32] (q4_1)
+  const int32_t* x_sum = nullptr;  // [M, K/32] Σ x_q per block (q4_0, q8_0)
   int64_t m = 0, n = 0, k = 0;
-  const uint8_t* qs = nullptr;  // [N, K/32, 16 or 32]
-  const float* d = nullptr;     // [N, K/32]
-  const float* mins = nullptr;  // [N, K/32] (q4_1)
+  const uint8_t* w = nullptr;  // [groups, K/32, block_stride]
+  int64_t quant_bytes = 0, block_stride = 0;
   const float* bias = nullptr;
   float* out = nullptr;
 };
@@ -39,7 +43,8 @@ struct GgufRowArgs {
   void W8A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end);                   \
   /* scratch: k_padded * 4 bytes (one dequantized tile) */                                        \
   void W4A8Tiles(const QuantTileArgs& a, int64_t tile_begin, int64_t tile_end, uint8_t* scratch); \
-  void GgufRows(const GgufRowArgs& a, int64_t row_begin, int64_t row_end);
+  /* scratch: kGgufScratchPerK · K bytes (the VNNI build's expanded activations) */              \
+  void GgufGroups(const GgufGroupArgs& a, int64_t group_begin, int64_t group_end, int8_t* scratch);
 
 namespace scalar {
 LAMINAR_QUANT_ISA_FUNCTIONS

@@ -260,21 +260,22 @@ TEST(QuantGemmTest, GgufBlocksMatchDequantizeThenF32) {
       ref::MatMul(x, Dequantize(*w), bias, s.m, s.n, s.k, f32);
       // The Q8 activations cost ~0.5% of the output's size.
       EXPECT_LT(RelativeError(f32, want), 0.02);
+      const cpu::GgufRowGroups groups = cpu::PackGgufRowGroups(*w);
       ThreadPool pool(2);
       for (cpu::QuantIsa isa : cpu::AvailableQuantIsas()) {
-        cpu::MatMulGguf(xq, *w, bias, got, &pool, isa);
+        cpu::MatMulGguf(xq, groups, bias, got, &pool, isa);
         float scale = 0;
         for (float v : want) scale = std::max(scale, std::abs(v));
         for (size_t i = 0; i < got.size(); ++i) {
           ASSERT_NEAR(got[i], want[i], kMatMulGgufQuant.abs + kMatMulGgufQuant.rel * scale)
               << cpu::QuantIsaName(isa) << " element " << i;
         }
-        // Batch invariance: the first row alone (the decode path, 4 weight rows at a time) gives
-        // the bits it got among M rows.
+        // Batch invariance: the first row alone (the decode path) gives the bits it got among M
+        // rows.
         Q8BlockActivations x0;
         QuantizeActivationsQ8Blocks(std::span<const float>(x).first(s.k), 1, s.k, &x0);
         std::vector<float> alone(s.n);
-        cpu::MatMulGguf(x0, *w, bias, alone, &pool, isa);
+        cpu::MatMulGguf(x0, groups, bias, alone, &pool, isa);
         for (int64_t j = 0; j < s.n; ++j) {
           ASSERT_EQ(alone[j], got[j]) << cpu::QuantIsaName(isa) << " column " << j;
         }
@@ -310,6 +311,14 @@ TEST(QuantFormatTest, GatherRowsKeepsTheRowsBitForBit) {
     ASSERT_TRUE(w.ok()) << w.status();
     expect_rows(Dequantize(*w), Dequantize(GatherRows(*w, rows)), k,
                 "ggml type " + std::to_string(type));
+    // The kernels' row groups: packing keeps every value, and so does gathering from them.
+    const cpu::GgufRowGroups groups = cpu::PackGgufRowGroups(*w);
+    const GgufQuantWeights back = cpu::UnpackGgufRowGroups(groups);
+    EXPECT_EQ(back.qs, w->qs);
+    EXPECT_EQ(back.d, w->d);
+    EXPECT_EQ(back.m, w->m);
+    expect_rows(Dequantize(*w), Dequantize(cpu::UnpackGgufRowGroups(cpu::GatherRows(groups, rows))),
+                k, "rows gathered from groups of ggml type " + std::to_string(type));
   }
 }
 
