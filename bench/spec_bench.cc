@@ -32,6 +32,7 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   config.speculative.async_draft = variant.async_draft;
   if (variant.vocab) config.speculative.draft_vocab = c.draft_vocab;
   config.speculative.max_draft_tokens = c.max_draft_tokens;
+  config.speculative.min_confidence = c.min_confidence;
   config.speculative.adaptive = c.adaptive;
   config.speculative.draft_model = c.draft_model;
   auto request = [&](size_t r, int32_t n, int32_t max_tokens) {

@@ -33,6 +33,7 @@
 #include "model/model_path.h"
 #include "model/tokenizer_loader.h"
 #include "rollout/manager/prompt_dataset.h"
+#include "rollout/speculative.h"
 
 namespace laminar::cli {
 namespace {
@@ -83,6 +84,7 @@ struct BenchArgs {
   int64_t rounds = 1;  // spec: interleaved rounds of off and every drafter
   bool fixed_drafts = false;
   int64_t draft_vocab = 16384;             // spec: the +vocab drafters' draft vocabulary
+  double min_confidence = rollout::SpeculativeConfig{}.min_confidence;  // spec: model drafters'
   std::string draft_model;                 // the draft_model drafter's checkpoint
   std::string draft_weights;               // its weight format (default: the policy's)
   std::function<bool(const char*)> given;  // whether a flag was on the command line
@@ -544,6 +546,7 @@ int RunSpec(const BenchArgs& a) {
                             .max_draft_tokens = a.max_draft_tokens,
                             .adaptive = !a.fixed_drafts,
                             .draft_vocab = a.draft_vocab,
+                            .min_confidence = a.min_confidence,
                             .draft_model = draft.get()};
           auto r = bench::RunSpecCase(**lm, load, c);
           if (!r.ok()) return Fail(r.status());
@@ -619,6 +622,7 @@ int RunSpec(const BenchArgs& a) {
                         {"max_draft_tokens", a.max_draft_tokens},
                         {"adaptive", !a.fixed_drafts},
                         {"draft_vocab", a.draft_vocab},
+                        {"min_confidence", a.min_confidence},
                         {"cores", std::thread::hardware_concurrency()},
                         {"rows", rows}};
   std::printf("%s\n", out.dump(2).c_str());
@@ -821,6 +825,10 @@ std::function<int()> SetupBench(CLI::App* app) {
                   "spec: the +vocab drafters' head computes this many lowest token ids plus the "
                   "tokens seen (rollout.speculative.draft_vocab; the others compute all)")
       ->check(CLI::PositiveNumber);
+  app->add_option("--min-confidence", a->min_confidence,
+                  "spec: model drafters stop a chain once the product of its tokens' draft "
+                  "probabilities falls below this (rollout.speculative.min_confidence)")
+      ->check(CLI::Range(0.0, 0.999999));
   app->add_flag("--fixed-drafts", a->fixed_drafts,
                 "spec: always draft --max-draft-tokens (no adaptive budgets)");
   a->given = [app](const char* flag) { return app->count(flag) > 0; };
