@@ -83,7 +83,7 @@ struct BenchArgs {
   int64_t max_draft_tokens = 8;
   int64_t rounds = 1;  // spec: interleaved rounds of off and every drafter
   bool fixed_drafts = false;
-  int64_t draft_vocab = 16384;             // spec: the +vocab drafters' draft vocabulary
+  int64_t draft_vocab = 16384;  // spec: the +vocab drafters' draft vocabulary
   double min_confidence = rollout::SpeculativeConfig{}.min_confidence;  // spec: model drafters'
   std::string draft_model;                 // the draft_model drafter's checkpoint
   std::string draft_weights;               // its weight format (default: the policy's)

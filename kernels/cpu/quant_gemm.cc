@@ -388,17 +388,19 @@ void MatMulW4A8(const Int8Activations& x, const W4A8Weights& w, std::span<const 
 
 namespace {
 
-// Where byte j of row `row`'s quants in block b lies, and its d (m follows kGgufRowGroup halves
-// later).
-uint8_t* GroupQuant(uint8_t* data, const GgufRowGroups& w, int64_t row, int64_t b, int64_t j) {
+// Offsets in GgufRowGroups::data of byte j of row `row`'s quants in block b, and of its d (its m
+// lies kGgufRowGroup halves later).
+int64_t GroupQuant(const GgufRowGroups& w, int64_t row, int64_t b, int64_t j) {
   const int64_t g = row / kGgufRowGroup, slot = row % kGgufRowGroup;
-  return data + (g * w.blocks_per_row() + b) * w.block_stride() + (j / 4) * 4 * kGgufRowGroup +
-         slot * 4 + j % 4;
+  return (g * w.blocks_per_row() + b) * w.block_stride() + (j / 4) * 4 * kGgufRowGroup + slot * 4 +
+         j % 4;
 }
-uint8_t* GroupScale(uint8_t* data, const GgufRowGroups& w, int64_t row, int64_t b) {
+int64_t GroupScale(const GgufRowGroups& w, int64_t row, int64_t b) {
   const int64_t g = row / kGgufRowGroup, slot = row % kGgufRowGroup;
-  return data + (g * w.blocks_per_row() + b) * w.block_stride() + w.quant_bytes() + 2 * slot;
+  return (g * w.blocks_per_row() + b) * w.block_stride() + w.quant_bytes() + 2 * slot;
 }
+// The f16 scales of a row's block: d, and m for Q4_1.
+int64_t ScalesPerBlock(const GgufRowGroups& w) { return w.type == GgufQuantType::kQ4_1 ? 2 : 1; }
 
 GgufRowGroups EmptyGroups(GgufQuantType type, int64_t n, int64_t k) {
   GgufRowGroups out;
@@ -412,17 +414,15 @@ GgufRowGroups EmptyGroups(GgufQuantType type, int64_t n, int64_t k) {
 // Row `dst_row` of `dst` = row `src_row` of `src` (same type and K).
 void CopyGroupRow(const GgufRowGroups& src, int64_t src_row, GgufRowGroups* dst, int64_t dst_row) {
   const int64_t row_bytes = src.quant_bytes() / kGgufRowGroup;
-  auto* from = const_cast<uint8_t*>(src.data.data());  // read only
   for (int64_t b = 0; b < src.blocks_per_row(); ++b) {
     for (int64_t c = 0; c < row_bytes; c += 4) {
-      std::memcpy(GroupQuant(dst->data.data(), *dst, dst_row, b, c),
-                  GroupQuant(from, src, src_row, b, c), 4);
+      std::memcpy(dst->data.data() + GroupQuant(*dst, dst_row, b, c),
+                  src.data.data() + GroupQuant(src, src_row, b, c), 4);
     }
-    const uint8_t* d = GroupScale(from, src, src_row, b);
-    uint8_t* to = GroupScale(dst->data.data(), *dst, dst_row, b);
-    std::memcpy(to, d, 2);
-    if (src.type == GgufQuantType::kQ4_1)
-      std::memcpy(to + 2 * kGgufRowGroup, d + 2 * kGgufRowGroup, 2);
+    for (int64_t h = 0; h < ScalesPerBlock(src); ++h) {
+      std::memcpy(dst->data.data() + GroupScale(*dst, dst_row, b) + 2 * kGgufRowGroup * h,
+                  src.data.data() + GroupScale(src, src_row, b) + 2 * kGgufRowGroup * h, 2);
+    }
   }
 }
 
@@ -443,9 +443,9 @@ GgufRowGroups PackGgufRowGroups(const GgufQuantWeights& w) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* qs = w.qs.data() + (row * nb + b) * row_bytes;
       for (int64_t c = 0; c < row_bytes; c += 4) {
-        std::memcpy(GroupQuant(out.data.data(), out, row, b, c), qs + c, 4);
+        std::memcpy(out.data.data() + GroupQuant(out, row, b, c), qs + c, 4);
       }
-      uint8_t* scale = GroupScale(out.data.data(), out, row, b);
+      uint8_t* scale = out.data.data() + GroupScale(out, row, b);
       const uint16_t d = ExactHalf(w.d[row * nb + b], "d");
       std::memcpy(scale, &d, 2);
       if (w.type == GgufQuantType::kQ4_1) {
@@ -466,14 +466,13 @@ GgufQuantWeights UnpackGgufRowGroups(const GgufRowGroups& w) {
   out.qs.resize(static_cast<size_t>(w.n * nb * row_bytes));
   out.d.resize(static_cast<size_t>(w.n * nb));
   if (w.type == GgufQuantType::kQ4_1) out.m.resize(out.d.size());
-  auto* data = const_cast<uint8_t*>(w.data.data());  // read only
   for (int64_t row = 0; row < w.n; ++row) {
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t c = 0; c < row_bytes; c += 4) {
-        std::memcpy(out.qs.data() + (row * nb + b) * row_bytes + c, GroupQuant(data, w, row, b, c),
-                    4);
+        std::memcpy(out.qs.data() + (row * nb + b) * row_bytes + c,
+                    w.data.data() + GroupQuant(w, row, b, c), 4);
       }
-      const uint8_t* scale = GroupScale(data, w, row, b);
+      const uint8_t* scale = w.data.data() + GroupScale(w, row, b);
       uint16_t half;
       std::memcpy(&half, scale, 2);
       out.d[row * nb + b] = HalfToFloat(half);
