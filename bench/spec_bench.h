@@ -35,8 +35,8 @@ struct SpecCase {
   float temperature = 1.0f;
   int64_t max_draft_tokens = 8;
   bool adaptive = true;
-  int64_t draft_vocab = 16384;                      // for the "+vocab" drafters
-  double min_confidence = 0.05;                     // SpeculativeConfig::min_confidence
+  int64_t draft_vocab = 16384;  // for the "+vocab" drafters
+  double min_confidence = rollout::SpeculativeConfig{}.min_confidence;
   const engine::LlamaModel* draft_model = nullptr;  // drafter draft_model (borrowed)
 };
 

@@ -283,7 +283,8 @@ struct SpeculativeConfig {
   // ModelDrafter). Off by default: at temperature > 0 the chance that a drawn token is accepted,
   // min(1, p/q), does not grow with q of the draw, and a near-exact drafter (SmolLM2's own Q4_1
   // blocks with Q8 activations: 0.97 of its tokens accepted at T = 1) stopped after 2-3 tokens of
-  // its budget of 8 at 0.05. Chains are bounded by the budgets planned from measured acceptance.
+  // its budget of 8 at 0.05. Chains are bounded by the budgets planned from measured acceptance
+  // (adaptive), or run to max_draft_tokens (adaptive: false). Greedy chains never use it.
   double min_confidence = 0;
   // Model drafters: tokens of the drafter's output head besides those seen (ModelDrafter's draft
   // vocabulary); 0: the whole vocabulary.

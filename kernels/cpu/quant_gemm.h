@@ -50,7 +50,7 @@ std::shared_ptr<const ManyRowInt8Weights> PackManyRowInt8(const W8A8Weights& w, 
 std::shared_ptr<const ManyRowInt8Weights> PackManyRowInt8(const W4A8Weights& w, int64_t threads);
 
 // Same contracts as ref::MatMulW8A8 / ref::MatMulW4A8 / ref::MatMulGguf (shapes CHECKed), with
-// the weight tiles (GGUF: rows) split over `pool` when given. Asking for a path the CPU lacks
+// the weight tiles (GGUF: row groups) split over `pool` when given. Asking for a path the CPU lacks
 // CHECK-fails. `packed` (from PackManyRowInt8 of the same w, or null) serves many-row calls.
 void MatMulW8A8(const Int8Activations& x, const W8A8Weights& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa(),
@@ -95,8 +95,9 @@ GgufRowGroups GatherRows(const GgufRowGroups& w, std::span<const int32_t> rows);
 // ref::MatMulGguf on the repacked weights. AVX-512 VNNI: vpdpbusd on 512-bit vectors, 8 rows ×
 // 8 K elements per instruction (the nibbles are u8 already; Q4_0's − 8 and Q8_0's signed bytes,
 // taken as u8 with + 128, are corrected once per block from Σ x_q); AVX2: vpmaddubsw, 8 rows ×
-// 4 K elements. Each output is computed alone from its row and column (no dependence on M, N or
-// the split over threads), so a row alone equals the same row among many.
+// 4 K elements. Both then take each block's exact int32 row sums through the same f32 operations,
+// so they agree bit for bit. Each output is computed alone from its row and column (no dependence
+// on M, N or the split over threads), so a row alone equals the same row among many.
 void MatMulGguf(const Q8BlockActivations& x, const GgufRowGroups& w, std::span<const float> bias,
                 std::span<float> out, ThreadPool* pool = nullptr, QuantIsa isa = BestQuantIsa());
 

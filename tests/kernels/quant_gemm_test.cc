@@ -262,8 +262,14 @@ TEST(QuantGemmTest, GgufBlocksMatchDequantizeThenF32) {
       EXPECT_LT(RelativeError(f32, want), 0.02);
       const cpu::GgufRowGroups groups = cpu::PackGgufRowGroups(*w);
       ThreadPool pool(2);
+      std::vector<float> avx2;  // the AVX2 result, for the VNNI one
       for (cpu::QuantIsa isa : cpu::AvailableQuantIsas()) {
         cpu::MatMulGguf(xq, groups, bias, got, &pool, isa);
+        // The SIMD builds take the same exact int32 row sums through the same f32 operations.
+        if (isa == cpu::QuantIsa::kAvx2) avx2 = got;
+        if (isa == cpu::QuantIsa::kAvx512Vnni && !avx2.empty()) {
+          for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], avx2[i]) << "element " << i;
+        }
         float scale = 0;
         for (float v : want) scale = std::max(scale, std::abs(v));
         for (size_t i = 0; i < got.size(); ++i) {
