@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cpu/bf16_dot.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "tests/model/random_weights.h"
@@ -30,6 +33,35 @@ model::ModelConfig TinyConfig(bool qkv_bias, model::RopeLayout layout) {
 
 model::WeightStore RandomWeights(const model::ModelConfig& c, uint32_t seed) {
   return testing::RandomWeights(c, seed, 0.3f);
+}
+
+// Q8_0 blocks (ggml's quantize_row_q8_0: d = max|w| / 127 as f16, q = round(w / d)) of every 2-D
+// tensor of `store` whose rows are whole blocks, beside its f32 values, as a GGUF checkpoint's
+// store holds them; `keep` owns the blocks.
+void AddQ8Blocks(model::WeightStore* store, std::vector<std::vector<uint8_t>>* keep) {
+  for (const std::string& name : store->Names()) {
+    const TensorView view = *store->Get(name);
+    if (view.shape().rank() != 2 || view.shape()[1] % 32 != 0) continue;
+    const float* w = view.data_as<const float>();
+    const int64_t blocks = view.num_elements() / 32;
+    std::vector<uint8_t>& raw = keep->emplace_back(static_cast<size_t>(blocks * 34));
+    for (int64_t b = 0; b < blocks; ++b) {
+      float amax = 0;
+      for (int e = 0; e < 32; ++e) amax = std::max(amax, std::abs(w[b * 32 + e]));
+      const float d = amax / 127;
+      const uint16_t half = FloatToHalf(d);
+      std::memcpy(raw.data() + b * 34, &half, 2);
+      for (int e = 0; e < 32; ++e) {
+        raw[static_cast<size_t>(b * 34 + 2 + e)] =
+            static_cast<uint8_t>(static_cast<int8_t>(d == 0 ? 0 : std::lround(w[b * 32 + e] / d)));
+      }
+    }
+    store->PutQuantized(name, {.type = model::GgmlType::kQ8_0,
+                               .shape = view.shape(),
+                               .bytes = raw.data(),
+                               .size_bytes = raw.size(),
+                               .backing = nullptr});
+  }
 }
 
 // A model and its LayerSubset view (shared weights and thread pool) run Forward at the same time
@@ -309,14 +341,25 @@ TEST_P(LlamaModelTest, OutputVocabularyKeepsTheLogitsOfItsTokens) {
     Backend backend;
     WeightFormat format;
   };
+  // gguf: Q8_0 blocks of the projections whose K is whole blocks (the tiny model's K of 16 and 24
+  // stay f32, its hidden size is widened to 32 for the rest).
+  model::ModelConfig gguf_cfg = cfg;
+  gguf_cfg.hidden_size = 32;
+  gguf_cfg.head_dim = 8;
+  model::WeightStore gguf_weights = RandomWeights(gguf_cfg, 13);
+  std::vector<std::vector<uint8_t>> blocks;
+  AddQ8Blocks(&gguf_weights, &blocks);
   for (const Case c : {Case{Backend::kReference, WeightFormat::kF32},
                        {Backend::kCpu, WeightFormat::kF32},
                        {Backend::kCpu, WeightFormat::kBF16},
                        {Backend::kCpu, WeightFormat::kW8A8},
-                       {Backend::kCpu, WeightFormat::kW4A8}}) {
+                       {Backend::kCpu, WeightFormat::kW4A8},
+                       {Backend::kCpu, WeightFormat::kGguf}}) {
     SCOPED_TRACE(WeightFormatName(c.format) +
                  (c.backend == Backend::kReference ? " reference" : " cpu"));
-    auto m = LlamaModel::Create(cfg, weights, c.backend, c.format);
+    const bool gguf = c.format == WeightFormat::kGguf;
+    auto m = LlamaModel::Create(gguf ? gguf_cfg : cfg, gguf ? gguf_weights : weights, c.backend,
+                                c.format);
     ASSERT_TRUE(m.ok()) << m.status();
     auto view = (*m)->WithOutputVocab(ids);
     ASSERT_TRUE(view.ok()) << view.status();
