@@ -380,23 +380,20 @@ void ModelDrafter::RebuildHead(bool now) {
   const int64_t every = std::clamp<int64_t>(vocab_count_ / 256, 1, kVocabRebuildTokens);
   if (!now && vocab_pending_ < every) return;
   vocab_pending_ = 0;
+  auto whole_head = [this] {
+    head_.reset();
+    in_vocab_.clear();
+    draft_vocab_ = 0;
+  };
+  // Past half the vocabulary the copy saves little: the whole head from here on.
+  if (2 * vocab_count_ > std::ssize(in_vocab_)) return whole_head();
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(vocab_count_));
   for (size_t t = 0; t < in_vocab_.size(); ++t) {
     if (in_vocab_[t] != 0) ids.push_back(static_cast<int32_t>(t));
   }
-  // Past half the vocabulary the copy saves little: the whole head from here on. So too for a
-  // head format without a row gather.
-  auto view = 2 * std::ssize(ids) > std::ssize(in_vocab_)
-                  ? StatusOr<std::unique_ptr<engine::LlamaModel>>(
-                        InvalidArgumentError("draft vocabulary: over half the vocabulary"))
-                  : model_->WithOutputVocab(ids);
-  if (!view.ok()) {
-    head_.reset();
-    in_vocab_.clear();
-    draft_vocab_ = 0;
-    return;
-  }
+  auto view = model_->WithOutputVocab(ids);
+  if (!view.ok()) return whole_head();  // a head format without a row gather
   head_ = std::move(*view);
 }
 

@@ -16,6 +16,13 @@
 
 namespace laminar::kernels::cpu {
 
+namespace {
+// Where byte j of the quants of a group's row `slot` lies in one of its blocks (GgufRowGroups).
+int64_t GroupQuantByte(int64_t slot, int64_t j) {
+  return (j / 4) * 4 * kGgufRowGroup + slot * 4 + j % 4;
+}
+}  // namespace
+
 // The scalar path: the reference's arithmetic on the kernels' operands.
 namespace scalar {
 namespace {
@@ -87,7 +94,7 @@ void GgufGroups(const GgufGroupArgs& a, int64_t group_begin, int64_t group_end, 
           const uint8_t* block = a.w + (g * nb + b) * a.block_stride;
           uint8_t qs[32];  // the row's bytes in the file's order
           for (int64_t j = 0; j < row_bytes; ++j) {
-            qs[j] = block[(j / 4) * 4 * kGgufRowGroup + slot * 4 + j % 4];
+            qs[j] = block[GroupQuantByte(slot, j)];
           }
           const int8_t* x = a.xq + i * a.k + b * kQuantChunk;
           int32_t isum = 0;
@@ -391,9 +398,8 @@ namespace {
 // Offsets in GgufRowGroups::data of byte j of row `row`'s quants in block b, and of its d (its m
 // lies kGgufRowGroup halves later).
 int64_t GroupQuant(const GgufRowGroups& w, int64_t row, int64_t b, int64_t j) {
-  const int64_t g = row / kGgufRowGroup, slot = row % kGgufRowGroup;
-  return (g * w.blocks_per_row() + b) * w.block_stride() + (j / 4) * 4 * kGgufRowGroup + slot * 4 +
-         j % 4;
+  const int64_t g = row / kGgufRowGroup;
+  return (g * w.blocks_per_row() + b) * w.block_stride() + GroupQuantByte(row % kGgufRowGroup, j);
 }
 int64_t GroupScale(const GgufRowGroups& w, int64_t row, int64_t b) {
   const int64_t g = row / kGgufRowGroup, slot = row % kGgufRowGroup;

@@ -518,6 +518,29 @@ TEST(ModelDrafterTest, ReportsItsCatchUp) {
   EXPECT_EQ(suffix.CatchUpTokens(0, tokens), 0);
 }
 
+// min_confidence stops a sampled chain once the product of its tokens' q falls below it; at 0 (the
+// default) a chain runs to its budget.
+TEST(ModelDrafterTest, MinConfidenceStopsASampledChain) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  engine::SamplingParams t1;
+  t1.temperature = 1;
+  const std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
+  for (const double min_confidence : {0.0, 0.999}) {
+    auto drafter = ModelDrafter::DraftModel(model.get(), min_confidence, 1);
+    ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
+    const DraftTree tree = drafter->Propose({.seq = 0,
+                                             .group = 0,
+                                             .tokens = tokens,
+                                             .num_prompt_tokens = 4,
+                                             .max_nodes = 6,
+                                             .sampling = &t1});
+    // No token of a 32-token random model has q >= 0.999: the strict drafter stops after one.
+    EXPECT_EQ(tree.size(), min_confidence == 0 ? 6 : 1) << "min_confidence " << min_confidence;
+  }
+}
+
 // The draft vocabulary: the lowest ids plus every token seen; drafts and their q stay inside it,
 // and a weight swap keeps what was seen.
 TEST(ModelDrafterTest, DraftVocabularyGrowsWithTheTokensSeen) {
