@@ -82,7 +82,8 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
     run.step_fixed_s = costs.fixed();
     run.step_per_token_s = costs.per_token();
   }
-  run.draft_per_token_s = engine->step_costs().draft_per_token();
+  run.draft_fixed_s = engine->step_costs().draft().fixed();
+  run.draft_per_row_s = engine->step_costs().draft().per_unit();
   const auto& s = run.spec;
   if (s.verify_steps > 0) {
     run.mean_accepted_len = static_cast<double>(s.accepted_tokens + s.verify_steps) /

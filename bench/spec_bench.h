@@ -53,8 +53,9 @@ struct SpecRun {
   double tail_s = 0;
   double tail_tokens_per_s = 0;
   // The engine's measured costs at the end (StepCostModel): a step's seconds = fixed + per_token ·
-  // tokens, and the drafter's seconds per drafted token; 0 when speculation never measured them.
-  double step_fixed_s = 0, step_per_token_s = 0, draft_per_token_s = 0;
+  // tokens, a drafter forward's = draft_fixed + draft_per_row · rows; 0 when speculation never
+  // measured them.
+  double step_fixed_s = 0, step_per_token_s = 0, draft_fixed_s = 0, draft_per_row_s = 0;
 };
 
 // Runs every prompt of `load` as one request of load.n samples on a fresh engine over `model`

@@ -448,16 +448,19 @@ class KvAttention {
 
 namespace {
 
-// KvCache: each slot holds positions contiguously.
+// KvCache: each slot holds positions contiguously. Span i lives in caches[i], or all spans in
+// caches[0] when only one is given.
 class ContiguousKvAttention final : public KvAttention {
  public:
-  ContiguousKvAttention(KvCache* cache, int64_t h, int64_t hkv, int64_t d, bool reference)
-      : KvAttention(h, hkv, d, reference), cache_(cache) {}
-  void Run(int64_t layer, size_t /*si*/, const SequenceSpan& s, std::span<const float> q,
+  ContiguousKvAttention(std::span<KvCache* const> caches, int64_t h, int64_t hkv, int64_t d,
+                        bool reference)
+      : KvAttention(h, hkv, d, reference), caches_(caches) {}
+  void Run(int64_t layer, size_t si, const SequenceSpan& s, std::span<const float> q,
            std::span<const float> k, std::span<const float> v, std::span<const int32_t> pos,
            std::span<float> out, ThreadPool* pool) const override {
     const int64_t row = hkv_ * d_;
-    auto kc = cache_->Keys(layer, s.slot), vc = cache_->Values(layer, s.slot);
+    KvCache* cache = caches_[caches_.size() == 1 ? 0 : si];
+    auto kc = cache->Keys(layer, s.slot), vc = cache->Values(layer, s.slot);
     std::copy(k.begin(), k.end(), kc.begin() + s.start_position * row);
     std::copy(v.begin(), v.end(), vc.begin() + s.start_position * row);
     const int64_t cached = s.start_position + s.num_tokens;
@@ -470,7 +473,7 @@ class ContiguousKvAttention final : public KvAttention {
   }
 
  private:
-  KvCache* cache_;
+  std::span<KvCache* const> caches_;
 };
 
 // PagedKvCache: span i reaches its positions through tables[i].
@@ -658,8 +661,22 @@ StatusOr<std::vector<int32_t>> LlamaModel::PackedPositions(
 
 Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
                            KvCache* cache, LogitsFor which, std::vector<float>* logits) const {
+  return Forward(tokens, spans, std::span<KvCache* const>(&cache, 1), which, logits);
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                           std::span<KvCache* const> caches, LogitsFor which,
+                           std::vector<float>* logits) const {
+  if (caches.size() != 1 && caches.size() != spans.size()) {
+    return InvalidArgumentError(std::to_string(caches.size()) + " KV caches for " +
+                                std::to_string(spans.size()) + " sequences");
+  }
   for (size_t si = 0; si < spans.size(); ++si) {
     const auto& s = spans[si];
+    const KvCache* cache = caches[caches.size() == 1 ? 0 : si];
+    if (cache == nullptr) {
+      return InvalidArgumentError("sequence " + std::to_string(si) + ": no KV cache");
+    }
     if (!s.tree_parents.empty()) {
       return InvalidArgumentError("sequence " + std::to_string(si) +
                                   ": token trees need the paged KV cache");
@@ -678,7 +695,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     }
   }
   LAMINAR_ASSIGN_OR_RETURN(std::vector<int32_t> positions, PackedPositions(tokens, spans));
-  ContiguousKvAttention kv(cache, config_.num_attention_heads, config_.num_key_value_heads,
+  ContiguousKvAttention kv(caches, config_.num_attention_heads, config_.num_key_value_heads,
                            config_.head_dim, backend_ == Backend::kReference);
   ForwardLayers(tokens, positions, spans, kv, which, logits);
   return OkStatus();

@@ -140,6 +140,14 @@ class LlamaModel {
   // range, or positions beyond the cache (naming the sequence and its length).
   Status Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
                  KvCache* cache, LogitsFor which, std::vector<float>* logits) const;
+  // As above, with span i's keys and values in caches[i] (its slot s.slot there): sequences that
+  // each own a cache run in one batch (a speculative drafter's chains, one token of each per
+  // call). Same logits as one call per span within kernels::kAttentionF32 (the projections see
+  // more rows). Errors: as above, plus InvalidArgument when caches.size() is neither 1 (every
+  // span in caches[0]) nor spans.size(), or a cache is null (naming the sequence).
+  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceSpan> spans,
+                 std::span<KvCache* const> caches, LogitsFor which,
+                 std::vector<float>* logits) const;
 
   // A paged cache of `num_blocks` blocks of `block_size` tokens (both > 0).
   PagedKvCache NewPagedCache(int64_t num_blocks, int64_t block_size) const;

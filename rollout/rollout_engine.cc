@@ -221,8 +221,14 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
   if (spec.adaptive) {
     if (costs_.ready()) {
+      // Warm sequences feed their catch-up in the drafter's first forward; cold ones in a
+      // prefill of their own (first_cost).
+      std::vector<int64_t> warm_rows(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        warm_rows[i] = catch_up[i] <= warm_catch_up ? catch_up[i] : 0;
+      }
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
-                                 /*explore_nodes=*/0, first_cost);
+                                 /*explore_nodes=*/0, first_cost, warm_rows);
       // Steps with drafts measured slower than plain ones: only exploration drafts (below), and
       // its steps keep measuring whether drafting pays again.
       if (!GainFor(std::ssize(ids)).pays()) budgets.assign(ids.size(), 0);
@@ -337,38 +343,61 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   std::unordered_map<RequestId, int64_t> budgets;
   std::unordered_map<RequestId, DraftTree> trees;
   Scheduler::DraftWanted draft_wanted;
-  double draft_s = 0;  // drafting this step (a cold catch-up counted as drafting its tokens)
+  double draft_s = 0;  // drafting this step (cold sequences' catch-up prefills left out)
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
-    draft_wanted = [&](RequestId id) -> int64_t {
-      auto b = budgets.find(id);
-      if (b == budgets.end() || b->second <= 0) return 0;
+    // Every budgeted decode's tree in one batch (a model drafter runs each chain depth for all of
+    // them in one forward), before the scheduler grants rows and blocks: a tree it does not
+    // schedule (a rare preemption) is drafted for nothing, and the drafter's cache keeps what it
+    // fed.
+    std::vector<RequestId> ids;
+    for (const auto& [id, b] : budgets) {
+      if (b > 0) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());  // the drafter's draws in the same order every run
+    std::vector<DraftContext> contexts;
+    for (RequestId id : ids) {
       const Sample& s = samples_.at(id);
+      contexts.push_back({.seq = id,
+                          .group = s.request_id,
+                          .tokens = s.tokens,
+                          .num_prompt_tokens = s.num_prompt_tokens,
+                          .max_nodes = budgets.at(id),
+                          .sampling = &s.sampler.params()});
+    }
+    if (!contexts.empty()) {
       const auto draft_start = std::chrono::steady_clock::now();
-      DraftTree tree = drafter_->Propose({.seq = id,
-                                          .group = s.request_id,
-                                          .tokens = s.tokens,
-                                          .num_prompt_tokens = s.num_prompt_tokens,
-                                          .max_nodes = b->second,
-                                          .sampling = &s.sampler.params()});
-      const int64_t n = tree.size();
-      // A catch-up longer than one verified tree (a sequence's first draft: its whole prompt)
-      // is a one-time prefill, not the marginal cost of drafting: it would turn speculation off.
-      const double seconds =
+      // A catch-up longer than one verified tree (a sequence's first draft: its whole prompt) is
+      // a one-time prefill, not the marginal cost of drafting: it would turn speculation off.
+      std::vector<DraftTree> proposed =
+          drafter_->ProposeBatch(contexts, config_.speculative.max_draft_tokens + 1);
+      draft_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
-      if (const int64_t caught_up = drafter_->last_catch_up();
-          caught_up <= config_.speculative.max_draft_tokens + 1) {
-        costs_.RecordDraft(n, seconds);
-        draft_s += seconds;
-      } else {
-        costs_.RecordCatchUp(
-            caught_up, std::max(0.0, seconds - static_cast<double>(n) * costs_.draft_per_token()));
-        draft_s += static_cast<double>(n) * costs_.draft_per_token();
+      const std::span<const DraftForward> forwards = drafter_->last_forwards();
+      int64_t drafted = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int64_t n = proposed[i].size();
+        drafted += n;
+        ++spec_stats_.budgeted;
+        spec_stats_.empty_drafts += n == 0;
+        if (n > 0) trees[ids[i]] = std::move(proposed[i]);
       }
-      ++spec_stats_.budgeted;
-      spec_stats_.empty_drafts += n == 0;
-      if (n > 0) trees[id] = std::move(tree);
-      return n;
+      if (forwards.empty()) {
+        costs_.RecordDraft(drafted, draft_s);  // a drafter without a model: one "forward"
+      }
+      for (const DraftForward& f : forwards) {
+        if (f.catch_up) {
+          costs_.RecordCatchUp(f.rows, f.seconds);
+          draft_s -= f.seconds;
+        } else {
+          costs_.RecordDraft(f.rows, f.seconds);
+        }
+      }
+      draft_s = std::max(0.0, draft_s);
+    }
+    draft_wanted = [&](RequestId id) -> int64_t {
+      auto t = trees.find(id);
+      return t == trees.end() ? 0 : t->second.size();
     };
   }
   LAMINAR_ASSIGN_OR_RETURN(Plan plan, scheduler_.Schedule(draft_wanted));

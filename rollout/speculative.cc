@@ -3,7 +3,9 @@
 #include "rollout/speculative.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <queue>
 #include <utility>
@@ -412,39 +414,66 @@ Status ModelDrafter::SkipLayersOf(const engine::LlamaModel* policy) {
   return OkStatus();
 }
 
-std::vector<float> ModelDrafter::Feed(SeqCache& cache, std::span<const int32_t> tokens,
-                                      int64_t start) {
-  const engine::SequenceSpan span(0, start, std::ssize(tokens) - start);
+void ModelDrafter::Feed(std::span<Chain* const> chains, bool catch_up,
+                        std::vector<DraftForward>* log) {
+  if (chains.empty()) return;
+  std::vector<int32_t> tokens;
+  std::vector<engine::SequenceSpan> spans;
+  std::vector<engine::KvCache*> caches;
+  for (const Chain* c : chains) {
+    const int64_t n = std::ssize(c->seq) - c->fed;
+    tokens.insert(tokens.end(), c->seq.begin() + c->fed, c->seq.end());
+    spans.emplace_back(0, c->fed, n);
+    caches.push_back(&c->cache->kv);
+  }
   std::vector<float> logits;
-  const Status st =
-      drafting()->Forward(tokens.subspan(static_cast<size_t>(start)), {&span, 1}, &cache.kv,
-                          engine::LogitsFor::kLastTokenOfEachSequence, &logits);
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = drafting()->Forward(tokens, spans, caches,
+                                        engine::LogitsFor::kLastTokenOfEachSequence, &logits);
   LAMINAR_CHECK(st.ok()) << "drafter forward: " << st;
-  cache.tokens.assign(tokens.begin(), tokens.end());
-  return logits;
+  if (log != nullptr) {
+    log->push_back(
+        {.rows = std::ssize(tokens),
+         .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+         .catch_up = catch_up});
+  }
+  const auto v = static_cast<size_t>(model_->config().vocab_size);
+  for (size_t i = 0; i < chains.size(); ++i) {
+    Chain& c = *chains[i];
+    c.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(i * v),
+                    logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * v));
+    c.cache->tokens = c.seq;
+    c.fed = std::ssize(c.seq);
+  }
 }
 
-void ModelDrafter::DrawChain(SeqCache& cache, std::vector<int32_t>& seq, std::vector<float> logits,
-                             int64_t max_nodes, engine::Sampler& sampler,
-                             std::vector<int32_t>* tokens, std::vector<std::vector<float>>* q) {
+void ModelDrafter::Draw(std::vector<Chain*> chains, std::vector<DraftForward>* log) {
   const int64_t v = model_->config().vocab_size;
-  const bool greedy = sampler.params().temperature <= 0.0f;
   engine::TokenDistribution dist;
-  double confidence = 1.0;
-  for (int64_t i = 0; i < max_nodes; ++i) {
-    sampler.Distribution(logits, &dist);
-    const size_t pick = greedy ? 0 : sampler.DrawIndex(dist.probs);
-    const int32_t token = dist.ids[pick];
-    tokens->push_back(token);
-    if (!greedy) {
-      std::vector<float>& row = q->emplace_back(static_cast<size_t>(v), 0.f);
-      for (size_t j = 0; j < dist.ids.size(); ++j)
-        row[dist.ids[j]] = static_cast<float>(dist.probs[j]);
-      confidence *= dist.probs[pick];
+  while (!chains.empty()) {
+    std::vector<Chain*> going;
+    for (Chain* c : chains) {
+      // One stream for all chains, drawn in order: independent draws whatever the batch.
+      engine::Sampler sampler(c->params, rng_.state());
+      const bool greedy = c->params.temperature <= 0.0f;
+      sampler.Distribution(c->logits, &dist);
+      const size_t pick = greedy ? 0 : sampler.DrawIndex(dist.probs);
+      rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
+      const int32_t token = dist.ids[pick];
+      c->tokens.push_back(token);
+      c->seq.push_back(token);
+      if (!greedy) {
+        std::vector<float>& row = c->q.emplace_back(static_cast<size_t>(v), 0.f);
+        for (size_t j = 0; j < dist.ids.size(); ++j)
+          row[dist.ids[j]] = static_cast<float>(dist.probs[j]);
+        c->confidence *= dist.probs[pick];
+      }
+      if (std::ssize(c->tokens) < c->max_nodes && c->confidence >= min_confidence_) {
+        going.push_back(c);
+      }
     }
-    seq.push_back(token);
-    if (i + 1 == max_nodes || confidence < min_confidence_) break;
-    logits = Feed(cache, seq, std::ssize(seq) - 1);
+    Feed(going, /*catch_up=*/false, log);
+    chains = std::move(going);
   }
 }
 
@@ -474,55 +503,29 @@ int64_t ModelDrafter::CatchUpTokens(int64_t seq, std::span<const int32_t> tokens
   return std::ssize(tokens) - ValidPrefix(it->second.tokens, tokens);
 }
 
+std::vector<DraftTree> Drafter::ProposeBatch(std::span<const DraftContext> ctxs,
+                                             int64_t /*warm_catch_up*/) {
+  std::vector<DraftTree> trees;
+  trees.reserve(ctxs.size());
+  for (const DraftContext& ctx : ctxs)
+    trees.push_back(ctx.max_nodes > 0 ? Propose(ctx) : DraftTree{});
+  return trees;
+}
+
 DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
-  DraftTree tree;
-  last_catch_up_ = 0;
-  if (model_ == nullptr || ctx.max_nodes <= 0 || ctx.sampling == nullptr) return tree;
-  const int64_t len = std::ssize(ctx.tokens);
-  const int64_t need = len + ctx.max_nodes;
-  if (need > model_->config().max_position_embeddings) return tree;
-  auto it = caches_.find(ctx.seq);
-  const bool first = it == caches_.end();
-  if (it == caches_.end() || it->second.kv.max_positions() < need) {
-    const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
-                                          model_->config().max_position_embeddings);
-    it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
-  }
-  SeqCache& cache = it->second;
-  // A sequence's first draft brings its prompt's tokens (what its response most likely reuses):
-  // rebuilt at once; later ones wait for kVocabRebuildTokens new tokens (a token not in the head
-  // yet just has q = 0, which stays exact).
-  NoteTokens(ctx.tokens);
-  RebuildHead(/*now=*/first);
-  engine::SamplingParams params = *ctx.sampling;
-  params.logprobs = 0;
-  cache.params = params;
-  std::vector<int32_t> chain;
-  std::vector<std::vector<float>> q;
-  if (!cache.ahead.empty() && std::ranges::equal(cache.ahead_base, ctx.tokens)) {
-    // Re-rooted: the sequence took the drafted path and the guessed bonus token.
-    const auto n = static_cast<size_t>(std::min<int64_t>(ctx.max_nodes, std::ssize(cache.ahead)));
-    chain.assign(cache.ahead.begin(), cache.ahead.begin() + static_cast<std::ptrdiff_t>(n));
-    if (!cache.ahead_q.empty()) {
-      q.assign(cache.ahead_q.begin(), cache.ahead_q.begin() + static_cast<std::ptrdiff_t>(n));
-    }
-    ++rerooted_;
-  } else {
-    const int64_t valid = ValidPrefix(cache.tokens, ctx.tokens);
-    std::vector<int32_t> seq(ctx.tokens.begin(), ctx.tokens.end());
-    last_catch_up_ = len - valid;
-    std::vector<float> logits = Feed(cache, seq, valid);
-    engine::Sampler sampler(params, rng_.state());
-    DrawChain(cache, seq, std::move(logits), ctx.max_nodes, sampler, &chain, &q);
-    rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
-  }
+  return std::move(ProposeBatch({&ctx, 1}, std::numeric_limits<int64_t>::max())[0]);
+}
+
+DraftTree ModelDrafter::Proposal(SeqCache& cache, std::span<const int32_t> tokens,
+                                 std::vector<int32_t> chain, std::vector<std::vector<float>> q) {
   cache.ahead.clear();
   cache.ahead_q.clear();
   cache.ahead_base.clear();
-  cache.proposed.assign(ctx.tokens.begin(), ctx.tokens.end());
+  cache.proposed.assign(tokens.begin(), tokens.end());
   cache.proposed.insert(cache.proposed.end(), chain.begin(), chain.end());
   // A chain: node i + 1's parent is node i (0: the root); child_q[i] is the row node i's child
   // was drawn from, and the last node has no child.
+  DraftTree tree;
   for (size_t i = 0; i < chain.size(); ++i) {
     tree.tokens.push_back(chain[i]);
     tree.parents.push_back(static_cast<int32_t>(i));
@@ -534,6 +537,69 @@ DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
   return tree;
 }
 
+std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> ctxs,
+                                                  int64_t warm_catch_up) {
+  std::vector<DraftTree> trees(ctxs.size());
+  forwards_.clear();
+  if (model_ == nullptr) return trees;
+  std::vector<Chain> chains;
+  chains.reserve(ctxs.size());
+  bool first_draft = false;
+  for (size_t i = 0; i < ctxs.size(); ++i) {
+    const DraftContext& ctx = ctxs[i];
+    if (ctx.max_nodes <= 0 || ctx.sampling == nullptr) continue;
+    const int64_t len = std::ssize(ctx.tokens);
+    const int64_t need = len + ctx.max_nodes;
+    if (need > model_->config().max_position_embeddings) continue;
+    auto it = caches_.find(ctx.seq);
+    first_draft |= it == caches_.end();
+    if (it == caches_.end() || it->second.kv.max_positions() < need) {
+      const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
+                                            model_->config().max_position_embeddings);
+      it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
+    }
+    SeqCache& cache = it->second;
+    NoteTokens(ctx.tokens);
+    engine::SamplingParams params = *ctx.sampling;
+    params.logprobs = 0;
+    cache.params = params;
+    if (!cache.ahead.empty() && std::ranges::equal(cache.ahead_base, ctx.tokens)) {
+      // Re-rooted: the sequence took the drafted path and the guessed bonus token.
+      const auto n =
+          static_cast<std::ptrdiff_t>(std::min<int64_t>(ctx.max_nodes, std::ssize(cache.ahead)));
+      std::vector<int32_t> chain(cache.ahead.begin(), cache.ahead.begin() + n);
+      std::vector<std::vector<float>> q;
+      if (!cache.ahead_q.empty()) q.assign(cache.ahead_q.begin(), cache.ahead_q.begin() + n);
+      trees[i] = Proposal(cache, ctx.tokens, std::move(chain), std::move(q));
+      ++rerooted_;
+      continue;
+    }
+    Chain& c = chains.emplace_back();
+    c.index = i;
+    c.cache = &cache;
+    c.seq.assign(ctx.tokens.begin(), ctx.tokens.end());
+    c.fed = ValidPrefix(cache.tokens, ctx.tokens);
+    c.max_nodes = ctx.max_nodes;
+    c.params = params;
+  }
+  // A sequence's first draft brings its prompt's tokens (what its response most likely reuses):
+  // rebuilt at once; later ones wait for kVocabRebuildTokens new tokens (a token not in the head
+  // yet just has q = 0, which stays exact).
+  RebuildHead(/*now=*/first_draft);
+  std::vector<Chain*> cold, warm, all;
+  for (Chain& c : chains) {
+    (std::ssize(c.seq) - c.fed > warm_catch_up ? cold : warm).push_back(&c);
+    all.push_back(&c);
+  }
+  Feed(cold, /*catch_up=*/true, &forwards_);
+  Feed(warm, /*catch_up=*/false, &forwards_);
+  Draw(all, &forwards_);
+  for (Chain& c : chains) {
+    trees[c.index] = Proposal(*c.cache, ctxs[c.index].tokens, std::move(c.tokens), std::move(c.q));
+  }
+  return trees;
+}
+
 void ModelDrafter::DraftAhead(int64_t seq_id, int64_t max_nodes) {
   auto it = caches_.find(seq_id);
   if (it == caches_.end() || model_ == nullptr || max_nodes <= 0) return;
@@ -541,24 +607,26 @@ void ModelDrafter::DraftAhead(int64_t seq_id, int64_t max_nodes) {
   if (cache.proposed.empty()) return;
   // Room for the chain's last node, the guess and max_nodes more.
   if (std::ssize(cache.proposed) + 1 + max_nodes > cache.kv.max_positions()) return;
-  std::vector<int32_t> seq = cache.proposed;
-  int64_t valid = 0;
-  while (valid < std::ssize(cache.tokens) && valid < std::ssize(seq) - 1 &&
-         cache.tokens[static_cast<size_t>(valid)] == seq[static_cast<size_t>(valid)]) {
-    ++valid;
-  }
-  std::vector<float> logits = Feed(cache, seq, valid);
-  engine::Sampler sampler(cache.params, rng_.state());
+  Chain c;
+  c.cache = &cache;
+  c.seq = cache.proposed;
+  c.fed = ValidPrefix(cache.tokens, c.seq);
+  c.max_nodes = max_nodes;
+  c.params = cache.params;
+  Chain* one = &c;
+  Feed({&one, 1}, /*catch_up=*/false, nullptr);
   // The guess of the bonus token: the drafter's most likely one (the bonus is drawn from the
   // policy, so this maximizes the chance to re-root when q is close to p).
+  engine::Sampler sampler(c.params, rng_.state());
   engine::TokenDistribution dist;
-  sampler.Distribution(logits, &dist);
+  sampler.Distribution(c.logits, &dist);
   const auto best = dist.greedy ? dist.probs.begin() : std::ranges::max_element(dist.probs);
-  seq.push_back(dist.ids[static_cast<size_t>(best - dist.probs.begin())]);
-  cache.ahead_base = seq;  // proposed + the guess
-  logits = Feed(cache, seq, std::ssize(seq) - 1);
-  DrawChain(cache, seq, std::move(logits), max_nodes, sampler, &cache.ahead, &cache.ahead_q);
-  rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
+  c.seq.push_back(dist.ids[static_cast<size_t>(best - dist.probs.begin())]);
+  cache.ahead_base = c.seq;  // proposed + the guess
+  Feed({&one, 1}, /*catch_up=*/false, nullptr);
+  Draw({one}, nullptr);
+  cache.ahead = std::move(c.tokens);
+  cache.ahead_q = std::move(c.q);
 }
 
 void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t> tokens,
@@ -659,24 +727,20 @@ void StepCostModel::RecordCatchUp(int64_t tokens, double seconds) {
   catch_up_seen_ = true;
 }
 
+void StepCostModel::RecordDraft(int64_t rows, double seconds) {
+  if (rows <= 0 || !(seconds >= 0)) return;
+  draft_.Record(rows, seconds);
+}
+
 namespace {
 constexpr size_t kCostWindow = 256;
 }  // namespace
 
-void StepCostModel::Record(int64_t tokens, double seconds) {
-  window_.emplace_back(tokens, seconds);
+void CostLine::Record(int64_t size, double seconds) {
+  window_.emplace_back(size, seconds);
   if (window_.size() > kCostWindow) window_.pop_front();
   Fit();
 }
-
-void StepCostModel::RecordDraft(int64_t tokens, double seconds) {
-  if (tokens <= 0) return;
-  const double per = seconds / static_cast<double>(tokens);
-  draft_per_token_ = draft_seen_ ? 0.9 * draft_per_token_ + 0.1 * per : per;
-  draft_seen_ = true;
-}
-
-bool StepCostModel::ready() const { return fitted_; }
 
 void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, double plain_seconds,
                              double decay) {
@@ -690,14 +754,12 @@ void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, d
   if (!pays_ && ratio() > kOn) pays_ = true;
 }
 
-double StepCostModel::Seconds(int64_t tokens) const {
-  return a_ + b_ * static_cast<double>(tokens);
-}
+double CostLine::Seconds(int64_t size) const { return a_ + b_ * static_cast<double>(size); }
 
-void StepCostModel::Fit() {
-  // The median step time of each size, then a least-squares line through those medians weighted by
-  // their counts: one stalled step (a page fault, a neighbour's burst) moves a median little,
-  // where it would tilt a plain fit over the steps, and a slope measured from a stall would be
+void CostLine::Fit() {
+  // The median time of each size, then a least-squares line through those medians weighted by
+  // their counts: one stalled record (a page fault, a neighbour's burst) moves a median little,
+  // where it would tilt a plain fit over the records, and a slope measured from a stall would be
   // kept, switching speculation off for good.
   std::map<int64_t, std::vector<double>> by_size;
   for (const auto& [t, s] : window_) by_size[t].push_back(s);
@@ -715,8 +777,8 @@ void StepCostModel::Fit() {
     sts += w * x * y;
   }
   const double var = stt - st * st / n;
-  // Steps of one size only (speculation off, a steady batch) say nothing of the slope: keep the
-  // last one measured and move the line through their median.
+  // Records of one size only (speculation off, a steady batch) say nothing of the slope: keep
+  // the last one measured and move the line through their median.
   if (by_size.size() >= 2 && var > 0 && window_.size() >= 4) {
     b_ = std::max(0.0, (sts - st * ss / n) / var);
     fitted_ = true;
@@ -727,65 +789,84 @@ void StepCostModel::Fit() {
 std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
                                       int64_t max_nodes, int64_t explore_nodes,
-                                      std::span<const double> first_cost) {
+                                      std::span<const double> first_cost,
+                                      std::span<const int64_t> catch_up) {
   LAMINAR_CHECK(first_cost.empty() || first_cost.size() == alpha.size());
-  std::vector<int64_t> budget(alpha.size(), 0);
-  if (max_nodes <= 0 || alpha.empty()) return budget;
+  LAMINAR_CHECK(catch_up.empty() || catch_up.size() == alpha.size());
+  const size_t n = alpha.size();
+  std::vector<int64_t> best(n, 0);
+  if (max_nodes <= 0 || alpha.empty()) return best;
   if (!cost.ready()) {
-    std::fill(budget.begin(), budget.end(), std::min(explore_nodes, max_nodes));
-    return budget;
+    std::fill(best.begin(), best.end(), std::min(explore_nodes, max_nodes));
+    return best;
   }
-  // Gains of the next draft token of each sequence: alpha^(budget + 1), best first.
   constexpr double kMinGain = 0.05;  // expected tokens a draft token must add
-  double tokens = static_cast<double>(alpha.size());
-  double seconds = std::max(cost.Seconds(base_tokens), 1e-12);
-  const double marginal = cost.per_token() + cost.draft_per_token();
-  double rate = tokens / seconds;
-  std::vector<double> next_gain(alpha.size());
-  for (size_t i = 0; i < alpha.size(); ++i) next_gain[i] = alpha[i].alpha();
-  while (true) {
-    size_t best = alpha.size();
-    for (size_t i = 0; i < alpha.size(); ++i) {
-      if (budget[i] < max_nodes && (best == alpha.size() || next_gain[i] > next_gain[best]))
-        best = i;
+  const double plain_s = std::max(cost.Seconds(base_tokens), 1e-12);
+  const double per_forward = cost.draft().fixed(), per_row = cost.draft().per_unit();
+  // A token after a chain's first: a row of the policy's step and a row of a drafter forward.
+  const double marginal = cost.per_token() + per_row;
+  double best_rate = static_cast<double>(n) / plain_s;
+  std::vector<int64_t> budget(n);
+  std::vector<double> next_gain(n);
+  for (int64_t depth = 1; depth <= max_nodes; ++depth) {
+    double tokens = static_cast<double>(n);
+    double seconds = plain_s + static_cast<double>(depth) * per_forward;
+    double rate = tokens / seconds;
+    std::fill(budget.begin(), budget.end(), 0);
+    // Best next gain first (a heap of (gain of the sequence's next draft token, sequence)).
+    std::priority_queue<std::pair<double, size_t>> next;
+    for (size_t i = 0; i < n; ++i) {
+      next_gain[i] = alpha[i].alpha();
+      next.emplace(next_gain[i], i);
     }
-    if (best == alpha.size() || next_gain[best] < kMinGain) break;
-    if (budget[best] == 0 && !first_cost.empty() && first_cost[best] > 0) {
-      // A cold sequence's catch-up is shared by all its draft tokens: take the chain length
-      // that raises the rate most, or leave the sequence out (the warm ones may still pay).
-      const double a = alpha[best].alpha();
-      double gain = 0, g = next_gain[best], best_rate = rate;
-      int64_t best_k = 0;
-      for (int64_t k = 1; k <= max_nodes && g >= kMinGain; ++k, g *= a) {
-        gain += g;
-        const double r = (tokens + gain) / (seconds + first_cost[best] + k * marginal);
-        if (r > best_rate) {
-          best_rate = r;
-          best_k = k;
+    while (!next.empty()) {
+      const auto [gain, i] = next.top();
+      next.pop();
+      if (gain < kMinGain) break;
+      const double a = alpha[i].alpha();
+      if (budget[i] == 0) {
+        // A chain's first token also pays its catch-up (rows of the first forward, a cold
+        // prefill), shared by the whole chain: take the length that raises the rate most, or
+        // leave the sequence out (others may still pay).
+        const double first = (first_cost.empty() ? 0.0 : first_cost[i]) +
+                             (catch_up.empty() ? 0.0 : static_cast<double>(catch_up[i]) * per_row) +
+                             cost.per_token();
+        double sum = 0, g = gain, chain_rate = rate;
+        int64_t chain = 0;
+        for (int64_t k = 1; k <= depth && g >= kMinGain; ++k, g *= a) {
+          sum += g;
+          const double r =
+              (tokens + sum) / (seconds + first + static_cast<double>(k - 1) * marginal);
+          if (r > chain_rate) {
+            chain_rate = r;
+            chain = k;
+          }
         }
+        if (chain == 0) continue;
+        for (int64_t k = 0; k < chain; ++k) {
+          tokens += next_gain[i];
+          next_gain[i] *= a;
+        }
+        seconds += first + static_cast<double>(chain - 1) * marginal;
+        rate = chain_rate;
+        budget[i] = chain;
+      } else {
+        const double new_rate = (tokens + gain) / (seconds + marginal);
+        if (!(new_rate > rate)) continue;  // this chain stops here
+        tokens += gain;
+        seconds += marginal;
+        rate = new_rate;
+        ++budget[i];
+        next_gain[i] *= a;
       }
-      if (best_k == 0) {
-        next_gain[best] = -1;
-        continue;
-      }
-      for (int64_t k = 0; k < best_k; ++k) {
-        tokens += next_gain[best];
-        next_gain[best] *= a;
-      }
-      seconds += first_cost[best] + best_k * marginal;
-      rate = best_rate;
-      budget[best] = best_k;
-      continue;
+      if (budget[i] < depth) next.emplace(next_gain[i], i);
     }
-    const double new_rate = (tokens + next_gain[best]) / (seconds + marginal);
-    if (!(new_rate > rate)) break;
-    tokens += next_gain[best];
-    seconds += marginal;
-    rate = new_rate;
-    ++budget[best];
-    next_gain[best] *= alpha[best].alpha();
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = budget;
+    }
   }
-  return budget;
+  return best;
 }
 
 }  // namespace laminar::rollout

@@ -79,6 +79,13 @@ struct DraftContext {
   const engine::SamplingParams* sampling = nullptr;
 };
 
+// One forward a model drafter ran in its last ProposeBatch, timed by the drafter.
+struct DraftForward {
+  int64_t rows = 0;  // tokens fed, all sequences together
+  double seconds = 0;
+  bool catch_up = false;  // the catch-up prefills of cold sequences alone (a one-time cost)
+};
+
 // Proposes token trees. Called from the engine's thread.
 class Drafter {
  public:
@@ -86,6 +93,18 @@ class Drafter {
   virtual std::string name() const = 0;
   // A tree of at most ctx.max_nodes drafted nodes (possibly none).
   virtual DraftTree Propose(const DraftContext& ctx) = 0;
+  // Trees for several sequences at once, one per context in order (a context with max_nodes 0
+  // gets an empty tree). A model drafter runs one forward per chain depth for all sequences
+  // together (batched drafting: a decode step reads the weights once for every row), and feeds
+  // catch-ups longer than `warm_catch_up` tokens (cold sequences) in a forward of their own.
+  // Default: Propose for each.
+  virtual std::vector<DraftTree> ProposeBatch(std::span<const DraftContext> ctxs,
+                                              int64_t warm_catch_up);
+  // The forwards the last ProposeBatch (or Propose) ran, in order; empty for drafters without a
+  // model. The engine fits the drafter's cost per forward and per row from them, and leaves the
+  // catch-up ones out of drafting's cost (a one-time prefill is not the marginal cost of a
+  // drafted token).
+  virtual std::span<const DraftForward> last_forwards() const { return {}; }
   // `seq` left the engine (finished, aborted or exported) with these tokens.
   virtual void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                              int64_t num_prompt_tokens) = 0;
@@ -100,13 +119,9 @@ class Drafter {
   virtual void DraftAhead(int64_t /*seq*/, int64_t /*max_nodes*/) {}
   // Proposals so far that were answered from what DraftAhead drafted (re-rooted).
   virtual int64_t rerooted() const { return 0; }
-  // Tokens of the sequence itself (not drafted) that the last Propose fed to a model to catch its
-  // cache up before drafting: the whole prompt on a sequence's first draft, the tokens emitted
-  // since its last draft afterwards. 0 for drafters without a model. The engine leaves catch-ups
-  // longer than one verified tree out of the measured drafting cost (a one-time prefill is not
-  // the marginal cost of a drafted token).
-  virtual int64_t last_catch_up() const { return 0; }
-  // Tokens of `tokens` (a sequence) that a Propose now would feed to catch up before drafting.
+  // Tokens of `tokens` (a sequence) that a Propose now would feed to catch up before drafting:
+  // the whole sequence before its first draft, the tokens emitted since its last draft after.
+  // 0 for drafters without a model.
   virtual int64_t CatchUpTokens(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) const {
     return 0;
   }
@@ -120,6 +135,10 @@ class Drafter {
 // token drawn from the drafter's distribution q under the request's sampling parameters, with q
 // recorded for the min(1, p/q) test. The chain stops early once the product of the drafted
 // tokens' q falls below min_confidence (SpeculativeConfig; 0, never, by default).
+// ProposeBatch drafts the chains of all its sequences in lockstep: one forward feeds every
+// catch-up (and gives each chain's first token), then one forward per depth feeds every chain's
+// last token (engine::LlamaModel::Forward over one cache per sequence). Draws come from one
+// random stream in context order, so the chains are independent of each other.
 // Drafting ahead (DraftAhead, rollout.speculative.async_draft): while the chain is verified, the
 // drafter guesses the bonus token that follows the chain's last node (g, its most likely token),
 // then drafts a chain after g. When the verification accepts the whole chain and its bonus token is
@@ -148,6 +167,9 @@ class ModelDrafter final : public Drafter {
 
   std::string name() const override { return name_; }
   DraftTree Propose(const DraftContext& ctx) override;
+  std::vector<DraftTree> ProposeBatch(std::span<const DraftContext> ctxs,
+                                      int64_t warm_catch_up) override;
+  std::span<const DraftForward> last_forwards() const override { return forwards_; }
   void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                      int64_t num_prompt_tokens) override;
   Status OnWeights(const engine::LlamaModel* policy) override;
@@ -157,7 +179,6 @@ class ModelDrafter final : public Drafter {
   // Tokens the drafting head computes now (0: the whole vocabulary).
   int64_t draft_vocab_size() const { return head_ ? std::ssize(head_->output_vocab()) : 0; }
   int64_t rerooted() const override { return rerooted_; }
-  int64_t last_catch_up() const override { return last_catch_up_; }
   int64_t CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const override;
 
  private:
@@ -185,15 +206,30 @@ class ModelDrafter final : public Drafter {
     std::vector<int32_t> ahead_base, ahead;
     std::vector<std::vector<float>> ahead_q;
   };
-  // Draws a chain of at most `max_nodes` tokens after `seq` (whose logits are `logits`; `seq`
-  // grows with it) into `tokens` and `q` (each token's distribution; none at temperature 0),
-  // feeding each into `cache` but the last, until the product of their q falls below
-  // min_confidence.
-  void DrawChain(SeqCache& cache, std::vector<int32_t>& seq, std::vector<float> logits,
-                 int64_t max_nodes, engine::Sampler& sampler, std::vector<int32_t>* tokens,
-                 std::vector<std::vector<float>>* q);
-  // Feeds `tokens` from position `start` into `cache`; the next-token logits [V] of the last one.
-  std::vector<float> Feed(SeqCache& cache, std::span<const int32_t> tokens, int64_t start);
+  // A chain being drafted for one sequence.
+  struct Chain {
+    size_t index = 0;  // its context in ProposeBatch
+    SeqCache* cache = nullptr;
+    std::vector<int32_t> seq;  // the sequence, then the chain drawn so far
+    int64_t fed = 0;           // leading tokens of seq whose KV the cache holds
+    int64_t max_nodes = 0;
+    engine::SamplingParams params;
+    std::vector<float> logits;  // [V] the next-token logits after seq
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> q;  // each token's distribution (none at temperature 0)
+    double confidence = 1.0;
+  };
+  // One forward feeding each chain's seq[fed..] into its cache; each chain's logits become those
+  // after its last token. Timed into `log` when given.
+  void Feed(std::span<Chain* const> chains, bool catch_up, std::vector<DraftForward>* log);
+  // From chains whose logits are fed: draws each chain's tokens in lockstep, one forward per
+  // depth for the chains still going, until each has max_nodes tokens or its product of q fell
+  // below min_confidence (the last token drawn is not fed).
+  void Draw(std::vector<Chain*> chains, std::vector<DraftForward>* log);
+  // The proposal `chain` (drawn after `tokens`, q per token) as a tree; the cache remembers it
+  // for drafting ahead.
+  static DraftTree Proposal(SeqCache& cache, std::span<const int32_t> tokens,
+                            std::vector<int32_t> chain, std::vector<std::vector<float>> q);
 
   std::string name_;
   double min_confidence_;
@@ -208,7 +244,7 @@ class ModelDrafter final : public Drafter {
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
   int64_t rerooted_ = 0;
-  int64_t last_catch_up_ = 0;
+  std::vector<DraftForward> forwards_;  // the last ProposeBatch's
 };
 
 struct SuffixDrafterConfig {
@@ -342,38 +378,55 @@ struct AcceptanceStats {
                               double decay = 0.9) const;
 };
 
-// The measured cost of an engine step as a function of the tokens it feeds: a line
-// seconds = a + b * tokens through the median step time of each size over the recent steps (a
-// sliding window; least squares weighted by each size's count, so a stalled step does not tilt
-// it), so speculation is decided from measured costs, not constants.
-class StepCostModel {
+// A cost measured as a line, seconds = a + b * size, through the median time of each size over
+// the recent records (a sliding window; least squares weighted by each size's count, so a stalled
+// record does not tilt it), so speculation is decided from measured costs, not constants.
+class CostLine {
  public:
-  void Record(int64_t tokens, double seconds);
-  // A drafter took `seconds` to propose `tokens` (> 0) tokens: kept as an exponential moving
-  // average of seconds per drafted token (model drafters run a forward per token).
-  void RecordDraft(int64_t tokens, double seconds);
-  double draft_per_token() const { return draft_per_token_; }
-  // A model drafter fed `tokens` (> 0) tokens of a sequence in one prefill to catch its cache up:
-  // an exponential moving average of seconds per token. Before one is seen, catch_up_per_token()
-  // is draft_per_token() (a decode per token: an upper bound).
-  void RecordCatchUp(int64_t tokens, double seconds);
-  double catch_up_per_token() const {
-    return catch_up_seen_ ? catch_up_per_token_ : draft_per_token_;
-  }
-  // False until steps of at least two distinct sizes were seen together (4 or more in the
-  // window); then true for good (the slope is kept while the window holds one size).
-  bool ready() const;
-  double Seconds(int64_t tokens) const;  // a + b * tokens (b >= 0)
+  void Record(int64_t size, double seconds);
+  // False until records of at least two distinct sizes were seen together (4 or more in the
+  // window); then true for good (the slope is kept while the window holds one size). Before,
+  // the line is flat through the median of what was seen.
+  bool ready() const { return fitted_; }
+  bool seen() const { return !window_.empty(); }
+  double Seconds(int64_t size) const;  // a + b * size (b >= 0)
   double fixed() const { return a_; }
-  double per_token() const { return b_; }
+  double per_unit() const { return b_; }
 
  private:
   void Fit();
   std::deque<std::pair<int64_t, double>> window_;
   double a_ = 0, b_ = 0;
-  bool fitted_ = false;  // a slope was measured (steps of two sizes at least)
-  double draft_per_token_ = 0;
-  bool draft_seen_ = false;
+  bool fitted_ = false;  // a slope was measured (records of two sizes at least)
+};
+
+// The measured costs speculation is planned from: the policy's step against the tokens it feeds,
+// the drafter's forward against the rows it feeds (a batched drafter runs one forward per chain
+// depth for all its sequences: a fixed part that reads the weights, and a part per row), and a
+// model drafter's catch-up prefill per token.
+class StepCostModel {
+ public:
+  // A decode step of the policy fed `tokens` tokens in `seconds`.
+  void Record(int64_t tokens, double seconds) { step_.Record(tokens, seconds); }
+  // A drafter forward fed `rows` (> 0) tokens in `seconds` (DraftForward). A drafter without a
+  // model records each proposal as one forward whose rows are the tokens it drafted.
+  void RecordDraft(int64_t rows, double seconds);
+  const CostLine& draft() const { return draft_; }
+  // A model drafter fed `tokens` (> 0) tokens of cold sequences in one prefill to catch their
+  // caches up: an exponential moving average of seconds per token. Before one is seen,
+  // catch_up_per_token() is a one-row draft forward's (a decode per token: an upper bound).
+  void RecordCatchUp(int64_t tokens, double seconds);
+  double catch_up_per_token() const {
+    return catch_up_seen_ ? catch_up_per_token_ : draft_.Seconds(1);
+  }
+  // The policy's step line (CostLine::ready and the rest).
+  bool ready() const { return step_.ready(); }
+  double Seconds(int64_t tokens) const { return step_.Seconds(tokens); }
+  double fixed() const { return step_.fixed(); }
+  double per_token() const { return step_.per_unit(); }
+
+ private:
+  CostLine step_, draft_;
   double catch_up_per_token_ = 0;
   bool catch_up_seen_ = false;
 };
@@ -405,18 +458,23 @@ class SpeculationGain {
   bool pays_ = true;
 };
 
-// How many draft nodes each decoding sequence gets this step: adding one more draft token to the
-// sequence whose next one is most likely accepted, for as long as the expected tokens it adds per
-// second of extra time (one more row in the step, per_token, plus drafting it, draft_per_token)
-// beat the step's tokens per second so far (both from `cost`), and it is expected to add at least
-// 0.05 tokens. A sequence's first draft token also costs first_cost[i] seconds when given (a model
-// drafter's catch-up on a cold cache, spread over the steps it will serve). Returns
-// [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large batch
-// whose extra rows cost real compute). Before `cost` is ready, every sequence gets
+// How many draft nodes each decoding sequence gets this step, for the most tokens per second
+// expected from `cost`. A chain of k tokens for sequence i is expected to add alpha_i + ... +
+// alpha_i^k tokens (a geometric acceptance process). It costs k rows of the policy's step
+// (per_token), its catch-up rows in the drafter's first forward (catch_up[i] when given: the
+// tokens emitted since its last draft) plus k - 1 more rows, and first_cost[i] when given (a cold
+// sequence's catch-up prefill, spread over the steps it will serve). Chains of depth D cost D
+// drafter forwards (their fixed part), shared by every sequence drafting. For each D the draft
+// tokens are added greedily, the next one most likely accepted first, each sequence's first
+// chain at the length that pays most, for as long as the tokens per second rise and a token is
+// expected to add at least 0.05 tokens; the D that gives most wins, against no drafts at all.
+// Returns [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large
+// batch whose extra rows cost real compute). Before `cost` is ready, every sequence gets
 // `explore_nodes` so that costs get measured.
 std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
                                       int64_t max_nodes, int64_t explore_nodes,
-                                      std::span<const double> first_cost = {});
+                                      std::span<const double> first_cost = {},
+                                      std::span<const int64_t> catch_up = {});
 
 }  // namespace laminar::rollout

@@ -143,6 +143,27 @@ TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
     for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(logits[off + j], a[j], 1e-5) << j;
     off += a.size();
   }
+  // Packed with a cache of its own per sequence (a drafter's batch): the same logits, and each
+  // cache holds its sequence's K/V (a decode step over all three continues them).
+  std::vector<KvCache> own;
+  for (size_t i = 0; i < seqs.size(); ++i) own.push_back((*m)->NewCache(1, 16));
+  std::vector<KvCache*> caches;
+  for (KvCache& c : own) caches.push_back(&c);
+  for (SequenceSpan& span : spans) span.slot = 0;
+  std::vector<float> own_logits;
+  ASSERT_TRUE((*m)->Forward(packed, spans, caches, LogitsFor::kAllTokens, &own_logits).ok());
+  ASSERT_EQ(own_logits.size(), logits.size());
+  for (size_t j = 0; j < logits.size(); ++j) ASSERT_NEAR(own_logits[j], logits[j], 1e-5) << j;
+  std::vector<int32_t> next = {4, 4, 4};
+  std::vector<SequenceSpan> steps;
+  for (const auto& s : seqs) steps.push_back({0, static_cast<int64_t>(s.size()), 1});
+  std::vector<float> step_own, step_shared;
+  ASSERT_TRUE(
+      (*m)->Forward(next, steps, caches, LogitsFor::kLastTokenOfEachSequence, &step_own).ok());
+  for (size_t i = 0; i < seqs.size(); ++i) steps[i].slot = slots[i];
+  ASSERT_TRUE(
+      (*m)->Forward(next, steps, &cache, LogitsFor::kLastTokenOfEachSequence, &step_shared).ok());
+  for (size_t j = 0; j < step_shared.size(); ++j) ASSERT_NEAR(step_own[j], step_shared[j], 1e-5);
   // Decode: feed sequence 0 one token at a time; the last-token logits equal the full pass.
   const auto& s0 = seqs[0];
   KvCache dc = (*m)->NewCache(1, 16);
@@ -400,6 +421,15 @@ TEST(LlamaModelErrorsTest, BadInput) {
   SequenceSpan bad_slot{3, 0, 1};
   std::vector<int32_t> ok_id = {1};
   EXPECT_FALSE((*m)->Forward(ok_id, {&bad_slot, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
+  // A cache per sequence: as many caches as spans (or one), none null.
+  std::vector<int32_t> two_ids = {1, 2};
+  std::vector<SequenceSpan> two = {{0, 0, 1}, {0, 0, 1}};
+  std::vector<KvCache*> three = {&cache, &cache, &cache};
+  st = (*m)->Forward(two_ids, two, three, LogitsFor::kAllTokens, &logits);
+  EXPECT_NE(st.message().find("3 KV caches for 2 sequences"), std::string::npos) << st;
+  std::vector<KvCache*> with_null = {&cache, nullptr};
+  st = (*m)->Forward(two_ids, two, with_null, LogitsFor::kAllTokens, &logits);
+  EXPECT_NE(st.message().find("sequence 1: no KV cache"), std::string::npos) << st;
   // Missing and misshapen tensors.
   model::WeightStore missing = RandomWeights(cfg, 1);
   model::WeightStore partial;

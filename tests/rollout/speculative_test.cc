@@ -395,9 +395,9 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   stalled.Record(1, 0.5);
   EXPECT_NEAR(stalled.per_token(), 0.0025, 1e-9);
   EXPECT_NEAR(stalled.Seconds(1), 0.03, 1e-3);
-  // Flat steps, but each drafted token costs as much as a step (a slow model drafter): none.
+  // Flat steps, but each drafter forward costs as much as a step (a slow model drafter): none.
   StepCostModel slow_drafter = flat;
-  slow_drafter.RecordDraft(4, 0.04);
+  slow_drafter.RecordDraft(4, 0.01);
   EXPECT_EQ(PlanDraftBudgets(good, slow_drafter, 4, 8, 2), (std::vector<int64_t>(4, 0)));
   // A drafter whose tokens are never accepted gets nothing even when drafting is free.
   std::vector<AcceptanceStats> hopeless(2);
@@ -458,7 +458,7 @@ TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
   }
   StepCostModel cost;
   for (int t : {1, 2, 4, 8, 1, 2}) cost.Record(t, 0.03 + 0.001 * t);
-  cost.RecordDraft(4, 4 * 0.005);
+  cost.RecordDraft(2, 0.005);
   const auto warm = PlanDraftBudgets(good, cost, 2, 8, 0);
   ASSERT_GT(warm[0], 0);
   // Sequence 1's catch-up costs 10 steps: no chain repays it; sequence 0 is unaffected.
@@ -467,23 +467,23 @@ TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
   EXPECT_EQ(b[0], warm[0]);
   EXPECT_EQ(b[1], 0);
   // A small catch-up (a third of a step): one draft token alone would not repay it (alpha 0.97
-  // for 0.016 s), a chain does.
+  // for 0.011 s more), a chain does.
   const std::vector<double> small = {0.0, 0.01};
   const auto c = PlanDraftBudgets(good, cost, 2, 8, 0, small);
   EXPECT_EQ(c[0], warm[0]);
   EXPECT_GT(c[1], 1);
   // A drafter's catch-up cost per token is measured apart from its drafting; before any is
-  // seen it is taken to be a drafted token's.
+  // seen it is taken to be a one-row drafter forward's.
   StepCostModel fresh;
   fresh.RecordDraft(2, 0.02);
-  EXPECT_DOUBLE_EQ(fresh.catch_up_per_token(), 0.01);
+  EXPECT_DOUBLE_EQ(fresh.catch_up_per_token(), 0.02);
   fresh.RecordCatchUp(100, 0.2);
   EXPECT_DOUBLE_EQ(fresh.catch_up_per_token(), 0.002);
 }
 
-// A model drafter reports how much of the sequence it fed to catch up: all of it on the first
-// draft, only what was emitted since on the next (the engine times drafting from those alone).
-TEST(ModelDrafterTest, ReportsItsCatchUp) {
+// A model drafter reports the forwards it ran: the catch-up (all of the sequence on its first
+// draft, only what was emitted since on the next) gives the first token, then a row per token.
+TEST(ModelDrafterTest, ReportsItsForwards) {
   const model::ModelConfig config = testing::TinyLlamaConfig();
   const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
   auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
@@ -500,22 +500,119 @@ TEST(ModelDrafterTest, ReportsItsCatchUp) {
                              .max_nodes = 3,
                              .sampling = &greedy});
   };
+  auto rows = [&] {
+    std::vector<int64_t> r;
+    for (const DraftForward& f : drafter->last_forwards()) {
+      EXPECT_FALSE(f.catch_up);  // Propose alone never splits a catch-up off
+      EXPECT_GE(f.seconds, 0.0);
+      r.push_back(f.rows);
+    }
+    return r;
+  };
   const DraftTree first = propose();
   ASSERT_EQ(first.size(), 3);
-  EXPECT_EQ(drafter->last_catch_up(), 5);
+  EXPECT_EQ(rows(), (std::vector<int64_t>{5, 1, 1}));
   // The policy accepted the first drafted token and then sampled another one.
   tokens.push_back(first.tokens[0]);
   tokens.push_back((first.tokens[1] + 1) % static_cast<int32_t>(config.vocab_size));
   propose();
-  EXPECT_GE(drafter->last_catch_up(), 1);
-  EXPECT_LE(drafter->last_catch_up(), 2);
+  const std::vector<int64_t> second = rows();
+  ASSERT_EQ(second.size(), 3u);
+  EXPECT_GE(second[0], 1);
+  EXPECT_LE(second[0], 2);
   // What a Propose would feed now, without proposing: the new tokens, or all of an unseen one.
   tokens.push_back(3);
   EXPECT_EQ(drafter->CatchUpTokens(0, tokens), 1);
   EXPECT_EQ(drafter->CatchUpTokens(7, tokens), std::ssize(tokens));
   SuffixDrafter suffix({});
-  EXPECT_EQ(suffix.last_catch_up(), 0);
+  EXPECT_TRUE(suffix.last_forwards().empty());
   EXPECT_EQ(suffix.CatchUpTokens(0, tokens), 0);
+}
+
+// Batched drafting: chains drafted in lockstep for several sequences (one forward per depth, cold
+// catch-ups in a forward of their own) are the chains each sequence gets alone (greedy), and a
+// sampled batch draws every chain from the drafter's distribution given its own sequence.
+TEST(ModelDrafterTest, ProposeBatchEqualsOneSequenceAtATime) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  engine::SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2, 7}, {3, 3, 8}, {4}};
+  const std::vector<int64_t> nodes = {3, 2, 0};  // the third asks for nothing
+  auto context = [&](size_t i) {
+    return DraftContext{.seq = static_cast<int64_t>(i),
+                        .group = 0,
+                        .tokens = seqs[i],
+                        .num_prompt_tokens = 1,
+                        .max_nodes = nodes[i],
+                        .sampling = &greedy};
+  };
+  auto alone = ModelDrafter::DraftModel(model.get(), 0.0, 1);
+  auto batched = ModelDrafter::DraftModel(model.get(), 0.0, 1);
+  ASSERT_TRUE(alone->OnWeights(model.get()).ok());
+  ASSERT_TRUE(batched->OnWeights(model.get()).ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<DraftContext> contexts;
+    for (size_t i = 0; i < seqs.size(); ++i) contexts.push_back(context(i));
+    const std::vector<DraftTree> trees = batched->ProposeBatch(contexts, /*warm_catch_up=*/2);
+    ASSERT_EQ(trees.size(), seqs.size());
+    std::vector<std::pair<int64_t, bool>> forwards;
+    for (const DraftForward& f : batched->last_forwards())
+      forwards.emplace_back(f.rows, f.catch_up);
+    if (round == 0) {
+      // Both cold (5 + 3 tokens to catch up, more than 2): their own forward, then the chains'
+      // second tokens (2 rows) and the first chain's third (1 row).
+      EXPECT_EQ(forwards,
+                (std::vector<std::pair<int64_t, bool>>{{8, true}, {2, false}, {1, false}}));
+    } else {
+      // Warm: each fed its last drafted token and the one appended (2 + 2 rows) with the rest.
+      EXPECT_EQ(forwards,
+                (std::vector<std::pair<int64_t, bool>>{{4, false}, {2, false}, {1, false}}));
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const DraftTree want = nodes[i] > 0 ? alone->Propose(context(i)) : DraftTree{};
+      EXPECT_EQ(trees[i].tokens, want.tokens) << "round " << round << " sequence " << i;
+      EXPECT_EQ(trees[i].parents, want.parents);
+      EXPECT_TRUE(trees[i].child_q.empty());
+    }
+    // The sequences take their chains and one more token each.
+    for (size_t i = 0; i < 2; ++i) {
+      seqs[i].insert(seqs[i].end(), trees[i].tokens.begin(), trees[i].tokens.end());
+      seqs[i].push_back(6);
+    }
+  }
+  // Sampled: each chain's rows are the drafter's distribution after its own sequence.
+  engine::SamplingParams t1;
+  t1.temperature = 1;
+  std::vector<DraftContext> contexts;
+  for (size_t i = 0; i < 2; ++i) {
+    contexts.push_back(context(i));
+    contexts.back().sampling = &t1;
+  }
+  const std::vector<DraftTree> trees = batched->ProposeBatch(contexts, 2);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(trees[i].size(), nodes[i]);
+    ASSERT_EQ(trees[i].child_q.size(), static_cast<size_t>(nodes[i] + 1));
+    std::vector<int32_t> prefix = seqs[i];
+    for (int64_t j = 0; j < nodes[i]; ++j) {
+      engine::KvCache cache = model->NewCache(1, 32);
+      const engine::SequenceSpan span(0, 0, std::ssize(prefix));
+      std::vector<float> logits;
+      ASSERT_TRUE(model
+                      ->Forward(prefix, {&span, 1}, &cache,
+                                engine::LogitsFor::kLastTokenOfEachSequence, &logits)
+                      .ok());
+      engine::Sampler sampler(t1);
+      engine::TokenDistribution dist;
+      sampler.Distribution(logits, &dist);
+      for (size_t k = 0; k < dist.ids.size(); ++k) {
+        EXPECT_NEAR(trees[i].child_q[j][dist.ids[k]], dist.probs[k], 1e-5)
+            << "sequence " << i << " node " << j;
+      }
+      prefix.push_back(trees[i].tokens[j]);
+    }
+  }
 }
 
 // min_confidence stops a sampled chain once the product of its tokens' q falls below it; at 0 (the
