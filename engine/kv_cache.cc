@@ -1,6 +1,8 @@
 // Contiguous KV cache.
 #include "engine/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace laminar::engine {
@@ -32,6 +34,24 @@ std::span<float> KvCache::Keys(int64_t layer, int64_t slot) {
 std::span<float> KvCache::Values(int64_t layer, int64_t slot) {
   return {v_.data() + Offset(layer, slot),
           static_cast<size_t>(max_positions_ * num_kv_heads_ * head_dim_)};
+}
+
+void KvCache::CopyPrefix(const KvCache& src, int64_t src_slot, int64_t dst_slot,
+                         int64_t positions) {
+  LAMINAR_CHECK(src.num_layers_ == num_layers_ && src.num_kv_heads_ == num_kv_heads_ &&
+                src.head_dim_ == head_dim_)
+      << "KV caches of different shapes";
+  LAMINAR_CHECK(positions >= 0 && positions <= max_positions_ && positions <= src.max_positions_)
+      << "copying " << positions << " positions between caches of " << src.max_positions_ << " and "
+      << max_positions_;
+  const auto n = static_cast<std::ptrdiff_t>(positions * num_kv_heads_ * head_dim_);
+  for (int64_t layer = 0; layer < num_layers_; ++layer) {
+    const size_t from = src.Offset(layer, src_slot), to = Offset(layer, dst_slot);
+    std::copy_n(src.k_.begin() + static_cast<std::ptrdiff_t>(from), n,
+                k_.begin() + static_cast<std::ptrdiff_t>(to));
+    std::copy_n(src.v_.begin() + static_cast<std::ptrdiff_t>(from), n,
+                v_.begin() + static_cast<std::ptrdiff_t>(to));
+  }
 }
 
 }  // namespace laminar::engine

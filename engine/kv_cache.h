@@ -22,6 +22,11 @@ class KvCache {
   // Keys/values of one slot in one layer: [S, Hkv, D].
   std::span<float> Keys(int64_t layer, int64_t slot);
   std::span<float> Values(int64_t layer, int64_t slot);
+  // Copies the keys and values of positions [0, positions) of `src`'s slot `src_slot`, all
+  // layers, into this cache's slot `dst_slot` (a prefix two sequences share: a GRPO group's
+  // prompt). Shapes must match (num_layers, heads, head_dim) and both caches hold `positions`;
+  // LAMINAR_CHECK otherwise.
+  void CopyPrefix(const KvCache& src, int64_t src_slot, int64_t dst_slot, int64_t positions);
   // Bytes held (both k and v).
   size_t size_bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
 

@@ -211,7 +211,10 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
       (1 - std::pow(a, static_cast<double>(spec.max_draft_tokens + 1))) / (1 - a);
   for (size_t i = 0; i < ids.size(); ++i) {
     const Sample& s = samples_.at(ids[i]);
-    catch_up[i] = drafter_->CatchUpTokens(ids[i], s.tokens);
+    catch_up[i] = drafter_->CatchUpTokens({.seq = ids[i],
+                                           .group = s.request_id,
+                                           .tokens = s.tokens,
+                                           .num_prompt_tokens = s.num_prompt_tokens});
     if (catch_up[i] <= warm_catch_up) continue;
     const int64_t left = std::max<int64_t>(
         1, s.matcher.options().max_tokens - (std::ssize(s.tokens) - s.num_prompt_tokens));

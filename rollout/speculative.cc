@@ -341,6 +341,7 @@ std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel*
 
 Status ModelDrafter::OnWeights(const engine::LlamaModel* policy) {
   caches_.clear();  // KV of the old drafter weights
+  group_seqs_.clear();
   head_.reset();
   if (name_ == "draft_model") {
     if (model_->config().vocab_size != policy->config().vocab_size) {
@@ -493,14 +494,32 @@ int64_t ValidPrefix(const std::vector<int32_t>& fed, std::span<const int32_t> to
 
 }  // namespace
 
-int64_t ModelDrafter::CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const {
-  if (model_ == nullptr) return 0;  // Propose drafts nothing yet
-  auto it = caches_.find(seq);
-  // No cache, or one too small for the sequence (Propose makes a new one): all of it.
-  if (it == caches_.end() || it->second.kv.max_positions() <= std::ssize(tokens)) {
-    return std::ssize(tokens);
+std::pair<int64_t, const ModelDrafter::SeqCache*> ModelDrafter::HeldPrefix(const DraftContext& ctx,
+                                                                           int64_t need) const {
+  int64_t held = 0;
+  if (auto it = caches_.find(ctx.seq);
+      it != caches_.end() && it->second.kv.max_positions() >= need) {
+    held = ValidPrefix(it->second.tokens, ctx.tokens);
   }
-  return std::ssize(tokens) - ValidPrefix(it->second.tokens, tokens);
+  const SeqCache* donor = nullptr;
+  if (held >= ctx.num_prompt_tokens) return {held, donor};
+  if (auto g = group_seqs_.find(ctx.group); g != group_seqs_.end()) {
+    for (int64_t sibling : g->second) {
+      if (sibling == ctx.seq) continue;
+      const SeqCache& other = caches_.at(sibling);
+      if (const int64_t n = ValidPrefix(other.tokens, ctx.tokens); n > held) {
+        held = n;
+        donor = &other;
+      }
+    }
+  }
+  return {held, donor};
+}
+
+int64_t ModelDrafter::CatchUpTokens(const DraftContext& ctx) const {
+  if (model_ == nullptr) return 0;  // Propose drafts nothing yet
+  // A cache too small for the sequence is replaced (Propose makes a new one).
+  return std::ssize(ctx.tokens) - HeldPrefix(ctx, std::ssize(ctx.tokens) + 1).first;
 }
 
 std::vector<DraftTree> Drafter::ProposeBatch(std::span<const DraftContext> ctxs,
@@ -551,14 +570,21 @@ std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> 
     const int64_t len = std::ssize(ctx.tokens);
     const int64_t need = len + ctx.max_nodes;
     if (need > model_->config().max_position_embeddings) continue;
+    const auto [held, donor] = HeldPrefix(ctx, need);
     auto it = caches_.find(ctx.seq);
     first_draft |= it == caches_.end();
+    if (it == caches_.end()) group_seqs_[ctx.group].push_back(ctx.seq);
     if (it == caches_.end() || it->second.kv.max_positions() < need) {
       const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
                                             model_->config().max_position_embeddings);
       it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
+      it->second.group = ctx.group;
     }
     SeqCache& cache = it->second;
+    if (donor != nullptr) {  // a sibling's prompt: copied, not recomputed
+      cache.kv.CopyPrefix(donor->kv, 0, 0, held);
+      cache.tokens.assign(ctx.tokens.begin(), ctx.tokens.begin() + held);
+    }
     NoteTokens(ctx.tokens);
     engine::SamplingParams params = *ctx.sampling;
     params.logprobs = 0;
@@ -578,7 +604,7 @@ std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> 
     c.index = i;
     c.cache = &cache;
     c.seq.assign(ctx.tokens.begin(), ctx.tokens.end());
-    c.fed = ValidPrefix(cache.tokens, ctx.tokens);
+    c.fed = held;
     c.max_nodes = ctx.max_nodes;
     c.params = params;
   }
@@ -586,12 +612,37 @@ std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> 
   // rebuilt at once; later ones wait for kVocabRebuildTokens new tokens (a token not in the head
   // yet just has q = 0, which stays exact).
   RebuildHead(/*now=*/first_draft);
-  std::vector<Chain*> cold, warm, all;
+  // Cold sequences catch up in a forward of their own: the first of each group, then the others
+  // that share a prefix with it, from its KV (a GRPO group starting together prefills its prompt
+  // once).
+  std::vector<Chain*> leaders, followers, warm, all;
   for (Chain& c : chains) {
-    (std::ssize(c.seq) - c.fed > warm_catch_up ? cold : warm).push_back(&c);
     all.push_back(&c);
+    if (std::ssize(c.seq) - c.fed <= warm_catch_up) {
+      warm.push_back(&c);
+    } else if (std::ranges::any_of(leaders, [&](const Chain* l) {
+                 return ctxs[l->index].group == ctxs[c.index].group &&
+                        ValidPrefix(l->seq, c.seq) > c.fed;
+               })) {
+      followers.push_back(&c);
+    } else {
+      leaders.push_back(&c);
+    }
   }
-  Feed(cold, /*catch_up=*/true, &forwards_);
+  Feed(leaders, /*catch_up=*/true, &forwards_);
+  std::vector<Chain*> still_cold;
+  for (Chain* c : followers) {
+    for (const Chain* l : leaders) {
+      if (ctxs[l->index].group != ctxs[c->index].group) continue;
+      if (const int64_t n = ValidPrefix(l->cache->tokens, c->seq); n > c->fed) {
+        c->cache->kv.CopyPrefix(l->cache->kv, 0, 0, n);
+        c->cache->tokens.assign(c->seq.begin(), c->seq.begin() + n);
+        c->fed = n;
+      }
+    }
+    (std::ssize(c->seq) - c->fed <= warm_catch_up ? warm : still_cold).push_back(c);
+  }
+  Feed(still_cold, /*catch_up=*/true, &forwards_);
   Feed(warm, /*catch_up=*/false, &forwards_);
   Draw(all, &forwards_);
   for (Chain& c : chains) {
@@ -631,7 +682,12 @@ void ModelDrafter::DraftAhead(int64_t seq_id, int64_t max_nodes) {
 
 void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t> tokens,
                                  int64_t) {
-  caches_.erase(seq);
+  if (auto it = caches_.find(seq); it != caches_.end()) {
+    auto g = group_seqs_.find(it->second.group);
+    std::erase(g->second, seq);
+    if (g->second.empty()) group_seqs_.erase(g);
+    caches_.erase(it);
+  }
   NoteTokens(tokens);  // its siblings and later responses may write them
 }
 

@@ -119,12 +119,11 @@ class Drafter {
   virtual void DraftAhead(int64_t /*seq*/, int64_t /*max_nodes*/) {}
   // Proposals so far that were answered from what DraftAhead drafted (re-rooted).
   virtual int64_t rerooted() const { return 0; }
-  // Tokens of `tokens` (a sequence) that a Propose now would feed to catch up before drafting:
-  // the whole sequence before its first draft, the tokens emitted since its last draft after.
-  // 0 for drafters without a model.
-  virtual int64_t CatchUpTokens(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) const {
-    return 0;
-  }
+  // Tokens of ctx.tokens that a Propose now would feed to catch up before drafting (max_nodes
+  // and sampling unused): the whole sequence before its first draft (less the prompt when a
+  // sibling of its group holds it), the tokens emitted since its last draft after. 0 for drafters
+  // without a model.
+  virtual int64_t CatchUpTokens(const DraftContext& /*ctx*/) const { return 0; }
 };
 
 // The model drafters: `layer_skip` (the policy itself with a subset of its layers, rebuilt from
@@ -179,7 +178,7 @@ class ModelDrafter final : public Drafter {
   // Tokens the drafting head computes now (0: the whole vocabulary).
   int64_t draft_vocab_size() const { return head_ ? std::ssize(head_->output_vocab()) : 0; }
   int64_t rerooted() const override { return rerooted_; }
-  int64_t CatchUpTokens(int64_t seq, std::span<const int32_t> tokens) const override;
+  int64_t CatchUpTokens(const DraftContext& ctx) const override;
 
  private:
   ModelDrafter(std::string name, double min_confidence, uint64_t seed, int64_t draft_vocab);
@@ -197,6 +196,7 @@ class ModelDrafter final : public Drafter {
   struct SeqCache {
     explicit SeqCache(engine::KvCache cache) : kv(std::move(cache)) {}
     engine::KvCache kv;
+    int64_t group = 0;
     std::vector<int32_t> tokens;  // the tokens whose KV it holds, positions 0..size-1
     // The last proposal: the sequence followed by the drafted chain, and its sampling parameters.
     std::vector<int32_t> proposed;
@@ -219,6 +219,11 @@ class ModelDrafter final : public Drafter {
     std::vector<std::vector<float>> q;  // each token's distribution (none at temperature 0)
     double confidence = 1.0;
   };
+  // The longest prefix of ctx.tokens (leaving one token to feed) whose KV a cache holds: the
+  // sequence's own (when it fits `need` positions), or, before its own holds the prompt, a
+  // sibling's of its group (the GRPO group's shared prompt, copied instead of recomputed). The
+  // donor is null for its own cache.
+  std::pair<int64_t, const SeqCache*> HeldPrefix(const DraftContext& ctx, int64_t need) const;
   // One forward feeding each chain's seq[fed..] into its cache; each chain's logits become those
   // after its last token. Timed into `log` when given.
   void Feed(std::span<Chain* const> chains, bool catch_up, std::vector<DraftForward>* log);
@@ -243,6 +248,7 @@ class ModelDrafter final : public Drafter {
   std::unique_ptr<engine::LlamaModel> head_;  // model_ with the draft vocabulary's head
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
+  std::unordered_map<int64_t, std::vector<int64_t>> group_seqs_;  // group -> sequences in caches_
   int64_t rerooted_ = 0;
   std::vector<DraftForward> forwards_;  // the last ProposeBatch's
 };

@@ -522,11 +522,11 @@ TEST(ModelDrafterTest, ReportsItsForwards) {
   EXPECT_LE(second[0], 2);
   // What a Propose would feed now, without proposing: the new tokens, or all of an unseen one.
   tokens.push_back(3);
-  EXPECT_EQ(drafter->CatchUpTokens(0, tokens), 1);
-  EXPECT_EQ(drafter->CatchUpTokens(7, tokens), std::ssize(tokens));
+  EXPECT_EQ(drafter->CatchUpTokens({.seq = 0, .tokens = tokens}), 1);
+  EXPECT_EQ(drafter->CatchUpTokens({.seq = 7, .tokens = tokens}), std::ssize(tokens));
   SuffixDrafter suffix({});
   EXPECT_TRUE(suffix.last_forwards().empty());
-  EXPECT_EQ(suffix.CatchUpTokens(0, tokens), 0);
+  EXPECT_EQ(suffix.CatchUpTokens({.seq = 0, .tokens = tokens}), 0);
 }
 
 // Batched drafting: chains drafted in lockstep for several sequences (one forward per depth, cold
@@ -613,6 +613,63 @@ TEST(ModelDrafterTest, ProposeBatchEqualsOneSequenceAtATime) {
       prefix.push_back(trees[i].tokens[j]);
     }
   }
+}
+
+// The samples of a GRPO group share their prompt: the drafter prefills it once (the first
+// sample of the group in a batch) and copies its KV to the others, then and later, and their
+// chains are those each gets alone.
+TEST(ModelDrafterTest, ASiblingsPromptIsCopiedNotRecomputed) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  engine::SamplingParams greedy;
+  greedy.temperature = 0;
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  std::vector<std::vector<int32_t>> seqs;
+  for (int32_t first : {7, 3, 8}) {
+    seqs.push_back(prompt);
+    seqs.back().push_back(first);
+  }
+  auto context = [&](int64_t i, int64_t group) {
+    return DraftContext{.seq = i,
+                        .group = group,
+                        .tokens = seqs[static_cast<size_t>(i)],
+                        .num_prompt_tokens = std::ssize(prompt),
+                        .max_nodes = 2,
+                        .sampling = &greedy};
+  };
+  auto alone = ModelDrafter::DraftModel(model.get(), 0.0, 1);
+  auto shared = ModelDrafter::DraftModel(model.get(), 0.0, 1);
+  ASSERT_TRUE(alone->OnWeights(model.get()).ok());
+  ASSERT_TRUE(shared->OnWeights(model.get()).ok());
+  auto forwards = [&] {
+    std::vector<std::pair<int64_t, bool>> f;
+    for (const DraftForward& x : shared->last_forwards()) f.emplace_back(x.rows, x.catch_up);
+    return f;
+  };
+  // Samples 0 and 1 of group 5 start together: 0 prefills (5 rows), 1 copies the prompt and
+  // feeds its own token with the warm ones, then one forward for both chains' second tokens.
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 5)), 5);
+  const std::vector<DraftTree> first = shared->ProposeBatch(
+      std::vector<DraftContext>{context(0, 5), context(1, 5)}, /*warm_catch_up=*/2);
+  EXPECT_EQ(forwards(), (std::vector<std::pair<int64_t, bool>>{{5, true}, {1, false}, {2, false}}));
+  // Sample 2 arrives later: only its own token to catch up; a sample of another group, all.
+  EXPECT_EQ(shared->CatchUpTokens(context(2, 5)), 1);
+  EXPECT_EQ(shared->CatchUpTokens(context(2, 6)), 5);
+  const DraftContext third = context(2, 5);
+  const std::vector<DraftTree> later = shared->ProposeBatch({&third, 1}, 2);
+  EXPECT_EQ(forwards(), (std::vector<std::pair<int64_t, bool>>{{1, false}, {1, false}}));
+  for (int64_t i = 0; i < 3; ++i) {
+    const DraftTree want = alone->Propose(context(i, 5));
+    const DraftTree& got = i < 2 ? first[static_cast<size_t>(i)] : later[0];
+    EXPECT_EQ(got.tokens, want.tokens) << "sample " << i;
+  }
+  // A sample that ended no longer lends its prompt; the others still do.
+  shared->OnSequenceEnd(1, 5, seqs[1], 4);
+  shared->OnSequenceEnd(2, 5, seqs[2], 4);
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 5)), 1);
+  shared->OnSequenceEnd(0, 5, seqs[0], 4);
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 5)), 5);
 }
 
 // min_confidence stops a sampled chain once the product of its tokens' q falls below it; at 0 (the
