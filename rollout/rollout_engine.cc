@@ -233,8 +233,10 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
                                  /*explore_nodes=*/0, first_cost, warm_rows);
       // Steps with drafts measured slower than plain ones: only exploration drafts (below), and
-      // its steps keep measuring whether drafting pays again.
-      if (!GainFor(std::ssize(ids)).pays()) budgets.assign(ids.size(), 0);
+      // its steps keep measuring whether drafting pays again. While drafting pays, a plain step
+      // now and then measures what it is compared with.
+      const SpeculationGain& gain = GainFor(std::ssize(ids));
+      if (!gain.pays() || gain.plain_due()) budgets.assign(ids.size(), 0);
     } else {
       // Until the step cost has been measured at two sizes, every other step one sequence drafts
       // and the others do not: both sizes come soon whatever the batch. It is the sequence
@@ -342,11 +344,14 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
 }
 
 StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
+  const auto step_start = std::chrono::steady_clock::now();
   // Speculation: budgets for the decodes, and their trees proposed when the scheduler asks.
   std::unordered_map<RequestId, int64_t> budgets;
   std::unordered_map<RequestId, DraftTree> trees;
   Scheduler::DraftWanted draft_wanted;
-  double draft_s = 0;  // drafting this step (cold sequences' catch-up prefills left out)
+  // Cold sequences' catch-up prefills this step: a one-time cost, left out of what speculation
+  // is measured to yield.
+  double catch_up_s = 0;
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
     // Every budgeted decode's tree in one batch (a model drafter runs each chain depth for all of
@@ -374,7 +379,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       // a one-time prefill, not the marginal cost of drafting: it would turn speculation off.
       std::vector<DraftTree> proposed =
           drafter_->ProposeBatch(contexts, config_.speculative.max_draft_tokens + 1);
-      draft_s =
+      const double draft_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
       const std::span<const DraftForward> forwards = drafter_->last_forwards();
       int64_t drafted = 0;
@@ -391,12 +396,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       for (const DraftForward& f : forwards) {
         if (f.catch_up) {
           costs_.RecordCatchUp(f.rows, f.seconds);
-          draft_s -= f.seconds;
+          catch_up_s += f.seconds;
         } else {
           costs_.RecordDraft(f.rows, f.seconds);
         }
       }
-      draft_s = std::max(0.0, draft_s);
     }
     draft_wanted = [&](RequestId id) -> int64_t {
       auto t = trees.find(id);
@@ -464,11 +468,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     const Status forward = model_->Forward(tokens, spans, tables, &cache_,
                                            engine::LogitsFor::kLastTokenOfEachSequence, &logits);
     forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (drafting.valid()) {
-      drafting.get();  // the wait for drafting ahead is on the critical path
-      draft_s +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - forward_s;
-    }
+    if (drafting.valid()) drafting.get();  // the wait for drafting ahead is on the critical path
     LAMINAR_RETURN_IF_ERROR(forward, "rollout step");
   }
   // The cost model covers decode steps only (prefill chunks run other kernels at other sizes).
@@ -537,9 +537,17 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   }
   const bool verified =
       std::ranges::any_of(plan.seqs, [](const ScheduledSeq& q) { return q.num_draft_tokens > 0; });
-  if (drafter_ != nullptr && decodes_only && verified && costs_.ready()) {
+  if (drafter_ != nullptr && decodes_only && costs_.ready()) {
+    // The whole step: drafting, forward, verification and the rest, as a plain step's.
+    const double step_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count() -
+        catch_up_s;
     const auto decodes = std::ssize(plan.seqs);
-    GainFor(decodes).Record(decodes, emitted, forward_s + draft_s, costs_.Seconds(decodes));
+    if (verified) {
+      GainFor(decodes).Record(decodes, emitted, step_s, costs_.Seconds(decodes));
+    } else {
+      GainFor(decodes).RecordPlain(step_s, costs_.Seconds(decodes));
+    }
   }
   // The stop matcher ends a sample at max_tokens before the scheduler would; any id the scheduler
   // still finishes here reached its length.

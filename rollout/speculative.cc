@@ -798,9 +798,19 @@ void CostLine::Record(int64_t size, double seconds) {
   Fit();
 }
 
-void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, double plain_seconds,
+void SpeculationGain::RecordPlain(double seconds, double line_seconds) {
+  since_plain_ = 0;
+  if (!(seconds > 0) || !(line_seconds > 0)) return;
+  const double level = seconds / line_seconds;
+  level_ = level_seen_ ? 0.7 * level_ + 0.3 * level : level;
+  level_seen_ = true;
+}
+
+void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, double line_seconds,
                              double decay) {
-  if (decodes <= 0 || seconds <= 0 || plain_seconds <= 0) return;
+  if (decodes <= 0 || seconds <= 0 || line_seconds <= 0) return;
+  ++since_plain_;
+  const double plain_seconds = line_seconds * level_;
   const double r =
       (static_cast<double>(emitted) / seconds) / (static_cast<double>(decodes) / plain_seconds);
   sum_ = decay * sum_ + r;

@@ -438,30 +438,44 @@ class StepCostModel {
 };
 
 // What speculation actually yields, measured: per step with drafts (decode steps only), the
-// tokens it emitted per second of forward and drafting, against the tokens per second the same
-// step would have emitted without drafts (the step cost line at its decode count). A moving
-// average of that ratio (exponential, corrected for its start so the first step weighs no more
-// than the others); from kMinSteps steps on, pays() turns false below kOff and true again above
-// kOn (hysteresis: near 1 the ratio is mostly noise). PlanDraftBudgets plans from expectations
-// (acceptance history, a linear step cost); this closes the loop on what they missed (a step cost
-// that is not linear in the rows, acceptance that does not hold), so that speculation that loses
-// is switched off (the "never slower than off").
+// tokens it emitted per second of the whole step (drafting, forward, verification), against the
+// tokens per second the same step would have emitted without drafts. That plain time is the step
+// cost line at its decode count times a level measured on recent plain steps (their whole time
+// over the line's), so a machine that slows down or speeds up, or overheads the line does not
+// see, do not bias it; while speculation runs, every kPlainEvery-th step is plain (plain_due) to
+// keep the level fresh. A moving average of the ratio (exponential, corrected for its start so
+// the first step weighs no more than the others); from kMinSteps steps on, pays() turns false
+// below kOff and true again above kOn (hysteresis: near 1 the ratio is mostly noise).
+// PlanDraftBudgets plans from expectations (acceptance history, a linear step cost); this closes
+// the loop on what they missed (a step cost that is not linear in the rows, acceptance that does
+// not hold, verification's own cost), so that speculation that loses is switched off (the
+// issue's "never slower than off").
 class SpeculationGain {
  public:
   static constexpr int64_t kMinSteps = 8;
+  static constexpr int64_t kPlainEvery = 16;
   static constexpr double kOff = 0.97, kOn = 1.03;
-  // A step with drafts: `decodes` decoding sequences emitted `emitted` tokens in `seconds`
-  // (forward and drafting); without drafts the step would have taken `plain_seconds`.
-  void Record(int64_t decodes, int64_t emitted, double seconds, double plain_seconds,
+  // A step with drafts: `decodes` decoding sequences emitted `emitted` tokens in `seconds`; the
+  // step cost line puts the same step without drafts at `line_seconds`.
+  void Record(int64_t decodes, int64_t emitted, double seconds, double line_seconds,
               double decay = 0.95);
+  // A plain step (no drafts) took `seconds` where the line puts it at `line_seconds`.
+  void RecordPlain(double seconds, double line_seconds);
   bool pays() const { return pays_; }
   double ratio() const { return weight_ > 0 ? sum_ / weight_ : 1.0; }  // 1 before any step
   int64_t steps() const { return steps_; }
+  // Plain steps' time over the line's, recent ones weighing most (1 before any).
+  double level() const { return level_; }
+  // kPlainEvery steps with drafts ran since the last plain one.
+  bool plain_due() const { return since_plain_ >= kPlainEvery; }
 
  private:
   double sum_ = 0, weight_ = 0;  // Σ decay^age · ratio, Σ decay^age
   int64_t steps_ = 0;
   bool pays_ = true;
+  double level_ = 1.0;
+  bool level_seen_ = false;
+  int64_t since_plain_ = 0;
 };
 
 // How many draft nodes each decoding sequence gets this step, for the most tokens per second

@@ -439,6 +439,23 @@ TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
   for (int i = 0; i < 200; ++i) gain.Record(1, 1, 1.0 / 0.99, 1.0);
   EXPECT_NEAR(gain.ratio(), 0.99, 1e-4);
   EXPECT_TRUE(gain.pays());
+  // Plain steps set the level the line is scaled by: on a machine running at half the line's
+  // speed, drafted steps are compared with plain steps as slow as they are.
+  SpeculationGain slow;
+  slow.RecordPlain(0.10, 0.05);
+  EXPECT_DOUBLE_EQ(slow.level(), 2.0);
+  for (int64_t i = 0; i < SpeculationGain::kMinSteps; ++i) slow.Record(4, 5, 0.10, 0.05);
+  EXPECT_NEAR(slow.ratio(), 1.25, 1e-9);  // (5 / 0.1) / (4 / 0.1); the line alone says 0.625
+  EXPECT_TRUE(slow.pays());
+  // While drafting pays, a plain step is due every kPlainEvery drafted steps.
+  EXPECT_FALSE(slow.plain_due());
+  for (int64_t i = SpeculationGain::kMinSteps; i < SpeculationGain::kPlainEvery; ++i) {
+    slow.Record(4, 5, 0.10, 0.05);
+  }
+  EXPECT_TRUE(slow.plain_due());
+  slow.RecordPlain(0.05, 0.05);  // the machine sped up: the level follows, weighted to the recent
+  EXPECT_FALSE(slow.plain_due());
+  EXPECT_NEAR(slow.level(), 0.7 * 2.0 + 0.3 * 1.0, 1e-12);
   // One stalled first step weighs no more than the others: seven good steps outvote it.
   SpeculationGain cold;
   cold.Record(1, 1, 0.2, 0.04);                               // ratio 0.2
