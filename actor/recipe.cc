@@ -84,6 +84,15 @@ ConfigSchema BuildSchema() {
       "drafter draft_model: a checkpoint (path or model name) of a small model with the "
       "policy's vocabulary; the actor publishes its weights with every version and rollouts "
       "pull them from their relay");
+  s.AddString("rollout.speculative.draft_weight_dtype", "auto",
+              "drafter draft_model: its projection weights, quantized from each pulled version "
+              "(auto: as rollout.weight_dtype); a cheaper format than the policy's drafts "
+              "faster (the policy's own weights in w4a8 under an f32 policy: QSpec)",
+              {"auto", "f32", "bf16", "w8a8", "w4a8"});
+  s.AddFloat("rollout.speculative.min_confidence", w.engine.speculative.min_confidence,
+             "model drafters stop a chain once the product of its tokens' draft probabilities "
+             "falls below this (0: never; chains run to their planned length)",
+             0.0, 0.999);
   s.AddInt("rollout.speculative.layer_skip_keep", 0,
            "drafter layer_skip: policy layers kept, evenly spaced (0: half)", 0);
   s.AddInt("rollout.speculative.draft_vocab", w.engine.speculative.draft_vocab,
@@ -268,6 +277,13 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.engine.speculative.layer_skip_keep = r.GetInt("rollout.speculative.layer_skip_keep");
   w.engine.speculative.draft_vocab = r.GetInt("rollout.speculative.draft_vocab");
   w.draft_model_path = r.GetString("rollout.speculative.draft_model");
+  w.engine.speculative.min_confidence = r.GetFloat("rollout.speculative.min_confidence");
+  w.draft_weight_format = w.weight_format;
+  if (const std::string dtype = r.GetString("rollout.speculative.draft_weight_dtype");
+      dtype != "auto") {
+    LAMINAR_ASSIGN_OR_RETURN(w.draft_weight_format, engine::ParseWeightFormat(dtype),
+                             "recipe rollout.speculative.draft_weight_dtype");
+  }
   if (w.engine.speculative.drafter == "draft_model") {
     if (w.draft_model_path.empty()) {
       return InvalidArgumentError(

@@ -193,7 +193,7 @@ Status RolloutWorker::BuildDraftModel(const relay::PulledVersion& v) {
   LAMINAR_ASSIGN_OR_RETURN(
       draft_model_,
       engine::LlamaModel::Create(*options_.draft_model_config, *store, engine::Backend::kCpu,
-                                 options_.weight_format),
+                                 options_.draft_weight_format),
       what + ": the draft model (rollout.speculative.draft_model " + options_.draft_model_path +
           ")");
   draft_weights_ = std::move(store);

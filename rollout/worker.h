@@ -42,6 +42,8 @@ struct RolloutWorkerOptions {
   std::optional<model::ModelConfig> draft_model_config;
   // The projection weights of each pulled version, quantized by the worker (rollout.weight_dtype).
   engine::WeightFormat weight_format = engine::WeightFormat::kF32;
+  // The draft model's, likewise (rollout.speculative.draft_weight_dtype).
+  engine::WeightFormat draft_weight_format = engine::WeightFormat::kF32;
   int32_t max_groups = 4;             // prompt groups in flight at most
   int32_t partial_every_tokens = 16;  // stream a sample's progress every K new tokens (0: never)
   // The score of a sample whose reward failed, timed out or was not finite (reward.failure_score).

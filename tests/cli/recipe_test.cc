@@ -82,6 +82,20 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
   EXPECT_EQ(w->engine.speculative.max_draft_tokens, 5);
   EXPECT_EQ(w->engine.speculative.layer_skip_keep, 3);
   EXPECT_FALSE(w->engine.speculative.adaptive);
+  EXPECT_EQ(w->engine.speculative.min_confidence, 0.0);
+  // The draft model's format follows the policy's unless set; min_confidence reaches the engine.
+  EXPECT_EQ(w->draft_weight_format, w->weight_format);
+  auto quantized = Recipe(
+      "rollout: {weight_dtype: bf16, speculative: {draft_weight_dtype: w4a8, "
+      "min_confidence: 0.25}}\n");
+  ASSERT_TRUE(quantized.ok()) << quantized.status();
+  auto q = actor::RolloutWorkerOptionsOf(*quantized, 1024);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->weight_format, engine::WeightFormat::kBF16);
+  EXPECT_EQ(q->draft_weight_format, engine::WeightFormat::kW4A8);
+  EXPECT_DOUBLE_EQ(q->engine.speculative.min_confidence, 0.25);
+  EXPECT_FALSE(Recipe("rollout: {speculative: {draft_weight_dtype: gguf}}\n").ok());
+  EXPECT_FALSE(Recipe("rollout: {speculative: {min_confidence: 1.5}}\n").ok());
   // draft_model without its checkpoint; an unknown drafter; a size out of range.
   auto no_model = Recipe("rollout: {speculative: {drafter: draft_model}}\n");
   ASSERT_TRUE(no_model.ok());
