@@ -44,6 +44,7 @@ void KvCache::CopyPrefix(const KvCache& src, int64_t src_slot, int64_t dst_slot,
   LAMINAR_CHECK(positions >= 0 && positions <= max_positions_ && positions <= src.max_positions_)
       << "copying " << positions << " positions between caches of " << src.max_positions_ << " and "
       << max_positions_;
+  if (&src == this && src_slot == dst_slot) return;
   const auto n = static_cast<std::ptrdiff_t>(positions * num_kv_heads_ * head_dim_);
   for (int64_t layer = 0; layer < num_layers_; ++layer) {
     const size_t from = src.Offset(layer, src_slot), to = Offset(layer, dst_slot);

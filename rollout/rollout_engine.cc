@@ -9,6 +9,7 @@
 #include <future>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "core/check.h"
@@ -68,6 +69,7 @@ StatusOr<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(const engine::Lla
   LAMINAR_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, MakeDrafter(config.speculative));
   if (drafter != nullptr) LAMINAR_RETURN_IF_ERROR(drafter->OnWeights(model), "speculative drafter");
   std::unique_ptr<RolloutEngine> engine(new RolloutEngine(model, std::move(config)));
+  if (drafter != nullptr) engine->costs_.set_forward_per_depth(drafter->runs_model());
   engine->drafter_ = std::move(drafter);
   return engine;
 }
@@ -187,7 +189,8 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   const SpeculativeConfig& spec = config_.speculative;
   std::vector<RequestId> ids;
   for (const auto& [id, s] : samples_) {
-    if (std::ssize(s.tokens) > s.num_prompt_tokens) ids.push_back(id);
+    // Decodes only (a preempted sample waits to be prefilled again).
+    if (std::ssize(s.tokens) > s.num_prompt_tokens && scheduler_.IsDecoding(id)) ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
   std::vector<AcceptanceStats> stats;
@@ -203,12 +206,13 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   // drafted for, or not for long) first catches up with a prefill: cold sequences pay it in their
   // first draft token, spread over the verifications left in them (at the engine-wide acceptance),
   // and exploration passes them over, so that drafts that do not pay never cost prefills.
-  const int64_t warm_catch_up = spec.max_draft_tokens + 1;
+  const int64_t warm_catch_up = WarmCatchUp();
   std::vector<int64_t> catch_up(ids.size());
   std::vector<double> first_cost(ids.size(), 0.0);
   const double a = std::min(acceptance_.alpha(), 0.999);
   const double tokens_per_verify =
       (1 - std::pow(a, static_cast<double>(spec.max_draft_tokens + 1))) / (1 - a);
+  std::unordered_set<int64_t> cold_groups;  // groups with a cold sample planned before
   for (size_t i = 0; i < ids.size(); ++i) {
     const Sample& s = samples_.at(ids[i]);
     catch_up[i] = drafter_->CatchUpTokens({.seq = ids[i],
@@ -216,6 +220,13 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
                                            .tokens = s.tokens,
                                            .num_prompt_tokens = s.num_prompt_tokens});
     if (catch_up[i] <= warm_catch_up) continue;
+    // Cold samples of one group share their prompt's prefill (the drafter copies it): the others
+    // catch up on their own tokens only.
+    if (!cold_groups.insert(s.request_id).second) {
+      catch_up[i] =
+          std::min(catch_up[i], std::max<int64_t>(1, std::ssize(s.tokens) - s.num_prompt_tokens));
+      if (catch_up[i] <= warm_catch_up) continue;
+    }
     const int64_t left = std::max<int64_t>(
         1, s.matcher.options().max_tokens - (std::ssize(s.tokens) - s.num_prompt_tokens));
     const double verifications = std::max(1.0, static_cast<double>(left) / tokens_per_verify);
@@ -345,13 +356,15 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
 
 StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   const auto step_start = std::chrono::steady_clock::now();
-  // Speculation: budgets for the decodes, and their trees proposed when the scheduler asks.
+  // Speculation: budgets for the decodes, and their trees, proposed together before the
+  // scheduler grants them rows and blocks.
   std::unordered_map<RequestId, int64_t> budgets;
   std::unordered_map<RequestId, DraftTree> trees;
   Scheduler::DraftWanted draft_wanted;
   // Cold sequences' catch-up prefills this step: a one-time cost, left out of what speculation
   // is measured to yield.
   double catch_up_s = 0;
+  bool drafter_asked = false;  // this step
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
     // Every budgeted decode's tree in one batch (a model drafter runs each chain depth for all of
@@ -374,11 +387,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
                           .sampling = &s.sampler.params()});
     }
     if (!contexts.empty()) {
+      drafter_asked = true;
       const auto draft_start = std::chrono::steady_clock::now();
       // A catch-up longer than one verified tree (a sequence's first draft: its whole prompt) is
       // a one-time prefill, not the marginal cost of drafting: it would turn speculation off.
-      std::vector<DraftTree> proposed =
-          drafter_->ProposeBatch(contexts, config_.speculative.max_draft_tokens + 1);
+      std::vector<DraftTree> proposed = drafter_->ProposeBatch(contexts, WarmCatchUp());
       const double draft_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
       const std::span<const DraftForward> forwards = drafter_->last_forwards();
@@ -390,7 +403,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
         spec_stats_.empty_drafts += n == 0;
         if (n > 0) trees[ids[i]] = std::move(proposed[i]);
       }
-      if (forwards.empty()) {
+      if (!drafter_->runs_model()) {
         costs_.RecordDraft(drafted, draft_s);  // a drafter without a model: one "forward"
       }
       for (const DraftForward& f : forwards) {
@@ -542,11 +555,14 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count() -
         catch_up_s;
+    // Kept in the bucket PlanDrafts decided from (the decodes it saw; the scheduler may run
+    // fewer). A step that drafted but verified nothing is neither.
     const auto decodes = std::ssize(plan.seqs);
+    SpeculationGain& gain = GainFor(std::ssize(budgets));
     if (verified) {
-      GainFor(decodes).Record(decodes, emitted, step_s, costs_.Seconds(decodes));
-    } else {
-      GainFor(decodes).RecordPlain(step_s, costs_.Seconds(decodes));
+      gain.Record(decodes, emitted, step_s, costs_.Seconds(decodes));
+    } else if (!drafter_asked) {
+      gain.RecordPlain(step_s, costs_.Seconds(decodes));
     }
   }
   // The stop matcher ends a sample at max_tokens before the scheduler would; any id the scheduler

@@ -208,6 +208,9 @@ class RolloutEngine {
   StatusOr<int64_t> AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
                                  std::span<const float> logits,
                                  std::vector<FinishedSample>* finished, int64_t* emitted);
+  // A model drafter's cache at most this many tokens behind its sequence is warm (one verified
+  // tree: its accepted path and the token after); further behind, its catch-up is a prefill.
+  int64_t WarmCatchUp() const { return config_.speculative.max_draft_tokens + 1; }
   // The measured gain of steps with `decodes` decoding sequences: one per power-of-two bucket of
   // the batch, so that what a large batch measured does not switch off the small-batch tail.
   SpeculationGain& GainFor(int64_t decodes);

@@ -162,6 +162,13 @@ class Scheduler {
   // ---- inspection ----
   SchedulerStats stats() const;
   bool HasRequest(RequestId id) const { return requests_.contains(id); }
+  // Whether `id` runs and its next chunk is a decode (all its tokens but the last have their KV):
+  // the sequences a step may draft for. False for an unknown id.
+  bool IsDecoding(RequestId id) const {
+    auto it = requests_.find(id);
+    return it != requests_.end() && it->second.running &&
+           it->second.length() - it->second.num_computed == 1;
+  }
   bool idle() const { return requests_.empty(); }
   // Tokens generated so far by `id`; NotFound for an unknown id.
   StatusOr<int64_t> num_generated(RequestId id) const;

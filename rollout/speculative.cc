@@ -494,11 +494,10 @@ int64_t ValidPrefix(const std::vector<int32_t>& fed, std::span<const int32_t> to
 
 }  // namespace
 
-std::pair<int64_t, const ModelDrafter::SeqCache*> ModelDrafter::HeldPrefix(const DraftContext& ctx,
-                                                                           int64_t need) const {
+std::pair<int64_t, const ModelDrafter::SeqCache*> ModelDrafter::HeldPrefix(
+    const DraftContext& ctx) const {
   int64_t held = 0;
-  if (auto it = caches_.find(ctx.seq);
-      it != caches_.end() && it->second.kv.max_positions() >= need) {
+  if (auto it = caches_.find(ctx.seq); it != caches_.end()) {
     held = ValidPrefix(it->second.tokens, ctx.tokens);
   }
   const SeqCache* donor = nullptr;
@@ -518,8 +517,7 @@ std::pair<int64_t, const ModelDrafter::SeqCache*> ModelDrafter::HeldPrefix(const
 
 int64_t ModelDrafter::CatchUpTokens(const DraftContext& ctx) const {
   if (model_ == nullptr) return 0;  // Propose drafts nothing yet
-  // A cache too small for the sequence is replaced (Propose makes a new one).
-  return std::ssize(ctx.tokens) - HeldPrefix(ctx, std::ssize(ctx.tokens) + 1).first;
+  return std::ssize(ctx.tokens) - HeldPrefix(ctx).first;
 }
 
 std::vector<DraftTree> Drafter::ProposeBatch(std::span<const DraftContext> ctxs,
@@ -529,6 +527,12 @@ std::vector<DraftTree> Drafter::ProposeBatch(std::span<const DraftContext> ctxs,
   for (const DraftContext& ctx : ctxs)
     trees.push_back(ctx.max_nodes > 0 ? Propose(ctx) : DraftTree{});
   return trees;
+}
+
+void ModelDrafter::CopyHeld(const SeqCache& donor, SeqCache& cache, std::span<const int32_t> tokens,
+                            int64_t held) {
+  cache.kv.CopyPrefix(donor.kv, 0, 0, held);
+  cache.tokens.assign(tokens.begin(), tokens.begin() + held);
 }
 
 DraftTree ModelDrafter::Propose(const DraftContext& ctx) {
@@ -570,21 +574,25 @@ std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> 
     const int64_t len = std::ssize(ctx.tokens);
     const int64_t need = len + ctx.max_nodes;
     if (need > model_->config().max_position_embeddings) continue;
-    const auto [held, donor] = HeldPrefix(ctx, need);
+    const auto [held, donor] = HeldPrefix(ctx);
     auto it = caches_.find(ctx.seq);
     first_draft |= it == caches_.end();
-    if (it == caches_.end()) group_seqs_[ctx.group].push_back(ctx.seq);
     if (it == caches_.end() || it->second.kv.max_positions() < need) {
+      // A new cache, or a larger one that keeps what the old one held.
       const int64_t cap = std::min<int64_t>(std::max<int64_t>(2 * need, 256),
                                             model_->config().max_position_embeddings);
-      it = caches_.insert_or_assign(ctx.seq, SeqCache(model_->NewCache(1, cap))).first;
-      it->second.group = ctx.group;
+      SeqCache grown(model_->NewCache(1, cap));
+      grown.group = ctx.group;
+      if (it == caches_.end()) {
+        group_seqs_[ctx.group].push_back(ctx.seq);
+        it = caches_.emplace(ctx.seq, std::move(grown)).first;
+      } else {
+        if (donor == nullptr && held > 0) CopyHeld(it->second, grown, ctx.tokens, held);
+        it->second = std::move(grown);
+      }
     }
     SeqCache& cache = it->second;
-    if (donor != nullptr) {  // a sibling's prompt: copied, not recomputed
-      cache.kv.CopyPrefix(donor->kv, 0, 0, held);
-      cache.tokens.assign(ctx.tokens.begin(), ctx.tokens.begin() + held);
-    }
+    if (donor != nullptr) CopyHeld(*donor, cache, ctx.tokens, held);
     NoteTokens(ctx.tokens);
     engine::SamplingParams params = *ctx.sampling;
     params.logprobs = 0;
@@ -613,8 +621,8 @@ std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> 
   // yet just has q = 0, which stays exact).
   RebuildHead(/*now=*/first_draft);
   // Cold sequences catch up in a forward of their own: the first of each group, then the others
-  // that share a prefix with it, from its KV (a GRPO group starting together prefills its prompt
-  // once).
+  // that share a prefix with it, from its KV (HeldPrefix: a GRPO group starting together
+  // prefills its prompt once).
   std::vector<Chain*> leaders, followers, warm, all;
   for (Chain& c : chains) {
     all.push_back(&c);
@@ -632,13 +640,9 @@ std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> 
   Feed(leaders, /*catch_up=*/true, &forwards_);
   std::vector<Chain*> still_cold;
   for (Chain* c : followers) {
-    for (const Chain* l : leaders) {
-      if (ctxs[l->index].group != ctxs[c->index].group) continue;
-      if (const int64_t n = ValidPrefix(l->cache->tokens, c->seq); n > c->fed) {
-        c->cache->kv.CopyPrefix(l->cache->kv, 0, 0, n);
-        c->cache->tokens.assign(c->seq.begin(), c->seq.begin() + n);
-        c->fed = n;
-      }
+    if (const auto [held, donor] = HeldPrefix(ctxs[c->index]); donor != nullptr && held > c->fed) {
+      CopyHeld(*donor, *c->cache, c->seq, held);
+      c->fed = held;
     }
     (std::ssize(c->seq) - c->fed <= warm_catch_up ? warm : still_cold).push_back(c);
   }
@@ -684,6 +688,7 @@ void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const
                                  int64_t) {
   if (auto it = caches_.find(seq); it != caches_.end()) {
     auto g = group_seqs_.find(it->second.group);
+    LAMINAR_CHECK(g != group_seqs_.end()) << "drafter cache of sequence " << seq << " has no group";
     std::erase(g->second, seq);
     if (g->second.empty()) group_seqs_.erase(g);
     caches_.erase(it);
@@ -876,7 +881,8 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
   std::vector<double> next_gain(n);
   for (int64_t depth = 1; depth <= max_nodes; ++depth) {
     double tokens = static_cast<double>(n);
-    double seconds = plain_s + static_cast<double>(depth) * per_forward;
+    double seconds =
+        plain_s + static_cast<double>(cost.forward_per_depth() ? depth : 1) * per_forward;
     double rate = tokens / seconds;
     std::fill(budget.begin(), budget.end(), 0);
     // Best next gain first (a heap of (gain of the sequence's next draft token, sequence)).

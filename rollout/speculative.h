@@ -100,10 +100,12 @@ class Drafter {
   // Default: Propose for each.
   virtual std::vector<DraftTree> ProposeBatch(std::span<const DraftContext> ctxs,
                                               int64_t warm_catch_up);
-  // The forwards the last ProposeBatch (or Propose) ran, in order; empty for drafters without a
-  // model. The engine fits the drafter's cost per forward and per row from them, and leaves the
-  // catch-up ones out of drafting's cost (a one-time prefill is not the marginal cost of a
-  // drafted token).
+  // Whether the drafter runs a model: one forward per chain depth, reported by last_forwards().
+  virtual bool runs_model() const { return false; }
+  // The forwards the last ProposeBatch (or Propose) ran, in order (none when every chain was
+  // re-rooted); always empty for drafters without a model. The engine fits the drafter's cost
+  // per forward and per row from them, and leaves the catch-up ones out of drafting's cost (a
+  // one-time prefill is not the marginal cost of a drafted token).
   virtual std::span<const DraftForward> last_forwards() const { return {}; }
   // `seq` left the engine (finished, aborted or exported) with these tokens.
   virtual void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
@@ -113,16 +115,17 @@ class Drafter {
   virtual Status OnWeights(const engine::LlamaModel* /*policy*/) { return OkStatus(); }
   // Asynchronous drafting (SwiftSpec, arXiv 2506.11309 §3: the drafter runs off the target's
   // critical path): called on the engine's drafter thread while the target verifies the tree the
-  // last Propose returned for `seq`, to keep drafting past it (up to `max_nodes` more). A later
-  // Propose whose sequence took exactly that path re-roots there and returns what was drafted
-  // ahead without waiting. Calls never overlap Propose or each other. Default: nothing.
+  // last proposal (Propose or ProposeBatch) returned for `seq`, to keep drafting past it (up to
+  // `max_nodes` more). A later proposal whose sequence took exactly that path re-roots there and
+  // returns what was drafted ahead without waiting. Calls never overlap proposals or each other.
+  // Default: nothing.
   virtual void DraftAhead(int64_t /*seq*/, int64_t /*max_nodes*/) {}
   // Proposals so far that were answered from what DraftAhead drafted (re-rooted).
   virtual int64_t rerooted() const { return 0; }
-  // Tokens of ctx.tokens that a Propose now would feed to catch up before drafting (max_nodes
-  // and sampling unused): the whole sequence before its first draft (less the prompt when a
-  // sibling of its group holds it), the tokens emitted since its last draft after. 0 for drafters
-  // without a model.
+  // Tokens of ctx.tokens that a proposal now would feed to catch up before drafting (sampling
+  // unused): the whole sequence before its first draft (less the prompt when a sibling of its
+  // group holds it), the tokens emitted since its last draft after. 0 for drafters without a
+  // model.
   virtual int64_t CatchUpTokens(const DraftContext& /*ctx*/) const { return 0; }
 };
 
@@ -134,10 +137,13 @@ class Drafter {
 // token drawn from the drafter's distribution q under the request's sampling parameters, with q
 // recorded for the min(1, p/q) test. The chain stops early once the product of the drafted
 // tokens' q falls below min_confidence (SpeculativeConfig; 0, never, by default).
-// ProposeBatch drafts the chains of all its sequences in lockstep: one forward feeds every
-// catch-up (and gives each chain's first token), then one forward per depth feeds every chain's
-// last token (engine::LlamaModel::Forward over one cache per sequence). Draws come from one
-// random stream in context order, so the chains are independent of each other.
+// ProposeBatch drafts the chains of all its sequences in lockstep: one forward feeds the warm
+// sequences' catch-ups (and gives each chain's first token; cold sequences catch up in a forward
+// of their own before), then one forward per depth feeds every chain's last token
+// (engine::LlamaModel::Forward over one cache per sequence). Draws come from one random stream in
+// context order, so the chains are independent of each other. The samples of a GRPO group share
+// their prompt: a sequence whose cache does not hold it yet copies a sibling's KV of it
+// (engine::KvCache::CopyPrefix) rather than computing it, so a group prefills its prompt once.
 // Drafting ahead (DraftAhead, rollout.speculative.async_draft): while the chain is verified, the
 // drafter guesses the bonus token that follows the chain's last node (g, its most likely token),
 // then drafts a chain after g. When the verification accepts the whole chain and its bonus token is
@@ -168,6 +174,7 @@ class ModelDrafter final : public Drafter {
   DraftTree Propose(const DraftContext& ctx) override;
   std::vector<DraftTree> ProposeBatch(std::span<const DraftContext> ctxs,
                                       int64_t warm_catch_up) override;
+  bool runs_model() const override { return true; }
   std::span<const DraftForward> last_forwards() const override { return forwards_; }
   void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                      int64_t num_prompt_tokens) override;
@@ -220,10 +227,12 @@ class ModelDrafter final : public Drafter {
     double confidence = 1.0;
   };
   // The longest prefix of ctx.tokens (leaving one token to feed) whose KV a cache holds: the
-  // sequence's own (when it fits `need` positions), or, before its own holds the prompt, a
-  // sibling's of its group (the GRPO group's shared prompt, copied instead of recomputed). The
-  // donor is null for its own cache.
-  std::pair<int64_t, const SeqCache*> HeldPrefix(const DraftContext& ctx, int64_t need) const;
+  // sequence's own, or, before its own holds the prompt, a sibling's of its group (the GRPO
+  // group's shared prompt, copied instead of recomputed). The donor is null for its own cache.
+  std::pair<int64_t, const SeqCache*> HeldPrefix(const DraftContext& ctx) const;
+  // `cache` takes the KV of `donor`'s first `held` positions, which hold tokens[0, held).
+  static void CopyHeld(const SeqCache& donor, SeqCache& cache, std::span<const int32_t> tokens,
+                       int64_t held);
   // One forward feeding each chain's seq[fed..] into its cache; each chain's logits become those
   // after its last token. Timed into `log` when given.
   void Feed(std::span<Chain* const> chains, bool catch_up, std::vector<DraftForward>* log);
@@ -415,9 +424,13 @@ class StepCostModel {
   // A decode step of the policy fed `tokens` tokens in `seconds`.
   void Record(int64_t tokens, double seconds) { step_.Record(tokens, seconds); }
   // A drafter forward fed `rows` (> 0) tokens in `seconds` (DraftForward). A drafter without a
-  // model records each proposal as one forward whose rows are the tokens it drafted.
+  // model records each step's proposals as one "forward" whose rows are the tokens it drafted.
   void RecordDraft(int64_t rows, double seconds);
   const CostLine& draft() const { return draft_; }
+  // Whether the drafter runs a forward per chain depth (a model drafter; the default) or once per
+  // step whatever the depth (set by the engine from Drafter::runs_model).
+  void set_forward_per_depth(bool per_depth) { forward_per_depth_ = per_depth; }
+  bool forward_per_depth() const { return forward_per_depth_; }
   // A model drafter fed `tokens` (> 0) tokens of cold sequences in one prefill to catch their
   // caches up: an exponential moving average of seconds per token. Before one is seen,
   // catch_up_per_token() is a one-row draft forward's (a decode per token: an upper bound).
@@ -433,6 +446,7 @@ class StepCostModel {
 
  private:
   CostLine step_, draft_;
+  bool forward_per_depth_ = true;
   double catch_up_per_token_ = 0;
   bool catch_up_seen_ = false;
 };
@@ -442,14 +456,14 @@ class StepCostModel {
 // tokens per second the same step would have emitted without drafts. That plain time is the step
 // cost line at its decode count times a level measured on recent plain steps (their whole time
 // over the line's), so a machine that slows down or speeds up, or overheads the line does not
-// see, do not bias it; while speculation runs, every kPlainEvery-th step is plain (plain_due) to
-// keep the level fresh. A moving average of the ratio (exponential, corrected for its start so
-// the first step weighs no more than the others); from kMinSteps steps on, pays() turns false
-// below kOff and true again above kOn (hysteresis: near 1 the ratio is mostly noise).
-// PlanDraftBudgets plans from expectations (acceptance history, a linear step cost); this closes
-// the loop on what they missed (a step cost that is not linear in the rows, acceptance that does
-// not hold, verification's own cost), so that speculation that loses is switched off (the
-// issue's "never slower than off").
+// see, do not bias it; the first step after the line is measured, and while speculation runs
+// every kPlainEvery-th step, is plain (plain_due) to keep the level fresh. A moving average of the
+// ratio (exponential, corrected for its start so the first step weighs no more than the others);
+// from kMinSteps steps on, pays() turns false below kOff and true again above kOn (hysteresis: near
+// 1 the ratio is mostly noise). PlanDraftBudgets plans from expectations (acceptance history, a
+// linear step cost); this closes the loop on what they missed (a step cost that is not linear in
+// the rows, acceptance that does not hold, verification's own cost), so that speculation that loses
+// is switched off (the "never slower than off").
 class SpeculationGain {
  public:
   static constexpr int64_t kMinSteps = 8;
@@ -466,8 +480,8 @@ class SpeculationGain {
   int64_t steps() const { return steps_; }
   // Plain steps' time over the line's, recent ones weighing most (1 before any).
   double level() const { return level_; }
-  // kPlainEvery steps with drafts ran since the last plain one.
-  bool plain_due() const { return since_plain_ >= kPlainEvery; }
+  // No plain step measured the level yet, or kPlainEvery steps with drafts ran since the last.
+  bool plain_due() const { return !level_seen_ || since_plain_ >= kPlainEvery; }
 
  private:
   double sum_ = 0, weight_ = 0;  // Σ decay^age · ratio, Σ decay^age
@@ -484,7 +498,8 @@ class SpeculationGain {
 // (per_token), its catch-up rows in the drafter's first forward (catch_up[i] when given: the
 // tokens emitted since its last draft) plus k - 1 more rows, and first_cost[i] when given (a cold
 // sequence's catch-up prefill, spread over the steps it will serve). Chains of depth D cost D
-// drafter forwards (their fixed part), shared by every sequence drafting. For each D the draft
+// drafter forwards (their fixed part; one for a drafter without a model), shared by every sequence
+// drafting. For each D the draft
 // tokens are added greedily, the next one most likely accepted first, each sequence's first
 // chain at the length that pays most, for as long as the tokens per second rise and a token is
 // expected to add at least 0.05 tokens; the D that gives most wins, against no drafts at all.

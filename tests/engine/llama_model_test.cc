@@ -164,6 +164,26 @@ TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
   ASSERT_TRUE(
       (*m)->Forward(next, steps, &cache, LogitsFor::kLastTokenOfEachSequence, &step_shared).ok());
   for (size_t j = 0; j < step_shared.size(); ++j) ASSERT_NEAR(step_own[j], step_shared[j], 1e-5);
+  // Nine one-token sequences (from 8 spans the attention runs spans in parallel): a cache each
+  // gives the logits of one shared cache.
+  {
+    std::vector<KvCache> nine;
+    for (int i = 0; i < 9; ++i) nine.push_back((*m)->NewCache(1, 4));
+    std::vector<KvCache*> own9;
+    for (KvCache& c : nine) own9.push_back(&c);
+    KvCache shared9 = (*m)->NewCache(9, 4);
+    std::vector<int32_t> ids9;
+    std::vector<SequenceSpan> spans9;
+    for (int i = 0; i < 9; ++i) {
+      ids9.push_back(1 + i);
+      spans9.push_back({0, 0, 1});
+    }
+    std::vector<float> a9, b9;
+    ASSERT_TRUE((*m)->Forward(ids9, spans9, own9, LogitsFor::kAllTokens, &a9).ok());
+    for (int i = 0; i < 9; ++i) spans9[i].slot = i;
+    ASSERT_TRUE((*m)->Forward(ids9, spans9, &shared9, LogitsFor::kAllTokens, &b9).ok());
+    ASSERT_EQ(a9, b9);
+  }
   // Decode: feed sequence 0 one token at a time; the last-token logits equal the full pass.
   const auto& s0 = seqs[0];
   KvCache dc = (*m)->NewCache(1, 16);

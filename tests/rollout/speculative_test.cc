@@ -465,6 +465,27 @@ TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
   EXPECT_TRUE(cold.pays());
 }
 
+// The drafter's forwards cost a fixed part per chain depth: the planner picks the depth where the
+// tokens per second peak (3 at alpha 0.7 with a forward a fifth of a step), not the deepest
+// chain that still adds expected tokens; a drafter without a model pays its fixed part once.
+TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
+  const std::vector<AcceptanceStats> alpha(4, AcceptanceStats{.accepted = 7, .rejections = 3});
+  StepCostModel cost;
+  for (int t : {1, 4, 16, 40}) cost.Record(t, 0.05);  // memory-bound: flat
+  for (int rows : {4, 8, 4, 8}) cost.RecordDraft(rows, 0.01);
+  ASSERT_TRUE(cost.draft().ready());
+  // (4 + 4 (0.7 + ... + 0.7^D)) / (0.05 + 0.01 D): 113, 125, 126.5, 122.7 tokens/s for D = 1..4.
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0), (std::vector<int64_t>(4, 3)));
+  // Once per step: every token that adds 0.05 expected tokens (0.7^8 = 0.058).
+  cost.set_forward_per_depth(false);
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0), (std::vector<int64_t>(4, 8)));
+  // A forward as dear as three steps: no depth pays.
+  StepCostModel dear;
+  for (int t : {1, 4, 16, 40}) dear.Record(t, 0.05);
+  dear.RecordDraft(4, 0.15);
+  EXPECT_EQ(PlanDraftBudgets(alpha, dear, 4, 8, 0), (std::vector<int64_t>(4, 0)));
+}
+
 // A cold sequence (a model drafter that must first catch up with a prefill) pays that cost once,
 // shared by its whole chain: left out when it does not pay, a whole chain when it does, and the
 // warm sequences keep their budgets either way.
@@ -630,6 +651,38 @@ TEST(ModelDrafterTest, ProposeBatchEqualsOneSequenceAtATime) {
       prefix.push_back(trees[i].tokens[j]);
     }
   }
+}
+
+// Chains drafted in one batch for sequences with the same tokens are drawn independently (one
+// random stream, each draw consumed once): from the same distributions, but not the same draws.
+TEST(ModelDrafterTest, BatchedChainsAreIndependent) {
+  const model::ModelConfig config = testing::TinyLlamaConfig();
+  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
+  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  auto drafter = ModelDrafter::DraftModel(model.get(), 0.0, 1);
+  ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
+  engine::SamplingParams t1;
+  t1.temperature = 1;
+  const std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
+  int differ = 0;
+  for (int64_t trial = 0; trial < 5; ++trial) {
+    std::vector<DraftContext> contexts;
+    for (int64_t k = 0; k < 2; ++k) {
+      contexts.push_back({.seq = 2 * trial + k,
+                          .group = trial,
+                          .tokens = tokens,
+                          .num_prompt_tokens = 4,
+                          .max_nodes = 3,
+                          .sampling = &t1});
+    }
+    const std::vector<DraftTree> trees = drafter->ProposeBatch(contexts, 2);
+    ASSERT_EQ(trees[0].size(), 3);
+    ASSERT_EQ(trees[1].size(), 3);
+    // The first token's distribution is the same for both: the same sequence.
+    ASSERT_EQ(trees[0].child_q[0], trees[1].child_q[0]);
+    differ += trees[0].tokens != trees[1].tokens;
+  }
+  EXPECT_GE(differ, 4);  // equal 3-token chains are rare under this model's flat distributions
 }
 
 // The samples of a GRPO group share their prompt: the drafter prefills it once (the first
