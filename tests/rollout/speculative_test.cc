@@ -364,6 +364,18 @@ TEST(SuffixDrafterTest, NoMatchNoDraftAndSharesBelowTheThresholdAreDropped) {
   EXPECT_EQ(d.num_documents(), 1);  // recent_responses = 1
 }
 
+// A tiny random model (TinyLlamaConfig, seed 3) on `backend` for the drafter tests, with the
+// weights it reads.
+struct TinyModel {
+  explicit TinyModel(engine::Backend backend)
+      : config(testing::TinyLlamaConfig()),
+        weights(testing::RandomWeights(config, 3, 0.5f)),
+        lm(*engine::LlamaModel::Create(config, weights, backend)) {}
+  model::ModelConfig config;
+  model::WeightStore weights;
+  std::unique_ptr<engine::LlamaModel> lm;
+};
+
 // ---- adaptivity -----------------------------------------------------------------------------
 
 TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
@@ -522,9 +534,9 @@ TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
 // A model drafter reports the forwards it ran: the catch-up (all of the sequence on its first
 // draft, only what was emitted since on the next) gives the first token, then a row per token.
 TEST(ModelDrafterTest, ReportsItsForwards) {
-  const model::ModelConfig config = testing::TinyLlamaConfig();
-  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
-  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  const TinyModel tiny(engine::Backend::kCpu);
+  const model::ModelConfig& config = tiny.config;
+  const auto& model = tiny.lm;
   auto drafter = ModelDrafter::DraftModel(model.get(), 0.0, 1);
   ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
   engine::SamplingParams greedy;
@@ -571,9 +583,8 @@ TEST(ModelDrafterTest, ReportsItsForwards) {
 // catch-ups in a forward of their own) are the chains each sequence gets alone (greedy), and a
 // sampled batch draws every chain from the drafter's distribution given its own sequence.
 TEST(ModelDrafterTest, ProposeBatchEqualsOneSequenceAtATime) {
-  const model::ModelConfig config = testing::TinyLlamaConfig();
-  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
-  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  const TinyModel tiny(engine::Backend::kReference);
+  const auto& model = tiny.lm;
   engine::SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2, 7}, {3, 3, 8}, {4}};
@@ -656,9 +667,8 @@ TEST(ModelDrafterTest, ProposeBatchEqualsOneSequenceAtATime) {
 // Chains drafted in one batch for sequences with the same tokens are drawn independently (one
 // random stream, each draw consumed once): from the same distributions, but not the same draws.
 TEST(ModelDrafterTest, BatchedChainsAreIndependent) {
-  const model::ModelConfig config = testing::TinyLlamaConfig();
-  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
-  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  const TinyModel tiny(engine::Backend::kReference);
+  const auto& model = tiny.lm;
   auto drafter = ModelDrafter::DraftModel(model.get(), 0.0, 1);
   ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
   engine::SamplingParams t1;
@@ -689,9 +699,8 @@ TEST(ModelDrafterTest, BatchedChainsAreIndependent) {
 // sample of the group in a batch) and copies its KV to the others, then and later, and their
 // chains are those each gets alone.
 TEST(ModelDrafterTest, ASiblingsPromptIsCopiedNotRecomputed) {
-  const model::ModelConfig config = testing::TinyLlamaConfig();
-  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
-  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kReference);
+  const TinyModel tiny(engine::Backend::kReference);
+  const auto& model = tiny.lm;
   engine::SamplingParams greedy;
   greedy.temperature = 0;
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
@@ -745,9 +754,8 @@ TEST(ModelDrafterTest, ASiblingsPromptIsCopiedNotRecomputed) {
 // min_confidence stops a sampled chain once the product of its tokens' q falls below it; at 0 (the
 // default) a chain runs to its budget.
 TEST(ModelDrafterTest, MinConfidenceStopsASampledChain) {
-  const model::ModelConfig config = testing::TinyLlamaConfig();
-  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
-  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  const TinyModel tiny(engine::Backend::kCpu);
+  const auto& model = tiny.lm;
   engine::SamplingParams t1;
   t1.temperature = 1;
   const std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
@@ -768,9 +776,9 @@ TEST(ModelDrafterTest, MinConfidenceStopsASampledChain) {
 // The draft vocabulary: the lowest ids plus every token seen; drafts and their q stay inside it,
 // and a weight swap keeps what was seen.
 TEST(ModelDrafterTest, DraftVocabularyGrowsWithTheTokensSeen) {
-  const model::ModelConfig config = testing::TinyLlamaConfig();
-  const model::WeightStore weights = testing::RandomWeights(config, 3, 0.5f);
-  auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  const TinyModel tiny(engine::Backend::kCpu);
+  const model::ModelConfig& config = tiny.config;
+  const auto& model = tiny.lm;
   auto drafter = ModelDrafter::DraftModel(model.get(), 0.0, 1, /*draft_vocab=*/4);
   ASSERT_TRUE(drafter->OnWeights(model.get()).ok());
   EXPECT_EQ(drafter->draft_vocab_size(), 4);
