@@ -847,6 +847,7 @@ void CostLine::Fit() {
     stt += w * x * x;
     sts += w * x * y;
   }
+  largest_ = by_size.empty() ? 0 : by_size.rbegin()->first;
   const double var = stt - st * st / n;
   // Records of one size only (speculation off, a steady batch) say nothing of the slope: keep
   // the last one measured and move the line through their median.
@@ -877,10 +878,12 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
   // A token after a chain's first: a row of the policy's step and a row of a drafter forward.
   const double marginal = cost.per_token() + per_row;
   double best_rate = static_cast<double>(n) / plain_s;
+  const int64_t max_rows = std::max<int64_t>(2 * cost.largest_step(), base_tokens + 1);
   std::vector<int64_t> budget(n);
   std::vector<double> next_gain(n);
   for (int64_t depth = 1; depth <= max_nodes; ++depth) {
     double tokens = static_cast<double>(n);
+    int64_t rows = base_tokens;  // the step's tokens, drafts included
     double seconds =
         plain_s + static_cast<double>(cost.forward_per_depth() ? depth : 1) * per_forward;
     double rate = tokens / seconds;
@@ -905,7 +908,7 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                              cost.per_token();
         double sum = 0, g = gain, chain_rate = rate;
         int64_t chain = 0;
-        for (int64_t k = 1; k <= depth && g >= kMinGain; ++k, g *= a) {
+        for (int64_t k = 1; k <= depth && rows + k <= max_rows && g >= kMinGain; ++k, g *= a) {
           sum += g;
           const double r =
               (tokens + sum) / (seconds + first + static_cast<double>(k - 1) * marginal);
@@ -922,12 +925,14 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
         seconds += first + static_cast<double>(chain - 1) * marginal;
         rate = chain_rate;
         budget[i] = chain;
+        rows += chain;
       } else {
         const double new_rate = (tokens + gain) / (seconds + marginal);
-        if (!(new_rate > rate)) continue;  // this chain stops here
+        if (!(new_rate > rate) || rows + 1 > max_rows) continue;  // this chain stops here
         tokens += gain;
         seconds += marginal;
         rate = new_rate;
+        ++rows;
         ++budget[i];
         next_gain[i] *= a;
       }

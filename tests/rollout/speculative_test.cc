@@ -491,6 +491,14 @@ TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
   // Once per step: every token that adds 0.05 expected tokens (0.7^8 = 0.058).
   cost.set_forward_per_depth(false);
   EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0), (std::vector<int64_t>(4, 8)));
+  // A line measured only at 16 and 20 tokens: a step feeds at most 40 (16 decodes, 24 drafts),
+  // although drafting looks free.
+  StepCostModel narrow;
+  for (int t : {16, 20, 16, 20}) narrow.Record(t, 0.05);
+  std::vector<AcceptanceStats> many(16, AcceptanceStats{.accepted = 97, .rejections = 3});
+  int64_t drafted = 0;
+  for (int64_t b : PlanDraftBudgets(many, narrow, 16, 8, 0)) drafted += b;
+  EXPECT_EQ(drafted, 24);
   // A forward as dear as three steps: no depth pays.
   StepCostModel dear;
   for (int t : {1, 4, 16, 40}) dear.Record(t, 0.05);
@@ -507,7 +515,7 @@ TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
     for (int i = 0; i < 40; ++i) a.Record(9, false);  // alpha near 0.97
   }
   StepCostModel cost;
-  for (int t : {1, 2, 4, 8, 1, 2}) cost.Record(t, 0.03 + 0.001 * t);
+  for (int t : {1, 2, 4, 8, 16, 2}) cost.Record(t, 0.03 + 0.001 * t);
   cost.RecordDraft(2, 0.005);
   const auto warm = PlanDraftBudgets(good, cost, 2, 8, 0);
   ASSERT_GT(warm[0], 0);
