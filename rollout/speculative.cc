@@ -456,8 +456,8 @@ void ModelDrafter::Draw(std::vector<Chain*> chains, std::vector<DraftForward>* l
     for (Chain* c : chains) {
       // One stream for all chains, drawn in order: independent draws whatever the batch.
       engine::Sampler sampler(c->params, rng_.state());
-      const bool greedy = c->params.temperature <= 0.0f;
       sampler.Distribution(c->logits, &dist);
+      const bool greedy = dist.greedy;
       const size_t pick = greedy ? 0 : sampler.DrawIndex(dist.probs);
       rng_ = engine::Xoshiro256::FromState(sampler.rng_state());
       const int32_t token = dist.ids[pick];
