@@ -15,11 +15,15 @@ double Now() {
 
 StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& load,
                               const SpecCase& c) {
-  if (load.prompts.empty() || load.n < 1 || load.max_tokens < 1 || c.batch < 1) {
-    return InvalidArgumentError("spec bench: needs prompts, n >= 1, max_tokens >= 1, batch >= 1");
+  if (load.prompts.empty() || load.warmup_prompts.empty() || load.n < 1 || load.max_tokens < 1 ||
+      load.warmup_max_tokens < 1 || c.batch < 1) {
+    return InvalidArgumentError(
+        "spec bench: needs prompts, warm-up prompts, n >= 1, max_tokens >= 1, warm-up max_tokens "
+        ">= 1, batch >= 1");
   }
   size_t longest = 0;
   for (const auto& p : load.prompts) longest = std::max(longest, p.size());
+  for (const auto& p : load.warmup_prompts) longest = std::max(longest, p.size());
   rollout::RolloutEngineConfig config;
   config.block_size = load.block_size;
   const int64_t positions = static_cast<int64_t>(longest) + load.max_tokens + 64;  // + drafts
@@ -35,27 +39,37 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   config.speculative.min_confidence = c.min_confidence;
   config.speculative.adaptive = c.adaptive;
   config.speculative.draft_model = c.draft_model;
-  auto request = [&](size_t r, int32_t n, int32_t max_tokens) {
+  auto request = [&](const std::vector<int32_t>& prompt, uint64_t seed, int32_t max_tokens) {
     rollout::RolloutRequest req;
-    req.prompt_ids = load.prompts[r];
+    req.prompt_ids = prompt;
     req.sampling.temperature = c.temperature;
-    req.sampling.seed = load.seed + r;
+    req.sampling.seed = seed;
     req.stop.max_tokens = max_tokens;
     req.stop.stop_token_ids = load.stop_ids;
-    req.n = n;
+    req.n = load.n;
     return req;
   };
-  {  // Warm-up on its own engine: the kernels' shapes and the allocator, untimed.
-    LAMINAR_ASSIGN_OR_RETURN(auto warm, rollout::RolloutEngine::Create(&model, config));
-    LAMINAR_RETURN_IF_ERROR(warm->Add(request(0, 1, std::min(load.max_tokens, 8))).status());
-    LAMINAR_RETURN_IF_ERROR(warm->RunToCompletion().status(), "spec bench warm-up");
-  }
   LAMINAR_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create(&model, config));
   SpecRun run;
+  rollout::SpecStats warmup_stats;  // the warm-up's counts, left out
+  {
+    const double start = Now();
+    const size_t groups = static_cast<size_t>((c.batch + load.n - 1) / load.n);
+    for (size_t r = 0; r < std::min(groups, load.warmup_prompts.size()); ++r) {
+      rollout::RolloutRequest req =
+          request(load.warmup_prompts[r], load.seed + load.prompts.size() + r,
+                  std::min(load.max_tokens, load.warmup_max_tokens));
+      LAMINAR_RETURN_IF_ERROR(engine->Add(std::move(req)).status(), "spec bench warm-up");
+    }
+    LAMINAR_RETURN_IF_ERROR(engine->RunToCompletion().status(), "spec bench warm-up");
+    run.warmup_s = Now() - start;
+    warmup_stats = engine->spec_stats();
+  }
   const double start = Now();
   for (size_t r = 0; r < load.prompts.size(); ++r) {
-    LAMINAR_RETURN_IF_ERROR(engine->Add(request(r, load.n, load.max_tokens)).status(),
-                            "spec bench prompt " + std::to_string(r));
+    LAMINAR_RETURN_IF_ERROR(
+        engine->Add(request(load.prompts[r], load.seed + r, load.max_tokens)).status(),
+        "spec bench prompt " + std::to_string(r));
   }
   while (!engine->idle()) {
     const bool alone = engine->num_in_flight() == 1;
@@ -77,7 +91,7 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   run.wall_s = Now() - start;
   run.tokens_per_s = static_cast<double>(run.generated_tokens) / run.wall_s;
   run.tail_tokens_per_s = run.tail_s > 0 ? static_cast<double>(run.tail_tokens) / run.tail_s : 0;
-  run.spec = engine->spec_stats();
+  run.spec = engine->spec_stats() - warmup_stats;
   if (const rollout::StepCostModel& costs = engine->step_costs(); costs.ready()) {
     run.step_fixed_s = costs.fixed();
     run.step_per_token_s = costs.per_token();

@@ -17,10 +17,17 @@ namespace laminar::bench {
 // The prompts and how they are sampled.
 struct SpecLoad {
   std::vector<std::vector<int32_t>> prompts;  // one GRPO group each, >= 1
-  int32_t n = 8;                              // samples per prompt
-  int32_t max_tokens = 128;                   // per sample
-  std::vector<int32_t> stop_ids;              // EOS ids: responses end where the policy ends them
-  uint64_t seed = 0;                          // request r samples with seed + r
+  // Other prompts, for the untimed warm-up pass: ceil(batch / n) of them (at least one) run first
+  // on the same engine, warmup_max_tokens each, so that the timed pass finds the engine as a
+  // worker finds it after its first batch (the step and drafter costs, acceptance and the suffix
+  // index learned; the kernels' shapes and the allocator warm). Different prompts: a drafter must
+  // not have seen the timed responses.
+  std::vector<std::vector<int32_t>> warmup_prompts;
+  int32_t warmup_max_tokens = 32;
+  int32_t n = 8;                  // samples per prompt
+  int32_t max_tokens = 128;       // per sample
+  std::vector<int32_t> stop_ids;  // EOS ids: responses end where the policy ends them
+  uint64_t seed = 0;              // request r samples with seed + r
   int32_t block_size = 16;
   int64_t max_num_batched_tokens = 2048;
 };
@@ -42,6 +49,7 @@ struct SpecCase {
 
 struct SpecRun {
   int64_t generated_tokens = 0;
+  double warmup_s = 0;  // the warm-up pass (untimed in tokens_per_s)
   double wall_s = 0;
   double tokens_per_s = 0;
   rollout::SpecStats spec;       // the engine's counters over the run
@@ -60,8 +68,8 @@ struct SpecRun {
 
 // Runs every prompt of `load` as one request of load.n samples on a fresh engine over `model`
 // (speculation per `c`, max_num_seqs = c.batch, KV blocks for c.batch whole sequences), after an
-// untimed warm-up, and times it. Errors: the engine's (Create, Add, Step); InvalidArgument for an
-// empty load.
+// untimed warm-up pass on the same engine (SpecLoad::warmup_prompts), and times it. Errors: the
+// engine's (Create, Add, Step); InvalidArgument for an empty load or no warm-up prompt.
 StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& load,
                               const SpecCase& c);
 

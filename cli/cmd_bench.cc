@@ -81,7 +81,8 @@ struct BenchArgs {
   std::vector<std::string> drafters = {"suffix"};
   std::vector<float> temperatures = {0.0f, 1.0f};
   int64_t max_draft_tokens = 8;
-  int64_t rounds = 1;  // spec: interleaved rounds of off and every drafter
+  int64_t rounds = 1;          // spec: interleaved rounds of off and every drafter
+  int32_t warmup_tokens = 32;  // spec: max_tokens of the warm-up pass
   bool fixed_drafts = false;
   int64_t draft_vocab = 16384;  // spec: the +vocab drafters' draft vocabulary
   double min_confidence = rollout::SpeculativeConfig{}.min_confidence;  // spec: model drafters'
@@ -481,22 +482,29 @@ int RunSpec(const BenchArgs& a) {
   auto set = manager::LoadPromptDataset(a.data, **tok, d);
   if (!set.ok()) return Fail(set.status());
   const int32_t num_prompts = a.given("--prompts") ? a.prompts : 2;
-  if (std::ssize(set->rows) < num_prompts) {
+  const std::vector<int64_t> batches =
+      a.given("--batch") ? a.batches : std::vector<int64_t>{1, 4, 16};
+  // The warm-up pass's prompts follow the timed ones: enough GRPO groups to fill the largest batch.
+  const int64_t warmup_prompts = (std::ranges::max(batches) + a.n - 1) / a.n;
+  if (std::ssize(set->rows) < num_prompts + warmup_prompts) {
     return CommandFail("bench",
                        a.data + " has " + std::to_string(set->rows.size()) +
-                           " prompts, fewer than --prompts " + std::to_string(num_prompts),
+                           " prompts, fewer than --prompts " + std::to_string(num_prompts) +
+                           " and the " + std::to_string(warmup_prompts) + " of the warm-up pass",
                        2);
   }
   bench::SpecLoad load;
   for (int32_t i = 0; i < num_prompts; ++i) load.prompts.push_back(set->rows[i].prompt_ids);
+  for (int64_t i = 0; i < warmup_prompts; ++i) {
+    load.warmup_prompts.push_back(set->rows[num_prompts + i].prompt_ids);
+  }
+  load.warmup_max_tokens = a.warmup_tokens;
   load.n = a.n;
   load.max_tokens = a.given("--max-tokens") ? a.max_tokens : 128;
   for (int64_t id : ckpt->config.eos_token_ids) load.stop_ids.push_back(static_cast<int32_t>(id));
   if ((*tok)->eos_id() >= 0) load.stop_ids.push_back((*tok)->eos_id());
   load.seed = a.seed;
   load.block_size = a.block_size;
-  const std::vector<int64_t> batches =
-      a.given("--batch") ? a.batches : std::vector<int64_t>{1, 4, 16};
   const std::string weights = a.weights.empty() ? "f32" : a.weights[0];
   auto lm = engine::LlamaModel::Create(ckpt->config, ckpt->weights, engine::Backend::kCpu,
                                        *engine::ParseWeightFormat(weights));
@@ -578,6 +586,7 @@ int RunSpec(const BenchArgs& a) {
                         {"temperature", t},
                         {"rounds", rounds},
                         {"generated_tokens", r.generated_tokens},
+                        {"warmup_s", r.warmup_s},
                         {"wall_s", r.wall_s},
                         {"tokens_per_s", r.tokens_per_s},
                         {"tokens_per_s_each_round", tps},
@@ -620,6 +629,7 @@ int RunSpec(const BenchArgs& a) {
                         {"prompts", num_prompts},
                         {"n", load.n},
                         {"max_tokens", load.max_tokens},
+                        {"warmup_max_tokens", load.warmup_max_tokens},
                         {"max_draft_tokens", a.max_draft_tokens},
                         {"adaptive", !a.fixed_drafts},
                         {"draft_vocab", a.draft_vocab},
@@ -822,6 +832,11 @@ std::function<int()> SetupBench(CLI::App* app) {
                   "spec: rounds of off and every drafter, interleaved; speed-ups are the median of "
                   "each round's ratio")
       ->check(CLI::Range(1, 100));
+  app->add_option(
+         "--warmup-tokens", a->warmup_tokens,
+         "spec: max_tokens of the untimed warm-up pass that runs other prompts on the same "
+         "engine first (it learns its costs there, as a worker does on its first batch)")
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--draft-vocab", a->draft_vocab,
                   "spec: the +vocab drafters' head computes this many lowest token ids plus the "
                   "tokens seen (rollout.speculative.draft_vocab; the others compute all)")

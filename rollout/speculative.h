@@ -371,6 +371,16 @@ struct SpecStats {
   int64_t budgeted = 0;         // decodes given a draft budget (the drafter was asked)
   int64_t empty_drafts = 0;     // of those, the drafter proposed nothing
   int64_t rerooted = 0;         // proposals taken from a chain drafted ahead (async_draft)
+  // The counts since `earlier` (a snapshot of the same engine's running totals).
+  SpecStats operator-(const SpecStats& earlier) const {
+    return {.decode_steps = decode_steps - earlier.decode_steps,
+            .verify_steps = verify_steps - earlier.verify_steps,
+            .drafted_tokens = drafted_tokens - earlier.drafted_tokens,
+            .accepted_tokens = accepted_tokens - earlier.accepted_tokens,
+            .budgeted = budgeted - earlier.budgeted,
+            .empty_drafts = empty_drafts - earlier.empty_drafts,
+            .rerooted = rerooted - earlier.rerooted};
+  }
 };
 
 // The acceptance history of one sequence: alpha, the per-token acceptance rate (maximum-likelihood
