@@ -21,12 +21,16 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
         "spec bench: needs prompts, warm-up prompts, n >= 1, max_tokens >= 1, warm-up max_tokens "
         ">= 1, batch >= 1");
   }
-  size_t longest = 0;
+  if (load.tail_max_tokens > 0 && load.tail_prompt.empty()) {
+    return InvalidArgumentError("spec bench: a tail sample needs its prompt");
+  }
+  size_t longest = load.tail_prompt.size();
   for (const auto& p : load.prompts) longest = std::max(longest, p.size());
   for (const auto& p : load.warmup_prompts) longest = std::max(longest, p.size());
   rollout::RolloutEngineConfig config;
   config.block_size = load.block_size;
-  const int64_t positions = static_cast<int64_t>(longest) + load.max_tokens + 64;  // + drafts
+  const int64_t positions =
+      static_cast<int64_t>(longest) + std::max(load.max_tokens, load.tail_max_tokens) + 64;
   config.num_blocks =
       static_cast<int32_t>(c.batch * ((positions + load.block_size - 1) / load.block_size) + 4);
   config.scheduler.max_num_seqs = c.batch;
@@ -39,14 +43,15 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
   config.speculative.min_confidence = c.min_confidence;
   config.speculative.adaptive = c.adaptive;
   config.speculative.draft_model = c.draft_model;
-  auto request = [&](const std::vector<int32_t>& prompt, uint64_t seed, int32_t max_tokens) {
+  auto request = [&](const std::vector<int32_t>& prompt, uint64_t seed, int32_t max_tokens,
+                     int32_t n) {
     rollout::RolloutRequest req;
     req.prompt_ids = prompt;
     req.sampling.temperature = c.temperature;
     req.sampling.seed = seed;
     req.stop.max_tokens = max_tokens;
     req.stop.stop_token_ids = load.stop_ids;
-    req.n = load.n;
+    req.n = n;
     return req;
   };
   LAMINAR_ASSIGN_OR_RETURN(auto engine, rollout::RolloutEngine::Create(&model, config));
@@ -58,7 +63,7 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
     for (size_t r = 0; r < std::min(groups, load.warmup_prompts.size()); ++r) {
       rollout::RolloutRequest req =
           request(load.warmup_prompts[r], load.seed + load.prompts.size() + r,
-                  std::min(load.max_tokens, load.warmup_max_tokens));
+                  std::min(load.max_tokens, load.warmup_max_tokens), load.n);
       LAMINAR_RETURN_IF_ERROR(engine->Add(std::move(req)).status(), "spec bench warm-up");
     }
     LAMINAR_RETURN_IF_ERROR(engine->RunToCompletion().status(), "spec bench warm-up");
@@ -66,9 +71,14 @@ StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& l
     warmup_stats = engine->spec_stats();
   }
   const double start = Now();
+  if (load.tail_max_tokens > 0) {
+    LAMINAR_RETURN_IF_ERROR(
+        engine->Add(request(load.tail_prompt, load.seed + 7919, load.tail_max_tokens, 1)).status(),
+        "spec bench tail sample");
+  }
   for (size_t r = 0; r < load.prompts.size(); ++r) {
     LAMINAR_RETURN_IF_ERROR(
-        engine->Add(request(load.prompts[r], load.seed + r, load.max_tokens)).status(),
+        engine->Add(request(load.prompts[r], load.seed + r, load.max_tokens, load.n)).status(),
         "spec bench prompt " + std::to_string(r));
   }
   while (!engine->idle()) {

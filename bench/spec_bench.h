@@ -24,6 +24,11 @@ struct SpecLoad {
   // not have seen the timed responses.
   std::vector<std::vector<int32_t>> warmup_prompts;
   int32_t warmup_max_tokens = 32;
+  // The long-tail case: when tail_max_tokens > 0, one more sample (of tail_prompt, another prompt
+  // again) runs with that budget, added first so that it starts with the first batch and runs
+  // alone once the groups are done (SpecRun::tail_*).
+  std::vector<int32_t> tail_prompt;
+  int32_t tail_max_tokens = 0;
   int32_t n = 8;                  // samples per prompt
   int32_t max_tokens = 128;       // per sample
   std::vector<int32_t> stop_ids;  // EOS ids: responses end where the policy ends them
@@ -56,7 +61,8 @@ struct SpecRun {
   double mean_accepted_len = 0;  // (accepted + verifications) / verifications; 0 without any
   double accept_rate = 0;        // accepted / drafted
   double enabled_frac = 0;       // verifications / decode steps
-  // The long tail: steps that ran with a single sequence left in flight.
+  // The long tail: steps that ran with a single sequence left in flight (at batch > 1, only with
+  // SpecLoad::tail_max_tokens, or where one sample happens to outlast the others).
   int64_t tail_tokens = 0;
   double tail_s = 0;
   double tail_tokens_per_s = 0;

@@ -83,6 +83,7 @@ struct BenchArgs {
   int64_t max_draft_tokens = 8;
   int64_t rounds = 1;          // spec: interleaved rounds of off and every drafter
   int32_t warmup_tokens = 32;  // spec: max_tokens of the warm-up pass
+  int32_t tail_tokens = 0;     // spec: max_tokens of the long-tail sample (0: none)
   bool fixed_drafts = false;
   int64_t draft_vocab = 16384;  // spec: the +vocab drafters' draft vocabulary
   double min_confidence = rollout::SpeculativeConfig{}.min_confidence;  // spec: model drafters'
@@ -486,11 +487,13 @@ int RunSpec(const BenchArgs& a) {
       a.given("--batch") ? a.batches : std::vector<int64_t>{1, 4, 16};
   // The warm-up pass's prompts follow the timed ones: enough GRPO groups to fill the largest batch.
   const int64_t warmup_prompts = (std::ranges::max(batches) + a.n - 1) / a.n;
-  if (std::ssize(set->rows) < num_prompts + warmup_prompts) {
+  const int64_t tail_prompts = a.tail_tokens > 0 ? 1 : 0;
+  if (std::ssize(set->rows) < num_prompts + warmup_prompts + tail_prompts) {
     return CommandFail("bench",
                        a.data + " has " + std::to_string(set->rows.size()) +
                            " prompts, fewer than --prompts " + std::to_string(num_prompts) +
-                           " and the " + std::to_string(warmup_prompts) + " of the warm-up pass",
+                           " and the " + std::to_string(warmup_prompts) + " of the warm-up pass" +
+                           (tail_prompts > 0 ? " and the tail sample's" : ""),
                        2);
   }
   bench::SpecLoad load;
@@ -499,6 +502,10 @@ int RunSpec(const BenchArgs& a) {
     load.warmup_prompts.push_back(set->rows[num_prompts + i].prompt_ids);
   }
   load.warmup_max_tokens = a.warmup_tokens;
+  if (a.tail_tokens > 0) {
+    load.tail_prompt = set->rows[num_prompts + warmup_prompts].prompt_ids;
+    load.tail_max_tokens = a.tail_tokens;
+  }
   load.n = a.n;
   load.max_tokens = a.given("--max-tokens") ? a.max_tokens : 128;
   for (int64_t id : ckpt->config.eos_token_ids) load.stop_ids.push_back(static_cast<int32_t>(id));
@@ -630,6 +637,7 @@ int RunSpec(const BenchArgs& a) {
                         {"n", load.n},
                         {"max_tokens", load.max_tokens},
                         {"warmup_max_tokens", load.warmup_max_tokens},
+                        {"tail_max_tokens", load.tail_max_tokens},
                         {"max_draft_tokens", a.max_draft_tokens},
                         {"adaptive", !a.fixed_drafts},
                         {"draft_vocab", a.draft_vocab},
@@ -837,6 +845,10 @@ std::function<int()> SetupBench(CLI::App* app) {
          "spec: max_tokens of the untimed warm-up pass that runs other prompts on the same "
          "engine first (it learns its costs there, as a worker does on its first batch)")
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--tail-tokens", a->tail_tokens,
+                  "spec: the long-tail case: one more sample with this max_tokens starts with the "
+                  "first batch and runs alone once the groups are done (0: none)")
+      ->check(CLI::Range(0, 1 << 20));
   app->add_option("--draft-vocab", a->draft_vocab,
                   "spec: the +vocab drafters' head computes this many lowest token ids plus the "
                   "tokens seen (rollout.speculative.draft_vocab; the others compute all)")
