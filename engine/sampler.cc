@@ -3,7 +3,9 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -36,6 +38,18 @@ uint64_t SplitMix64(uint64_t* x) {
 }
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// Whether `logits` holds a NaN or +inf (IEEE 754 binary32 bit patterns; -inf is a masked token,
+// not an error). One branch-free pass the compiler vectorizes.
+bool HasNanOrPosInf(std::span<const float> logits) {
+  uint32_t bad = 0;
+  for (float x : logits) {
+    const uint32_t u = std::bit_cast<uint32_t>(x);
+    bad |= static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u) |
+           static_cast<uint32_t>(u == 0x7f800000u);
+  }
+  return bad != 0;
+}
 
 }  // namespace
 
@@ -74,14 +88,25 @@ void Sampler::Distribution(std::span<const float> logits, TokenDistribution* out
   out->ids.clear();
   out->probs.clear();
   out->greedy_top.clear();
+  if (HasNanOrPosInf(logits)) {
+    // No distribution: a point mass whose logprob is NaN, which the rollout engine refuses.
+    out->greedy = true;
+    out->ids = {0};
+    out->probs = {1.0};
+    out->dense = false;
+    out->greedy_logprob = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   out->greedy = params_.temperature <= 0.0f;
   if (out->greedy) {
     int64_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-    double mx = logits[best], sum = 0;
-    for (float l : logits) sum += std::exp(double(l) - mx);
+    const double mx = logits[best];
+    // The exponentials vectorized, into probs (V doubles kept for the sampler's life) as scratch.
+    out->probs.resize(static_cast<size_t>(v));
+    const double sum = kernels::cpu::ExpScaledShiftedF64(logits, 1.0, mx, out->probs);
     const double log_z = mx + std::log(sum);
     out->ids = {static_cast<int32_t>(best)};
-    out->probs = {1.0};
+    out->probs.assign(1, 1.0);
     out->dense = false;
     out->greedy_logprob = static_cast<float>(-std::log(sum));
     if (params_.logprobs > 0) {

@@ -89,7 +89,9 @@ class Sampler {
   // Draws from `logits` [V] (f32, unchanged).
   SampledToken Sample(std::span<const float> logits);
 
-  // The distribution Sample would draw from for `logits` [V] (no RNG use).
+  // The distribution Sample would draw from for `logits` [V] (no RNG use). Logits with a NaN or
+  // +inf (weights or activations that overflowed) give a greedy point mass on token 0 whose
+  // logprob is NaN: every token recorded from it says so.
   void Distribution(std::span<const float> logits, TokenDistribution* out);
   // Draws an index of `weights` [n] (unnormalized, >= 0, positive sum) by its weight, with one
   // uniform of this sampler's stream; the last positive one on rounding.

@@ -174,6 +174,14 @@ FinishedSample RolloutEngine::Finish(RequestId id, FinishReason reason) {
 StatusOr<bool> RolloutEngine::Append(RequestId id, engine::SampledToken token,
                                      std::vector<FinishedSample>* finished) {
   Sample& s = samples_.at(id);
+  if (!std::isfinite(token.logprob)) {
+    // The sampler found a NaN or +inf logit (engine::Sampler::Distribution).
+    return InternalError("sample " + std::to_string(id) + " of request " +
+                         std::to_string(s.request_id) + ": the policy's logits at position " +
+                         std::to_string(s.tokens.size()) + " are not finite (weight version " +
+                         std::to_string(config_.weight_version) +
+                         "): its weights or activations overflowed; nothing was sampled");
+  }
   LAMINAR_ASSIGN_OR_RETURN(StopMatcher::Step stop, s.matcher.Push(token.id),
                            "sample " + std::to_string(id));
   s.tokens.push_back(token.id);

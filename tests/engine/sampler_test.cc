@@ -106,6 +106,23 @@ TEST(SamplerTest, MinusInfinityLogitsGetProbabilityZero) {
   }
 }
 
+// A NaN or +inf logit (weights that overflowed) gives no distribution: in every path the token
+// recorded carries a NaN logprob, which the rollout engine refuses.
+TEST(SamplerTest, NanOrPlusInfinityLogitsGiveANanLogprob) {
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity()};
+  for (float b : bad) {
+    std::vector<float> logits(40, 0.25f);
+    logits[5] = b;
+    for (const SamplingParams& p :
+         {SamplingParams{.temperature = 1}, SamplingParams{.temperature = 0.7f, .top_p = 0.95f},
+          SamplingParams{.temperature = 1, .top_k = 30}, SamplingParams{.temperature = 0}}) {
+      Sampler s(p);
+      EXPECT_TRUE(std::isnan(s.Sample(logits).logprob)) << b << " at T " << p.temperature;
+    }
+  }
+}
+
 TEST(SamplerTest, SameSeedSameTokens) {
   auto logits = LogitsOf({0.25, 0.25, 0.25, 0.25});
   Sampler a({.seed = 42}), b({.seed = 42}), c({.seed = 43});

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -475,6 +476,26 @@ TEST_P(RolloutEngineTest, SetWeightsSwapsThePolicyBetweenRequestsOnly) {
       wider_config, testing::RandomWeights(wider_config, 5, 0.5f), GetParam());
   ASSERT_TRUE(wider.ok()) << wider.status();
   EXPECT_EQ(engine->SetWeights(wider->get(), 9).code(), StatusCode::kInvalidArgument);
+}
+
+// Weights that overflowed (a NaN in the final norm makes every logit NaN) fail the step with an
+// error that says so, instead of emitting tokens with NaN logprobs.
+TEST_P(RolloutEngineTest, NonFiniteLogitsFailTheStepByName) {
+  model::WeightStore nan_weights = testing::RandomWeights(config_, 3, 0.5f);
+  auto norm = nan_weights.GetMutable("model.norm.weight");
+  ASSERT_TRUE(norm.ok()) << norm.status();
+  (*norm)->data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  auto m = engine::LlamaModel::Create(config_, nan_weights, GetParam());
+  ASSERT_TRUE(m.ok()) << m.status();
+  model_ = std::move(*m);
+  for (float temperature : {0.f, 1.f}) {
+    auto engine = NewEngine();
+    ASSERT_TRUE(engine->Add(Request({1, 2, 3}, temperature, 5)).ok());
+    auto done = engine->RunToCompletion();
+    ASSERT_FALSE(done.ok());
+    EXPECT_NE(done.status().message().find("not finite"), std::string::npos) << done.status();
+    EXPECT_NE(done.status().message().find("weight version 7"), std::string::npos) << done.status();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, RolloutEngineTest,
