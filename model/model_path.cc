@@ -1,6 +1,7 @@
 // Model name resolution against the setup-managed model cache.
 #include "model/model_path.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -30,8 +31,13 @@ StatusOr<std::string> ResolveModelPath(const std::string& name_or_path) {
     if (home && std::filesystem::exists(expanded, ec)) return expanded;
     return NotFoundError("no file or folder '" + name_or_path + "' (" + expanded + ")");
   }
+  // Names match whatever their case ("SmolLM2-135M-Instruct", as the model card spells it).
+  auto lower = [](std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
   for (const auto& m : KnownModels()) {
-    if (m.name != name_or_path) continue;
+    if (lower(m.name) != lower(name_or_path)) continue;
     std::string path = ModelCacheDir() + "/" + m.file;
     if (std::filesystem::exists(path, ec)) return path;
     return NotFoundError("model '" + m.name + "' is not installed (expected " + path +

@@ -22,7 +22,7 @@ const std::vector<KnownModel>& KnownModels();
 std::string ModelCacheDir();
 
 // Returns `name_or_path` if it exists on disk (a leading "~/" is $HOME, as a shell expands it);
-// else the cached file of a known model name.
+// else the cached file of a known model name (matched in any case).
 // Errors: NotFound naming the path, or for a known name that is not installed, naming the setup
 // command; for anything else, the list of known names.
 StatusOr<std::string> ResolveModelPath(const std::string& name_or_path);

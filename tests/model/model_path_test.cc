@@ -18,6 +18,7 @@ TEST(ModelPathTest, ResolvesPathsAndNames) {
   EXPECT_EQ(*ResolveModelPath(file), file);
   setenv("LAMINAR_MODEL_CACHE", dir.c_str(), 1);
   EXPECT_EQ(*ResolveModelPath("smollm2-135m-instruct"), file);
+  EXPECT_EQ(*ResolveModelPath("SmolLM2-135M-Instruct"), file);  // a name in any case
   auto empty = testing::TempDir("model_path_empty");
   setenv("LAMINAR_MODEL_CACHE", empty.c_str(), 1);
   auto missing = ResolveModelPath("smollm2-135m-instruct");
