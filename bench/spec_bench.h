@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,7 @@ struct SpecCase {
 struct SpecRun {
   int64_t generated_tokens = 0;
   double warmup_s = 0;  // the warm-up pass (untimed in tokens_per_s)
-  double wall_s = 0;
+  double steps_s = 0;   // the timed pass: the sum of its engine's steps
   double tokens_per_s = 0;
   rollout::SpecStats spec;       // the engine's counters over the run
   double mean_accepted_len = 0;  // (accepted + verifications) / verifications; 0 without any
@@ -72,11 +73,14 @@ struct SpecRun {
   double step_fixed_s = 0, step_per_token_s = 0, draft_fixed_s = 0, draft_per_row_s = 0;
 };
 
-// Runs every prompt of `load` as one request of load.n samples on a fresh engine over `model`
-// (speculation per `c`, max_num_seqs = c.batch, KV blocks for c.batch whole sequences), after an
-// untimed warm-up pass on the same engine (SpecLoad::warmup_prompts), and times it. Errors: the
-// engine's (Create, Add, Step); InvalidArgument for an empty load or no warm-up prompt.
-StatusOr<SpecRun> RunSpecCase(const engine::LlamaModel& model, const SpecLoad& load,
-                              const SpecCase& c);
+// Runs every prompt of `load` as one request of load.n samples on one fresh engine per case over
+// `model` (speculation per the case, max_num_seqs = its batch, KV blocks for that many whole
+// sequences), after an untimed warm-up pass through each engine (SpecLoad::warmup_prompts), and
+// times them in lockstep: each round of steps steps every engine still running once, so that the
+// cases share whatever the machine does from one second to the next. A run's steps_s is the sum
+// of its engine's steps. Returns [cases.size()] runs. Errors: the engines' (Create, Add, Step);
+// InvalidArgument for an empty load, a missing warm-up or tail prompt, or batch < 1.
+StatusOr<std::vector<SpecRun>> RunSpecCases(const engine::LlamaModel& model, const SpecLoad& load,
+                                            std::span<const SpecCase> cases);
 
 }  // namespace laminar::bench

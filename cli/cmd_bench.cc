@@ -534,9 +534,9 @@ int RunSpec(const BenchArgs& a) {
     draft = std::move(*dm);
   }
   nlohmann::json rows = nlohmann::json::array();
-  // Each (temperature, batch) runs `rounds` rounds of off and every drafter, off first in even
-  // rounds and last in odd ones; a drafter's speed-up is the median over rounds of its ratio to
-  // off in the same round (this machine's timings drift between minutes, not within one).
+  // Each (temperature, batch) runs `rounds` rounds; a round runs off and every drafter in
+  // lockstep (bench::RunSpecCases), and a drafter's speed-up is the median over rounds of its
+  // ratio to off in the same round.
   const int64_t rounds = a.rounds;
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -552,20 +552,21 @@ int RunSpec(const BenchArgs& a) {
       }
       std::map<std::string, std::vector<bench::SpecRun>> runs;
       for (int64_t round = 0; round < rounds; ++round) {
-        std::vector<std::string> order = drafters;
-        if (round % 2 == 1) std::rotate(order.begin(), order.begin() + 1, order.end());
-        for (const std::string& drafter : order) {
-          bench::SpecCase c{.drafter = drafter,
-                            .batch = b,
-                            .temperature = t,
-                            .max_draft_tokens = a.max_draft_tokens,
-                            .adaptive = !a.fixed_drafts,
-                            .draft_vocab = a.draft_vocab,
-                            .min_confidence = a.min_confidence,
-                            .draft_model = draft.get()};
-          auto r = bench::RunSpecCase(**lm, load, c);
-          if (!r.ok()) return Fail(r.status());
-          runs[drafter].push_back(std::move(*r));
+        std::vector<bench::SpecCase> cases;
+        for (const std::string& drafter : drafters) {
+          cases.push_back({.drafter = drafter,
+                           .batch = b,
+                           .temperature = t,
+                           .max_draft_tokens = a.max_draft_tokens,
+                           .adaptive = !a.fixed_drafts,
+                           .draft_vocab = a.draft_vocab,
+                           .min_confidence = a.min_confidence,
+                           .draft_model = draft.get()});
+        }
+        auto r = bench::RunSpecCases(**lm, load, cases);
+        if (!r.ok()) return Fail(r.status());
+        for (size_t i = 0; i < drafters.size(); ++i) {
+          runs[drafters[i]].push_back(std::move((*r)[i]));
         }
       }
       const std::vector<bench::SpecRun>& off = runs.at("off");
@@ -594,7 +595,7 @@ int RunSpec(const BenchArgs& a) {
                         {"rounds", rounds},
                         {"generated_tokens", r.generated_tokens},
                         {"warmup_s", r.warmup_s},
-                        {"wall_s", r.wall_s},
+                        {"steps_s", r.steps_s},
                         {"tokens_per_s", r.tokens_per_s},
                         {"tokens_per_s_each_round", tps},
                         {"speedup_vs_off", speedup},
