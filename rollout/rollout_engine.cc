@@ -241,14 +241,14 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
     first_cost[i] = static_cast<double>(catch_up[i]) * costs_.catch_up_per_token() / verifications;
   }
   std::vector<int64_t> budgets(ids.size(), spec.max_draft_tokens);
+  // Warm sequences feed their catch-up in the drafter's first forward; cold ones in a prefill of
+  // their own (first_cost).
+  std::vector<int64_t> warm_rows(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    warm_rows[i] = catch_up[i] <= warm_catch_up ? catch_up[i] : 0;
+  }
   if (spec.adaptive) {
     if (costs_.ready()) {
-      // Warm sequences feed their catch-up in the drafter's first forward; cold ones in a
-      // prefill of their own (first_cost).
-      std::vector<int64_t> warm_rows(ids.size());
-      for (size_t i = 0; i < ids.size(); ++i) {
-        warm_rows[i] = catch_up[i] <= warm_catch_up ? catch_up[i] : 0;
-      }
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
                                  /*explore_nodes=*/0, first_cost, warm_rows);
       // Steps with drafts measured slower than plain ones: only exploration drafts (below), and
@@ -308,7 +308,11 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
     // acceptance estimate does not go stale for good.
     longest = least_cold;
   }
-  if (!drafting && !ids.empty() && steps_since_draft_ >= explore_every_ && longest < ids.size()) {
+  // Exploration measures acceptance. Where drafts would not pay even if nearly all were accepted
+  // (a batch whose verification and drafter rows cost real compute), there is nothing to learn,
+  // and a try costs rows (a model drafter's, a prefill when its cache is cold).
+  if (!drafting && !ids.empty() && steps_since_draft_ >= explore_every_ && longest < ids.size() &&
+      DraftsCouldPay(costs_, std::ssize(ids), spec.max_draft_tokens, first_cost, warm_rows)) {
     Sample& s = samples_.at(ids[longest]);
     if (s.verifications > 0) s.acceptance = stats[longest];
     budgets[longest] = std::min<int64_t>(2, spec.max_draft_tokens);

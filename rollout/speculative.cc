@@ -946,4 +946,14 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
   return best;
 }
 
+bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_nodes,
+                    std::span<const double> first_cost, std::span<const int64_t> catch_up) {
+  if (!cost.ready() || base_tokens <= 0) return true;
+  const std::vector<AcceptanceStats> sure(static_cast<size_t>(base_tokens),
+                                          AcceptanceStats{.accepted = 19, .rejections = 1});
+  const std::vector<int64_t> best =
+      PlanDraftBudgets(sure, cost, base_tokens, max_nodes, 0, first_cost, catch_up);
+  return std::ranges::any_of(best, [](int64_t b) { return b > 0; });
+}
+
 }  // namespace laminar::rollout

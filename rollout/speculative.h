@@ -529,4 +529,12 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       std::span<const double> first_cost = {},
                                       std::span<const int64_t> catch_up = {});
 
+// Whether drafting could pay for any of `base_tokens` decoding sequences if nearly all drafts
+// were accepted (alpha 0.95; the other arguments as for PlanDraftBudgets): exploration, which
+// measures acceptance, has nothing to learn where it could not (a batch whose verification and
+// drafter rows cost real compute). True before `cost` is ready.
+bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_nodes,
+                    std::span<const double> first_cost = {},
+                    std::span<const int64_t> catch_up = {});
+
 }  // namespace laminar::rollout

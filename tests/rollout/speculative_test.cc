@@ -506,6 +506,28 @@ TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
   EXPECT_EQ(PlanDraftBudgets(alpha, dear, 4, 8, 0), (std::vector<int64_t>(4, 0)));
 }
 
+// Exploration asks whether drafts could pay at all: not where a step's cost is all per token
+// (compute-bound), nor where a drafter forward costs three steps; yes where steps cost the same at
+// any size and drafting is cheap, and before anything is measured.
+TEST(DraftsCouldPayTest, OnlyWhereAcceptanceDecides) {
+  StepCostModel not_ready;
+  EXPECT_TRUE(DraftsCouldPay(not_ready, 16, 8));
+  StepCostModel flat;
+  for (int t : {1, 4, 16, 40, 64, 8}) flat.Record(t, 0.05);
+  EXPECT_TRUE(DraftsCouldPay(flat, 16, 8));
+  // Every token costs the same, a drafted one too: 0.95 of a token for the price of one.
+  StepCostModel steep;
+  for (int t : {1, 4, 16, 40, 64, 8}) steep.Record(t, 0.002 * t);
+  EXPECT_FALSE(DraftsCouldPay(steep, 16, 8));
+  StepCostModel dear = flat;
+  dear.RecordDraft(4, 0.15);
+  EXPECT_FALSE(DraftsCouldPay(dear, 4, 8));
+  // A cold sequence whose catch-up costs ten steps per draft: not for it.
+  const std::vector<double> cold = {0.5};
+  EXPECT_TRUE(DraftsCouldPay(flat, 1, 8));
+  EXPECT_FALSE(DraftsCouldPay(flat, 1, 8, cold));
+}
+
 // A cold sequence (a model drafter that must first catch up with a prefill) pays that cost once,
 // shared by its whole chain: left out when it does not pay, a whole chain when it does, and the
 // warm sequences keep their budgets either way.
