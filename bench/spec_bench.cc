@@ -87,11 +87,13 @@ StatusOr<Lane> StartLane(const engine::LlamaModel& model, const SpecLoad& load, 
   lane.warmup_stats = lane.engine->spec_stats();
   // The timed load, queued (nothing runs until the first step).
   if (load.tail_max_tokens > 0) {
-    LAMINAR_RETURN_IF_ERROR(
-        lane.engine
-            ->Add(Request(load, c, load.tail_prompt, load.seed + 7919, load.tail_max_tokens, 1))
-            .status(),
-        "spec bench tail sample");
+    // Exactly tail_max_tokens tokens (no EOS stop): at temperature > 0 speculation samples other
+    // tokens than off does (from the same distribution), and an EOS drawn at another length would
+    // make one case's tail hundreds of tokens longer than the other's.
+    rollout::RolloutRequest tail =
+        Request(load, c, load.tail_prompt, load.seed + 7919, load.tail_max_tokens, 1);
+    tail.stop.stop_token_ids.clear();
+    LAMINAR_RETURN_IF_ERROR(lane.engine->Add(std::move(tail)).status(), "spec bench tail sample");
   }
   for (size_t r = 0; r < load.prompts.size(); ++r) {
     LAMINAR_RETURN_IF_ERROR(

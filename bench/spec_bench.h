@@ -26,8 +26,9 @@ struct SpecLoad {
   std::vector<std::vector<int32_t>> warmup_prompts;
   int32_t warmup_max_tokens = 32;
   // The long-tail case: when tail_max_tokens > 0, one more sample (of tail_prompt, another prompt
-  // again) runs with that budget, added first so that it starts with the first batch and runs
-  // alone once the groups are done (SpecRun::tail_*).
+  // again) makes exactly that many tokens (no EOS stop, so that every case does the same work),
+  // added first so that it starts with the first batch and runs alone once the groups are done
+  // (SpecRun::tail_*).
   std::vector<int32_t> tail_prompt;
   int32_t tail_max_tokens = 0;
   int32_t n = 8;                  // samples per prompt

@@ -85,6 +85,7 @@ struct BenchArgs {
   int32_t warmup_tokens = 32;  // spec: max_tokens of the warm-up pass
   int32_t tail_tokens = 0;     // spec: max_tokens of the long-tail sample (0: none)
   bool fixed_drafts = false;
+  bool control = false;         // spec: a second off lane, the measurement's own noise
   int64_t draft_vocab = 16384;  // spec: the +vocab drafters' draft vocabulary
   double min_confidence = rollout::SpeculativeConfig{}.min_confidence;  // spec: model drafters'
   std::string draft_model;                 // the draft_model drafter's checkpoint
@@ -550,11 +551,12 @@ int RunSpec(const BenchArgs& a) {
       for (const std::string& name : a.drafters) {  // each once (a repeat would double its rounds)
         if (std::ranges::find(drafters, name) == drafters.end()) drafters.push_back(name);
       }
+      if (a.control) drafters.push_back("off-control");
       std::map<std::string, std::vector<bench::SpecRun>> runs;
       for (int64_t round = 0; round < rounds; ++round) {
         std::vector<bench::SpecCase> cases;
         for (const std::string& drafter : drafters) {
-          cases.push_back({.drafter = drafter,
+          cases.push_back({.drafter = drafter == "off-control" ? "off" : drafter,
                            .batch = b,
                            .temperature = t,
                            .max_draft_tokens = a.max_draft_tokens,
@@ -860,6 +862,9 @@ std::function<int()> SetupBench(CLI::App* app) {
       ->check(CLI::Range(0.0, 0.999999));
   app->add_flag("--fixed-drafts", a->fixed_drafts,
                 "spec: always draft --max-draft-tokens (no adaptive budgets)");
+  app->add_flag("--control", a->control,
+                "spec: a second speculation-off lane (off-control) in every round: its ratio to "
+                "off is what the measurement itself varies by");
   a->given = [app](const char* flag) { return app->count(flag) > 0; };
   return [a] { return RunBench(*a); };
 }
