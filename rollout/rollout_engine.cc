@@ -302,10 +302,15 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   if (drafting || ids.empty()) {
     steps_since_draft_ = 0;
   } else if (++steps_since_draft_ >= explore_every_ && longest == ids.size() &&
-             steps_since_draft_ >= kMaxExploreEvery) {
+             steps_since_draft_ >= kMaxExploreEvery && least_cold < ids.size() &&
+             static_cast<double>(steps_since_draft_) * costs_.Seconds(std::ssize(ids)) >=
+                 kColdExploreShare * static_cast<double>(catch_up[least_cold]) *
+                     costs_.catch_up_per_token()) {
     // No warm sequence: a model drafter's caches all fell behind while drafting did not pay.
-    // Once in kMaxExploreEvery steps the least-behind sequence catches up and tries, so that the
-    // acceptance estimate does not go stale for good.
+    // Once in kMaxExploreEvery steps at least, the least-behind sequence catches up and tries, so
+    // that the acceptance estimate does not go stale for good; its catch-up (a prefill) at most
+    // 1/kColdExploreShare of the time since the last try (a drafter that is never right, such as
+    // layer_skip on an untrained model, cost the long tail 9% when it tried every 256 steps).
     longest = least_cold;
   }
   // Exploration measures acceptance. Where drafts would not pay even if nearly all were accepted

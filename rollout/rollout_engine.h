@@ -188,6 +188,9 @@ class RolloutEngine {
   };
   static constexpr int64_t kExploreEvery = 16;
   static constexpr int64_t kMaxExploreEvery = 256;
+  // A cold sequence's exploration waits until the steps since the last try took this many times
+  // its catch-up's cost.
+  static constexpr double kColdExploreShare = 50;
 
   RolloutEngine(const engine::LlamaModel* model, RolloutEngineConfig config);
   // InvalidArgument unless `ids` are in the vocabulary (`what` names them in the message).
