@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <sstream>
 
 #include "core/check.h"
@@ -162,9 +163,18 @@ class Validator {
       }
       if ((f.min && v < *f.min) || (f.max && v > *f.max)) {
         std::ostringstream os;
-        os << where << ": key '" << f.path << "' = " << n.Scalar() << " is outside ["
-           << (f.min ? std::to_string(*f.min) : "-inf") << ", "
-           << (f.max ? std::to_string(*f.max) : "inf") << "]";
+        os << std::setprecision(15) << where << ": key '" << f.path << "' = " << n.Scalar()
+           << " is outside [";  // bounds as written: [1, 63], not [1.000000, 63.000000]
+        if (f.min)
+          os << *f.min;
+        else
+          os << "-inf";
+        os << ", ";
+        if (f.max)
+          os << *f.max;
+        else
+          os << "inf";
+        os << "]";
         return InvalidArgumentError(os.str());
       }
     }

@@ -103,7 +103,11 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
   EXPECT_NE(bad.status().message().find("rollout.speculative.draft_model"), std::string::npos)
       << bad.status();
   EXPECT_FALSE(Recipe("rollout: {speculative: {drafter: medusa}}\n").ok());
-  EXPECT_FALSE(Recipe("rollout: {speculative: {max_draft_tokens: 64}}\n").ok());
+  auto too_many = Recipe("rollout: {speculative: {max_draft_tokens: 64}}\n");
+  ASSERT_FALSE(too_many.ok());
+  // The bounds as a user writes them.
+  EXPECT_NE(too_many.status().message().find("= 64 is outside [1, 63]"), std::string::npos)
+      << too_many.status();
   // Drafting ahead is for the model drafters.
   auto async_suffix = Recipe("rollout: {speculative: {drafter: suffix, async_draft: true}}\n");
   ASSERT_TRUE(async_suffix.ok());
