@@ -312,7 +312,18 @@ TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
                    "rollout.heartbeat_timeout_s=0.4"};
   run.Start(2);
   ASSERT_TRUE(WaitForLines(run.dir / "metrics.jsonl", 2, 60000)) << "see " << run.dir;
-  ASSERT_TRUE(WaitUntilHolding(run.manager_endpoint, "rollout/0", 30000)) << "see " << run.dir;
+  // Frozen first (SIGSTOP), so that it cannot hand its groups back between the check and the
+  // kill; the check waits for messages it sent before it froze to land. Thawed and tried again
+  // when it held nothing.
+  bool held = false;
+  for (int attempt = 0; attempt < 20 && !held; ++attempt) {
+    ASSERT_TRUE(WaitUntilHolding(run.manager_endpoint, "rollout/0", 30000)) << "see " << run.dir;
+    run.rollouts[0].Signal(SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    held = WaitUntilHolding(run.manager_endpoint, "rollout/0", 1);
+    if (!held) run.rollouts[0].Signal(SIGCONT);
+  }
+  ASSERT_TRUE(held) << "see " << run.dir;
   run.rollouts[0].Signal(SIGKILL);
   // The manager notices the silence and re-issues the dead rollout's groups; training goes on.
   const size_t after_expiry =
