@@ -73,8 +73,8 @@ ConfigSchema BuildSchema() {
   s.AddInt("rollout.max_groups", w.max_groups, "prompt groups in flight per rollout", 1);
   s.AddString("rollout.weight_dtype", "f32",
               "the rollout's projection weights, quantized from each pulled version: f32, bf16, "
-              "w8a8 (int8) or w4a8 (4-bit groups over int8)",
-              {"f32", "bf16", "w8a8", "w4a8"});
+              "w8a8 (int8), w4a8 (4-bit groups over int8), q8_0 or q4_1 (ggml's blocks of 32)",
+              {"f32", "bf16", "w8a8", "w4a8", "q8_0", "q4_1"});
   s.AddString("rollout.speculative.drafter", "off",
               "speculative decoding's drafter: off, or suffix (drafts from the sequence, its "
               "GRPO group and recent responses; exact, the policy's distribution and logprobs)",
@@ -83,12 +83,13 @@ ConfigSchema BuildSchema() {
       "rollout.speculative.draft_model", "",
       "drafter draft_model: a checkpoint (path or model name) of a small model with the "
       "policy's vocabulary; the actor publishes its weights with every version and rollouts "
-      "pull them from their relay");
+      "pull them from their relay. 'policy': the policy itself in draft_weight_dtype, rebuilt "
+      "by each rollout from every version it pulls (QSpec)");
   s.AddString("rollout.speculative.draft_weight_dtype", "auto",
               "drafter draft_model: its projection weights, quantized from each pulled version "
               "(auto: as rollout.weight_dtype); a cheaper format than the policy's drafts "
-              "faster (the policy's own weights in w4a8 under an f32 policy: QSpec)",
-              {"auto", "f32", "bf16", "w8a8", "w4a8"});
+              "faster (draft_model: policy with q8_0 or q4_1 under an f32 or bf16 policy)",
+              {"auto", "f32", "bf16", "w8a8", "w4a8", "q8_0", "q4_1"});
   s.AddFloat("rollout.speculative.min_confidence", w.engine.speculative.min_confidence,
              "model drafters stop a chain once the product of its tokens' draft probabilities "
              "falls below this (0: never; chains run to their planned length)",

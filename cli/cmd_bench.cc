@@ -523,13 +523,17 @@ int RunSpec(const BenchArgs& a) {
           a.drafters, [](const std::string& name) { return name.starts_with("draft_model"); })) {
     if (a.draft_model.empty())
       return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
-    auto dpath = model::ResolveModelPath(a.draft_model);
-    if (!dpath.ok()) return Fail(dpath.status());
-    auto dc = model::LoadCheckpoint(*dpath);
-    if (!dc.ok()) return Fail(dc.status());
-    draft_ckpt = std::move(*dc);
+    // `policy`: the policy's own checkpoint, as the recipe's draft_model: policy drafts.
+    if (a.draft_model != rollout::kPolicyDraftModel) {
+      auto dpath = model::ResolveModelPath(a.draft_model);
+      if (!dpath.ok()) return Fail(dpath.status());
+      auto dc = model::LoadCheckpoint(*dpath);
+      if (!dc.ok()) return Fail(dc.status());
+      draft_ckpt = std::move(*dc);
+    }
+    const model::Checkpoint& dck = draft_ckpt ? *draft_ckpt : *ckpt;
     auto dm = engine::LlamaModel::Create(
-        draft_ckpt->config, draft_ckpt->weights, engine::Backend::kCpu,
+        dck.config, dck.weights, engine::Backend::kCpu,
         *engine::ParseWeightFormat(a.draft_weights.empty() ? weights : a.draft_weights));
     if (!dm.ok()) return Fail(dm.status());
     draft = std::move(*dm);
@@ -761,11 +765,11 @@ std::function<int()> SetupBench(CLI::App* app) {
   app->add_option("--log-dir", a->log_dir, "broadcast: keep the relays' logs in this folder")
       ->check(CLI::ExistingDirectory);
   app->add_option("--weights", a->weights,
-                  "projection weights: f32 (default), bf16, w8a8, w4a8 or gguf (a GGUF "
-                  "checkpoint's Q4_0/Q4_1/Q8_0 blocks); rollout: a comma-separated list (default " +
-                      std::string(kRolloutWeights) + "); gemm runs every format")
+                  std::string(engine::kWeightFormatHelp) +
+                      "; rollout: a comma-separated list (default " + std::string(kRolloutWeights) +
+                      "); gemm runs every format")
       ->delimiter(',')
-      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
+      ->check(CLI::IsMember(engine::WeightFormatNames()));
   app->add_option("--seq-len", a->seq_len, "train: tokens per sequence")
       ->check(CLI::Range(2, 1 << 16));
   app->add_option("--seqs", a->seqs, "train: sequences per packed batch")
@@ -829,11 +833,12 @@ std::function<int()> SetupBench(CLI::App* app) {
                              "draft_model+async", "layer_skip+vocab", "draft_model+vocab",
                              "layer_skip+async+vocab", "draft_model+async+vocab"}));
   app->add_option("--draft-model", a->draft_model,
-                  "spec: the draft_model drafter's checkpoint (same vocabulary as --model)");
+                  "spec: the draft_model drafter's checkpoint (same vocabulary as --model), or "
+                  "policy: the policy's own (in --draft-weights)");
   app->add_option("--draft-weights", a->draft_weights,
                   "spec: the draft model's weight format (default: --weights); the policy's own "
                   "checkpoint at a cheaper format is a draft model with the same vocabulary")
-      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
+      ->check(CLI::IsMember(engine::WeightFormatNames()));
   app->add_option("--temperatures", a->temperatures, "spec: sampling temperatures")
       ->delimiter(',')
       ->check(CLI::Range(0.0, 100.0));

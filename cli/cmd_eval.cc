@@ -472,11 +472,8 @@ std::function<int()> SetupEval(CLI::App* app) {
   auto a = std::make_shared<EvalArgs>();
   app->add_option("--model", a->model, "checkpoint path or model name (default: model.path)");
   app->add_option("--tokenizer", a->tokenizer, "tokenizer file overriding the checkpoint's");
-  app->add_option(
-         "--weights", a->weights,
-         "projection weights: f32 (default), bf16, w8a8, w4a8, or gguf (a GGUF checkpoint's "
-         "Q4_0/Q4_1/Q8_0 blocks as stored)")
-      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
+  app->add_option("--weights", a->weights, engine::kWeightFormatHelp)
+      ->check(CLI::IsMember(engine::WeightFormatNames()));
   app->add_option("--data", a->data, "eval set, JSON Lines (default: data.path)");
   app->add_option("--prompt-key", a->prompt_key, "field holding the prompt");
   app->add_option("--ground-truth-key", a->ground_truth_key, "field holding the reference answer");

@@ -342,11 +342,8 @@ std::function<int()> SetupGenerate(CLI::App* app) {
   app->add_option("--sampler", a->sampler, "default, or llama2c (run.c's sampler and output)")
       ->check(CLI::IsMember({"default", "llama2c"}));
   app->add_option("--steps", a->steps, "llama2c: total positions including the prompt (run.c -n)");
-  app->add_option(
-         "--weights", a->weights,
-         "projection weights: f32 (default), bf16, w8a8, w4a8, or gguf (a GGUF checkpoint's "
-         "Q4_0/Q4_1/Q8_0 blocks as stored)")
-      ->check(CLI::IsMember({"f32", "bf16", "w8a8", "w4a8", "gguf"}));
+  app->add_option("--weights", a->weights, engine::kWeightFormatHelp)
+      ->check(CLI::IsMember(engine::WeightFormatNames()));
   app->add_flag("--json", a->json,
                 "print one JSON line: prompt_ids, ids, logprobs, text, finish_reason");
   app->add_option("--input", a->input,

@@ -104,6 +104,8 @@ StatusOr<std::optional<model::Checkpoint>> LoadDraftModel(const Config& recipe,
     return InvalidArgumentError("recipe rollout.speculative.drafter: draft_model needs " + key +
                                 " (a checkpoint)");
   }
+  // The policy as its own draft: each rollout builds it from the versions it pulls.
+  if (recipe.GetString(key) == rollout::kPolicyDraftModel) return std::nullopt;
   LAMINAR_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(recipe.GetString(key)), key);
   LAMINAR_ASSIGN_OR_RETURN(model::Checkpoint ckpt, model::LoadCheckpoint(path), key);
   if (ckpt.config.vocab_size != policy.vocab_size) {

@@ -2,6 +2,7 @@
 #include "engine/llama_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/vec_ops.h"
 #include "kernels/reference/paged_attention.h"
+#include "model/ggml_quants.h"
 
 namespace laminar::engine {
 
@@ -28,9 +30,27 @@ std::string LayerName(int64_t i, const char* suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
 
-constexpr WeightFormat kWeightFormats[] = {WeightFormat::kF32, WeightFormat::kBF16,
-                                           WeightFormat::kW8A8, WeightFormat::kW4A8,
-                                           WeightFormat::kGguf};
+constexpr WeightFormat kWeightFormats[] = {
+    WeightFormat::kF32,  WeightFormat::kBF16, WeightFormat::kW8A8, WeightFormat::kW4A8,
+    WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kGguf};
+
+// A [n, k] f32 matrix quantized to ggml blocks of `type` (Q8_0 or Q4_1; k a multiple of 32) and
+// packed for the block kernels.
+StatusOr<kernels::GgufQuantWeights> QuantizeToGgmlBlocks(model::GgmlType type,
+                                                         std::span<const float> w, int64_t n,
+                                                         int64_t k) {
+  LAMINAR_ASSIGN_OR_RETURN(size_t bytes, model::GgmlRowBytes(static_cast<uint32_t>(type), n * k));
+  for (const float x : w) {
+    if (!std::isfinite(x)) return InvalidArgumentError("a weight is not finite");
+  }
+  std::vector<uint8_t> blocks(bytes);
+  if (type == model::GgmlType::kQ8_0) {
+    model::QuantizeQ8_0(w.data(), blocks.data(), n * k);
+  } else {
+    model::QuantizeQ4_1(w.data(), blocks.data(), n * k);
+  }
+  return kernels::PackGgufWeights(static_cast<uint32_t>(type), blocks, n, k);
+}
 
 }  // namespace
 
@@ -44,10 +64,20 @@ std::string WeightFormatName(WeightFormat format) {
       return "w8a8";
     case WeightFormat::kW4A8:
       return "w4a8";
+    case WeightFormat::kQ8_0:
+      return "q8_0";
+    case WeightFormat::kQ4_1:
+      return "q4_1";
     case WeightFormat::kGguf:
       return "gguf";
   }
   return "?";
+}
+
+std::vector<std::string> WeightFormatNames() {
+  std::vector<std::string> names;
+  for (WeightFormat f : kWeightFormats) names.push_back(WeightFormatName(f));
+  return names;
 }
 
 StatusOr<WeightFormat> ParseWeightFormat(std::string_view name) {
@@ -284,12 +314,13 @@ Status LlamaModel::Quantize() {
       shapes.push_back(nk);
     }
   }
-  const bool quantize = format_ == WeightFormat::kW8A8 || format_ == WeightFormat::kW4A8;
+  const bool blocks = format_ == WeightFormat::kQ8_0 || format_ == WeightFormat::kQ4_1;
+  const bool quantize = format_ == WeightFormat::kW8A8 || format_ == WeightFormat::kW4A8 || blocks;
   if (format_ == WeightFormat::kGguf &&
       std::none_of(all.begin(), all.end(), [](const Weight* w) { return w->gguf != nullptr; })) {
     return InvalidArgumentError(
         "weights gguf runs a GGUF checkpoint's Q4_0/Q4_1/Q8_0 blocks as stored, and this "
-        "checkpoint has none among its projections; use f32, bf16, w8a8 or w4a8");
+        "checkpoint has none among its projections; use f32, bf16, w8a8, w4a8, q8_0 or q4_1");
   }
   std::vector<Status> errors(all.size());
   std::vector<const void*> replaced(all.size(), nullptr);  // f32 data the quantized copies replace
@@ -299,6 +330,25 @@ Status LlamaModel::Quantize() {
       Weight& w = *all[i];
       if (!quantize || w.f32.empty()) continue;
       const auto [n, k] = shapes[i];
+      if (blocks) {
+        // ggml's blocks span 32 elements of a row: a tensor with another K stays f32, as a GGUF
+        // checkpoint's unquantized tensors do. The head stays Q8_0 under q4_1, as in GGUF's Q4
+        // files.
+        if (k % 32 != 0) continue;
+        const model::GgmlType type = format_ == WeightFormat::kQ8_0 || &w == &lm_head_
+                                         ? model::GgmlType::kQ8_0
+                                         : model::GgmlType::kQ4_1;
+        auto q = QuantizeToGgmlBlocks(type, w.f32, n, k);
+        if (!q.ok()) {
+          errors[i] = q.status();
+        } else {
+          w.gguf = std::make_shared<const kernels::cpu::GgufRowGroups>(
+              kernels::cpu::PackGgufRowGroups(*q));
+          replaced[i] = w.f32.data();
+          w.f32 = {};
+        }
+        continue;
+      }
       // The output head stays 8-bit under w4a8, as GGUF's Q4 files keep theirs at Q8_0/Q6_K: the
       // logits are what the sampled tokens and their logprobs come from.
       if (format_ == WeightFormat::kW8A8 || &w == &lm_head_) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -73,15 +74,26 @@ enum class Backend { kReference, kCpu };
 //   w8a8  int8 per output channel, activations int8 per token (kernels/reference/quant.h)
 //   w4a8  4-bit groups of 64 in the LiquidQuant layout over int8 per channel, activations int8;
 //         the output head in w8a8
+//   q8_0  quantized here to ggml's Q8_0 blocks (32 weights, one f16 scale), activations as Q8_0
+//         blocks: the gguf kernels below, from any checkpoint (and from the trainer's weights)
+//   q4_1  likewise to Q4_1 blocks (32 weights, f16 scale and minimum), the output head in Q8_0
+//         (as GGUF's Q4 files keep theirs 8-bit); for both, a matrix whose K is not a multiple
+//         of 32 stays f32
 //   gguf  the checkpoint's own Q4_0/Q4_1/Q8_0 blocks as stored, activations as Q8_0/Q8_1 blocks;
 //         tensors stored otherwise run in f32
 // The integer formats run every row count (prefill too) through the same kernels
 // (kernels/cpu/quant_gemm.h), so prefill and decode are one quantized policy.
-enum class WeightFormat { kF32, kBF16, kW8A8, kW4A8, kGguf };
+enum class WeightFormat { kF32, kBF16, kW8A8, kW4A8, kQ8_0, kQ4_1, kGguf };
 // The w4a8 group size along K (kernels/reference/quant.h allows 64 or 128; 64 measured closer to
 // f32 on SmolLM2).
 inline constexpr int64_t kW4A8GroupSize = 64;
 std::string WeightFormatName(WeightFormat format);
+// Every format's name, in the order above (the CLIs' `--weights` choices).
+std::vector<std::string> WeightFormatNames();
+// What the CLIs' `--weights` help says about the formats.
+inline constexpr char kWeightFormatHelp[] =
+    "projection weights: f32 (default), bf16, w8a8, w4a8, q8_0 or q4_1 (quantized at load), or "
+    "gguf (a GGUF checkpoint's Q4_0/Q4_1/Q8_0 blocks as stored)";
 // InvalidArgument listing the names for an unknown one.
 StatusOr<WeightFormat> ParseWeightFormat(std::string_view name);
 

@@ -2,7 +2,9 @@
 // dequantize_row_* order of operations (in f32) so results match llama.cpp bit for bit.
 #include "model/ggml_quants.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -37,6 +39,7 @@ uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 float LoadHalf(const uint8_t* p) { return HalfToFloat(LoadU16(p)); }
+void StoreU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 
 // The 6-bit scale and min of sub-block j (0..7) from Q4_K's 12 packed bytes: sub-blocks 0-3 keep
 // theirs in the low 6 bits of bytes j and j+4; sub-blocks 4-7 combine a nibble of byte j+4 with
@@ -122,6 +125,39 @@ void DequantizeQ4_1(const uint8_t* src, float* dst, int64_t n) {
       dst[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
       dst[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
     }
+  }
+}
+
+void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 32, dst += kQ8_0BlockBytes) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(src[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    StoreU16(dst, FloatToHalf(d));
+    for (int j = 0; j < 32; ++j) {
+      dst[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(src[j] * id)));
+    }
+  }
+}
+
+void QuantizeQ4_1(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 32, dst += kQ4_1BlockBytes) {
+    float lo = src[0], hi = src[0];
+    for (int j = 1; j < 32; ++j) {
+      lo = std::min(lo, src[j]);
+      hi = std::max(hi, src[j]);
+    }
+    const float d = (hi - lo) / 15.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    StoreU16(dst, FloatToHalf(d));
+    StoreU16(dst + 2, FloatToHalf(lo));
+    uint8_t* qs = dst + 4;
+    auto nibble = [&](float x) {
+      return static_cast<uint8_t>(std::min(15, static_cast<int>((x - lo) * id + 0.5f)));
+    };
+    for (int j = 0; j < 16; ++j)
+      qs[j] = static_cast<uint8_t>(nibble(src[j]) | nibble(src[j + 16]) << 4);
   }
 }
 

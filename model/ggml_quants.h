@@ -53,6 +53,18 @@ void DequantizeQ4_1(const uint8_t* src, float* dst, int64_t num_elements);
 void DequantizeQ4_K(const uint8_t* src, float* dst, int64_t num_elements);
 void DequantizeQ6_K(const uint8_t* src, float* dst, int64_t num_elements);
 
+// Reference quantizers to Q8_0 and Q4_1 blocks (ggml's quantize_row_q8_0_ref and
+// quantize_row_q4_1_ref, ggml-quants.c), so that weights published in f32 (the trainer's) can run
+// on the block kernels that GGUF checkpoints run on.
+//   src  [num_elements] f32, num_elements a multiple of 32 (rows of a [rows, cols] tensor with
+//        cols a multiple of 32 are consecutive blocks)
+//   dst  GgmlRowBytes(type, num_elements) bytes
+// Q8_0: d = max|x| / 127, q = round(x / d). Q4_1: m = min x, d = (max x - m) / 15,
+// q = min(15, trunc((x - m) / d + 0.5)). d and m are stored as f16; a block of zeros gets d = 0.
+// Non-finite inputs are the caller's to reject (they give NaN or inf blocks).
+void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t num_elements);
+void QuantizeQ4_1(const float* src, uint8_t* dst, int64_t num_elements);
+
 // Byte sizes of the blocks above (ggml-common.h).
 inline constexpr size_t kQ8_0BlockBytes = 34;   // f16 d, int8 qs[32]
 inline constexpr size_t kQ4_0BlockBytes = 18;   // f16 d, u8 qs[16]

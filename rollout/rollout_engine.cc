@@ -590,7 +590,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   return finished;
 }
 
-Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t version) {
+Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t version,
+                                 const engine::LlamaModel* draft) {
   LAMINAR_CHECK(model != nullptr) << "SetWeights needs a model";
   if (!idle()) {
     return FailedPreconditionError("rollout engine: cannot swap weights with " +
@@ -614,8 +615,10 @@ Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t versio
         "context) differ from the engine's");
   }
   if (drafter_ != nullptr) {
-    LAMINAR_RETURN_IF_ERROR(drafter_->OnWeights(model), "rollout engine: speculative drafter");
+    LAMINAR_RETURN_IF_ERROR(drafter_->OnWeights(model, draft),
+                            "rollout engine: speculative drafter");
   }
+  if (draft != nullptr) config_.speculative.draft_model = draft;
   model_ = model;
   config_.weight_version = version;
   scheduler_.mutable_blocks().SetWeightVersion(version);

@@ -339,11 +339,12 @@ std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel*
   return d;
 }
 
-Status ModelDrafter::OnWeights(const engine::LlamaModel* policy) {
+Status ModelDrafter::OnWeights(const engine::LlamaModel* policy, const engine::LlamaModel* draft) {
   caches_.clear();  // KV of the old drafter weights
   group_seqs_.clear();
   head_.reset();
   if (name_ == "draft_model") {
+    if (draft != nullptr) model_ = draft;
     if (model_->config().vocab_size != policy->config().vocab_size) {
       return InvalidArgumentError(
           "draft_model: its vocabulary of " + std::to_string(model_->config().vocab_size) +

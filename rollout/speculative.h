@@ -111,8 +111,14 @@ class Drafter {
   virtual void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                              int64_t num_prompt_tokens) = 0;
   // The engine's policy is now `policy` (at creation and at every weight swap; borrowed, alive
-  // until the next call). Errors: the drafter cannot follow it (then speculation stops).
-  virtual Status OnWeights(const engine::LlamaModel* /*policy*/) { return OkStatus(); }
+  // until the next call), and, when `draft` is given, the draft_model drafter's model is now
+  // `draft` (borrowed likewise: a draft built from each version, e.g. the policy's own weights in
+  // a cheaper format; ignored by drafters without one). Errors: the drafter cannot follow it
+  // (then speculation stops).
+  virtual Status OnWeights(const engine::LlamaModel* /*policy*/,
+                           const engine::LlamaModel* /*draft*/ = nullptr) {
+    return OkStatus();
+  }
   // Asynchronous drafting (SwiftSpec, arXiv 2506.11309 §3: the drafter runs off the target's
   // critical path): called on the engine's drafter thread while the target verifies the tree the
   // last proposal (Propose or ProposeBatch) returned for `seq`, to keep drafting past it (up to
@@ -178,7 +184,8 @@ class ModelDrafter final : public Drafter {
   std::span<const DraftForward> last_forwards() const override { return forwards_; }
   void OnSequenceEnd(int64_t seq, int64_t group, std::span<const int32_t> tokens,
                      int64_t num_prompt_tokens) override;
-  Status OnWeights(const engine::LlamaModel* policy) override;
+  Status OnWeights(const engine::LlamaModel* policy,
+                   const engine::LlamaModel* draft = nullptr) override;
   void DraftAhead(int64_t seq, int64_t max_nodes) override;
   // The model drafting now (null before OnWeights for layer_skip), without the draft vocabulary.
   const engine::LlamaModel* model() const { return model_; }
@@ -311,6 +318,12 @@ class SuffixDrafter final : public Drafter {
   std::deque<int64_t> recent_;  // document keys of recent responses, oldest first
   int64_t next_recent_ = 0;
 };
+
+// `rollout.speculative.draft_model: policy`: the draft_model drafter's model is the policy itself
+// in `draft_weight_dtype`, built by each rollout from every version it pulls (so it follows the
+// policy; the actor publishes no draft tensors). The policy's weights in a cheaper format are a
+// draft with the same vocabulary and close distributions (QSpec, Zhao et al., arXiv 2410.11305).
+inline constexpr std::string_view kPolicyDraftModel = "policy";
 
 // The recipe's `rollout.speculative` block.
 struct SpeculativeConfig {

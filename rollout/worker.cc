@@ -46,7 +46,8 @@ Status RolloutWorkerOptions::Validate() const {
   if (!std::isfinite(reward_failure_score)) {
     return InvalidArgumentError("rollout worker: reward.failure_score must be finite");
   }
-  if (engine.speculative.drafter == "draft_model" && !draft_model_config.has_value()) {
+  if (engine.speculative.drafter == "draft_model" && draft_model_path != kPolicyDraftModel &&
+      !draft_model_config.has_value()) {
     return InvalidArgumentError(
         "rollout worker: the draft_model drafter needs draft_model_config "
         "(rollout.speculative.draft_model)");
@@ -153,23 +154,40 @@ Status RolloutWorker::MaybeUpdateWeights() {
       std::unique_ptr<engine::LlamaModel> model,
       engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_format),
       options_.id + ": version " + std::to_string(v.version()));
-  if (options_.engine.speculative.drafter == "draft_model" && draft_model_ == nullptr) {
+  const bool draft_model = options_.engine.speculative.drafter == "draft_model";
+  // The policy as its own draft (kPolicyDraftModel): rebuilt from every version, so it follows
+  // the policy.
+  std::unique_ptr<engine::LlamaModel> policy_draft;
+  if (draft_model && options_.draft_model_path == kPolicyDraftModel) {
+    LAMINAR_ASSIGN_OR_RETURN(policy_draft,
+                             engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu,
+                                                        options_.draft_weight_format),
+                             options_.id + ": version " + std::to_string(v.version()) +
+                                 ": the policy as draft model in " +
+                                 engine::WeightFormatName(options_.draft_weight_format));
+  } else if (draft_model && draft_model_ == nullptr) {
     LAMINAR_RETURN_IF_ERROR(BuildDraftModel(v), options_.id);
   }
   if (!engine_) {
     RolloutEngineConfig c = options_.engine;
     c.weight_version = v.version();
-    c.speculative.draft_model = draft_model_.get();
+    c.speculative.draft_model = policy_draft ? policy_draft.get() : draft_model_.get();
     LAMINAR_ASSIGN_OR_RETURN(engine_, RolloutEngine::Create(model.get(), std::move(c)));
   } else {
-    LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version()), options_.id);
+    LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version(), policy_draft.get()),
+                            options_.id);
   }
   const double build_s = Seconds(Clock::now() - build_start);
   LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": version " << v.version() << " built as "
-                             << engine::WeightFormatName(options_.weight_format) << " in "
-                             << build_s << " s";
-  // The engine now uses the new model; the old one and its weights can go.
+                             << engine::WeightFormatName(options_.weight_format)
+                             << (policy_draft
+                                     ? ", its draft model as " +
+                                           engine::WeightFormatName(options_.draft_weight_format)
+                                     : std::string())
+                             << " in " << build_s << " s";
+  // The engine now uses the new models; the old ones and their weights can go (models first).
   model_ = std::move(model);
+  if (policy_draft) draft_model_ = std::move(policy_draft);
   weights_ = std::move(store);
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.versions_loaded;

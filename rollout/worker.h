@@ -37,7 +37,9 @@ struct RolloutWorkerOptions {
   // the recipe keeps it here) and its architecture, which the caller reads from it. The weights
   // come with each pulled version (relay::kDraftModelPrefix; the actor publishes them): the
   // worker builds the draft model from the first version it pulls and sets
-  // engine.speculative.draft_model. Required when engine.speculative.drafter is draft_model.
+  // engine.speculative.draft_model. Required when engine.speculative.drafter is draft_model,
+  // unless the path is kPolicyDraftModel: then the worker builds the draft from every pulled
+  // version's policy weights in draft_weight_format (no config needed).
   std::string draft_model_path;
   std::optional<model::ModelConfig> draft_model_config;
   // The projection weights of each pulled version, quantized by the worker (rollout.weight_dtype).
@@ -137,6 +139,8 @@ class RolloutWorker {
   std::unique_ptr<model::WeightStore> weights_;  // the model uses its f32 tensors in place
   std::unique_ptr<engine::LlamaModel> model_;
   std::unique_ptr<model::WeightStore> draft_weights_;  // the draft_model drafter's, likewise
+  // The draft_model drafter's model: built from draft_weights_, or (kPolicyDraftModel) from
+  // weights_, then replaced with every version.
   std::unique_ptr<engine::LlamaModel> draft_model_;
   std::unique_ptr<RolloutEngine> engine_;
   std::map<int64_t, Request> requests_;                         // by engine request id

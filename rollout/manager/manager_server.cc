@@ -431,13 +431,15 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   for (const char* k : {"reward/error_count", "reward/timeout_count"}) m[k] = counter_totals_[k];
   m["relay/pull_wait_s"] = window_.counter_growth["relay/pull_wait_s"];
   m["rollout/weight_build_s"] = window_.counter_growth["rollout/weight_build_s"];
-  // Speculative decoding over the step (rollout/speculative.h SpecStats); 0 when off.
+  // Speculative decoding over the step (rollout/speculative.h SpecStats): the enabled fraction is
+  // 0 when nothing was drafted, and the acceptance metrics are then absent (a 0 would read as
+  // every draft rejected).
   auto& g = window_.counter_growth;
   const double decodes = g["rollout/spec_decode_steps"], verifies = g["rollout/spec_verify_steps"];
   const double drafted = g["rollout/spec_drafted_tokens"];
   const double accepted = g["rollout/spec_accepted_tokens"];
-  m["rollout/spec_accept_rate"] = drafted > 0 ? accepted / drafted : 0.0;
-  m["rollout/spec_mean_accepted_len"] = verifies > 0 ? (accepted + verifies) / verifies : 0.0;
+  if (drafted > 0) m["rollout/spec_accept_rate"] = accepted / drafted;
+  if (verifies > 0) m["rollout/spec_mean_accepted_len"] = (accepted + verifies) / verifies;
   m["rollout/spec_enabled_frac"] = decodes > 0 ? verifies / decodes : 0.0;
   window_ = Window{};
 }

@@ -95,6 +95,17 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
   EXPECT_EQ(q->draft_weight_format, engine::WeightFormat::kW4A8);
   EXPECT_DOUBLE_EQ(q->engine.speculative.min_confidence, 0.25);
   EXPECT_FALSE(Recipe("rollout: {speculative: {draft_weight_dtype: gguf}}\n").ok());
+  // The policy as its own draft, in ggml's Q4_1 blocks; the worker needs no draft config.
+  auto self = Recipe(
+      "rollout: {weight_dtype: q8_0, speculative: {drafter: draft_model, draft_model: policy, "
+      "draft_weight_dtype: q4_1}}\n");
+  ASSERT_TRUE(self.ok()) << self.status();
+  auto s = actor::RolloutWorkerOptionsOf(*self, 1024);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->weight_format, engine::WeightFormat::kQ8_0);
+  EXPECT_EQ(s->draft_weight_format, engine::WeightFormat::kQ4_1);
+  EXPECT_EQ(s->draft_model_path, rollout::kPolicyDraftModel);
+  EXPECT_FALSE(s->draft_model_config.has_value());
   EXPECT_FALSE(Recipe("rollout: {speculative: {min_confidence: 1.5}}\n").ok());
   // draft_model without its checkpoint; an unknown drafter; a size out of range.
   auto no_model = Recipe("rollout: {speculative: {drafter: draft_model}}\n");

@@ -1,8 +1,10 @@
 // The RL loop's roles as threads of one process (DESIGN.md §2: every role can run as a thread
-// for tests): a master relay, the manager server, two rollout workers and the actor, on the
-// stories260K policy, in async mode with repack on.
+// for tests): a master relay, the manager server, two rollout workers (one drafting with a draft
+// model the actor publishes) and the actor, on the stories260K policy, in async mode with repack
+// on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -23,6 +25,7 @@
 #include "rollout/manager/manager_server.h"
 #include "rollout/worker.h"
 #include "tests/test_util.h"
+#include "trainer/parameters.h"
 
 namespace laminar::testing {
 namespace {
@@ -90,6 +93,14 @@ ThreadsRun RunAllRolesAsThreads(
     wo.engine.num_blocks = 64;
     wo.max_groups = 2;
     wo.heartbeat_interval_ms = 50;
+    if (i == 0) {
+      // rollout/0 drafts with a separate draft model (here the policy's checkpoint) whose weights
+      // the actor publishes with every version.
+      wo.engine.speculative.drafter = "draft_model";
+      wo.engine.speculative.adaptive = false;  // always draft
+      wo.draft_model_path = "stories260K";
+      wo.draft_model_config = ckpt.config;
+    }
     auto w = rollout::RolloutWorker::Create(ckpt.config, &tok, reward, std::move(wo));
     EXPECT_TRUE(w.ok()) << w.status();
     if (!w.ok()) return out;
@@ -103,6 +114,10 @@ ThreadsRun RunAllRolesAsThreads(
   ao.groups_per_step = 2;
   ao.max_steps = 3;
   ao.trainer.optimizer.lr = 1e-3;
+  auto draft = trainer::ParameterSet::FromWeights(ckpt.config, ckpt.weights);
+  EXPECT_TRUE(draft.ok()) << draft.status();
+  if (!draft.ok()) return out;
+  ao.draft_model_weights = std::make_shared<const model::WeightStore>(draft->ToWeightStore());
   auto act = actor::Actor::Create(ckpt.config, ckpt.weights, std::move(ao), /*resume=*/false);
   EXPECT_TRUE(act.ok()) << act.status();
   if (act.ok()) {
@@ -171,6 +186,14 @@ TEST_F(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   EXPECT_GE(m.at("reward/error_count"), 1);
   EXPECT_GE(m.at("reward/timeout_count"), 1);
   EXPECT_EQ(run.steps.back().count("reward/error_count"), 1u);
+  // rollout/0 drafted with the draft model the actor published.
+  double spec_frac = 0;
+  for (const auto& step : run.steps) {
+    if (step.contains("rollout/spec_enabled_frac")) {
+      spec_frac = std::max(spec_frac, step.at("rollout/spec_enabled_frac"));
+    }
+  }
+  EXPECT_GT(spec_frac, 0);
 }
 
 // A reward slower than the manager's heartbeat timeout (summed over the samples a rollout scores

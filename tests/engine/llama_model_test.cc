@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/bf16_dot.h"
 #include "kernels/cpu/quant_gemm.h"
+#include "model/ggml_quants.h"
 #include "tests/model/random_weights.h"
 
 namespace laminar::engine {
@@ -35,28 +36,23 @@ model::WeightStore RandomWeights(const model::ModelConfig& c, uint32_t seed) {
   return testing::RandomWeights(c, seed, 0.3f);
 }
 
-// Q8_0 blocks (ggml's quantize_row_q8_0: d = max|w| / 127 as f16, q = round(w / d)) of every 2-D
-// tensor of `store` whose rows are whole blocks, beside its f32 values, as a GGUF checkpoint's
-// store holds them; `keep` owns the blocks.
-void AddQ8Blocks(model::WeightStore* store, std::vector<std::vector<uint8_t>>* keep) {
+// ggml blocks (model::QuantizeQ8_0 / QuantizeQ4_1) of every 2-D tensor of `store` whose rows are
+// whole blocks, beside its f32 values, as a GGUF checkpoint's store holds them: `type` for the
+// layers' projections, Q8_0 for the embedding (the tied head) and the head, as in GGUF's Q4
+// files; `keep` owns the blocks.
+void AddGgmlBlocks(model::WeightStore* store, std::vector<std::vector<uint8_t>>* keep,
+                   model::GgmlType type = model::GgmlType::kQ8_0) {
   for (const std::string& name : store->Names()) {
     const TensorView view = *store->Get(name);
     if (view.shape().rank() != 2 || view.shape()[1] % 32 != 0) continue;
-    const float* w = view.data_as<const float>();
-    const int64_t blocks = view.num_elements() / 32;
-    std::vector<uint8_t>& raw = keep->emplace_back(static_cast<size_t>(blocks * 34));
-    for (int64_t b = 0; b < blocks; ++b) {
-      float amax = 0;
-      for (int e = 0; e < 32; ++e) amax = std::max(amax, std::abs(w[b * 32 + e]));
-      const float d = amax / 127;
-      const uint16_t half = FloatToHalf(d);
-      std::memcpy(raw.data() + b * 34, &half, 2);
-      for (int e = 0; e < 32; ++e) {
-        raw[static_cast<size_t>(b * 34 + 2 + e)] =
-            static_cast<uint8_t>(static_cast<int8_t>(d == 0 ? 0 : std::lround(w[b * 32 + e] / d)));
-      }
-    }
-    store->PutQuantized(name, {.type = model::GgmlType::kQ8_0,
+    const bool head = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    const model::GgmlType t = head ? model::GgmlType::kQ8_0 : type;
+    const auto n = view.num_elements();
+    std::vector<uint8_t>& raw =
+        keep->emplace_back(*model::GgmlRowBytes(static_cast<uint32_t>(t), n));
+    (t == model::GgmlType::kQ8_0 ? model::QuantizeQ8_0 : model::QuantizeQ4_1)(
+        view.data_as<const float>(), raw.data(), n);
+    store->PutQuantized(name, {.type = t,
                                .shape = view.shape(),
                                .bytes = raw.data(),
                                .size_bytes = raw.size(),
@@ -341,6 +337,49 @@ TEST_P(LlamaModelTest, QuantizedFormatsAreBatchInvariantAndNearF32) {
   }
 }
 
+// q8_0 and q4_1 quantize the f32 weights to ggml's blocks at load: the logits equal those of the
+// gguf format run on the same blocks stored in the checkpoint, bit for bit, and stay near f32.
+TEST_P(LlamaModelTest, BlockFormatsEqualGgufOnTheSameBlocks) {
+  const bool bias = GetParam();
+  model::ModelConfig cfg =
+      TinyConfig(bias, bias ? model::RopeLayout::kRotateHalf : model::RopeLayout::kInterleaved);
+  cfg.hidden_size = 32;  // whole blocks of 32 (the intermediate size of 24 stays f32)
+  cfg.head_dim = 8;
+  const std::vector<int32_t> tokens = {1, 5, 9, 2, 30, 7};
+  auto run = [&](const LlamaModel& m) {
+    KvCache cache = m.NewCache(1, 8);
+    SequenceSpan span{0, 0, std::ssize(tokens)};
+    std::vector<float> logits;
+    EXPECT_TRUE(m.Forward(tokens, {&span, 1}, &cache, LogitsFor::kAllTokens, &logits).ok());
+    return logits;
+  };
+  const model::WeightStore weights = RandomWeights(cfg, 21);
+  auto f32 = LlamaModel::Create(cfg, weights);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  const std::vector<float> want = run(**f32);
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, double{std::abs(v)});
+  for (const auto& [format, type] : {std::pair{WeightFormat::kQ8_0, model::GgmlType::kQ8_0},
+                                     std::pair{WeightFormat::kQ4_1, model::GgmlType::kQ4_1}}) {
+    SCOPED_TRACE(WeightFormatName(format));
+    auto quantized = LlamaModel::Create(cfg, weights, Backend::kCpu, format);
+    ASSERT_TRUE(quantized.ok()) << quantized.status();
+    model::WeightStore stored = RandomWeights(cfg, 21);
+    std::vector<std::vector<uint8_t>> blocks;
+    AddGgmlBlocks(&stored, &blocks, type);
+    auto gguf = LlamaModel::Create(cfg, stored, Backend::kCpu, WeightFormat::kGguf);
+    ASSERT_TRUE(gguf.ok()) << gguf.status();
+    EXPECT_EQ((*quantized)->projection_bytes(), (*gguf)->projection_bytes());
+    EXPECT_LT((*quantized)->projection_bytes(), (*f32)->projection_bytes());
+    const std::vector<float> got = run(**quantized);
+    EXPECT_EQ(got, run(**gguf));
+    double err = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      err = std::max(err, std::abs(double{got[i]} - want[i]));
+    EXPECT_LT(err, (format == WeightFormat::kQ8_0 ? 0.05 : 0.25) * scale);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BiasAndLayout, LlamaModelTest, ::testing::Values(false, true));
 
 // A drafter's head over part of the vocabulary (WithOutputVocab): the kept tokens' logits are the
@@ -372,7 +411,7 @@ TEST_P(LlamaModelTest, OutputVocabularyKeepsTheLogitsOfItsTokens) {
     for (size_t i = 0; i < full.size(); ++i) {
       const auto token = static_cast<int32_t>(i % static_cast<size_t>(cfg.vocab_size));
       if (std::ranges::find(kept, token) != kept.end()) {
-        ASSERT_EQ(part[i], full[i]) << "token " << token;
+        ASSERT_EQ(part[i], full[i]) << "token " << token << " at position " << i / cfg.vocab_size;
       } else {
         ASSERT_EQ(part[i], -std::numeric_limits<float>::infinity()) << "token " << token;
       }
@@ -389,16 +428,19 @@ TEST_P(LlamaModelTest, OutputVocabularyKeepsTheLogitsOfItsTokens) {
   gguf_cfg.head_dim = 8;
   model::WeightStore gguf_weights = RandomWeights(gguf_cfg, 13);
   std::vector<std::vector<uint8_t>> blocks;
-  AddQ8Blocks(&gguf_weights, &blocks);
+  AddGgmlBlocks(&gguf_weights, &blocks);
   for (const Case c : {Case{Backend::kReference, WeightFormat::kF32},
                        {Backend::kCpu, WeightFormat::kF32},
                        {Backend::kCpu, WeightFormat::kBF16},
                        {Backend::kCpu, WeightFormat::kW8A8},
                        {Backend::kCpu, WeightFormat::kW4A8},
+                       {Backend::kCpu, WeightFormat::kQ8_0},
+                       {Backend::kCpu, WeightFormat::kQ4_1},
                        {Backend::kCpu, WeightFormat::kGguf}}) {
     SCOPED_TRACE(WeightFormatName(c.format) +
                  (c.backend == Backend::kReference ? " reference" : " cpu"));
-    const bool gguf = c.format == WeightFormat::kGguf;
+    const bool gguf = c.format == WeightFormat::kGguf || c.format == WeightFormat::kQ8_0 ||
+                      c.format == WeightFormat::kQ4_1;
     auto m = LlamaModel::Create(gguf ? gguf_cfg : cfg, gguf ? gguf_weights : weights, c.backend,
                                 c.format);
     ASSERT_TRUE(m.ok()) << m.status();

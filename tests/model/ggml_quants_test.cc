@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -113,6 +114,57 @@ TEST(GgmlQuantsTest, Q4_0AndQ4_1) {
   EXPECT_EQ(a[0], -16.0f);
   EXPECT_EQ(a[16], 14.0f);
   EXPECT_EQ(b[31], -1.0f);
+}
+
+// The reference quantizers: a hand block's exact bytes, and on Gaussian rows each value within
+// half a step (plus the f16 rounding of the scale and minimum) of its dequantized value; a block
+// of zeros dequantizes to zeros; quantizing the dequantized values again gives the same values
+// (the grid is kept: a policy dequantized from such blocks quantizes back to them).
+TEST(GgmlQuantsTest, QuantizersRoundTripWithinHalfAStep) {
+  std::vector<float> ramp(32);
+  for (int j = 0; j < 32; ++j) ramp[j] = static_cast<float>(j % 16) * 0.5f - 1.0f;
+  std::vector<uint8_t> q41(kQ4_1BlockBytes), q80(kQ8_0BlockBytes);
+  QuantizeQ4_1(ramp.data(), q41.data(), 32);
+  EXPECT_EQ(Dequantize(3, q41, 32), ramp);  // d 0.5, m -1: every value on the grid
+  EXPECT_EQ(q41[4], 0x00);                  // elements 0 and 16: q 0
+  EXPECT_EQ(q41[4 + 15], 0xFF);             // elements 15 and 31: q 15
+  QuantizeQ8_0(ramp.data(), q80.data(), 32);
+  EXPECT_EQ(static_cast<int8_t>(q80[2 + 15]), 127);  // the largest magnitude, 6.5
+  EXPECT_EQ(static_cast<int8_t>(q80[2 + 0]), -20);   // -1 / (6.5 / 127) = -19.54
+
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 0.02f);
+  const int64_t n = 32 * 64;
+  std::vector<float> x(n);
+  for (float& v : x) v = gauss(rng);
+  std::fill_n(x.begin(), 32, 0.0f);  // one block of zeros
+  for (uint32_t type : {3u, 8u}) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint8_t> blocks(*GgmlRowBytes(type, n)), again(blocks.size());
+    auto quantize = type == 3 ? QuantizeQ4_1 : QuantizeQ8_0;
+    quantize(x.data(), blocks.data(), n);
+    const std::vector<float> y = Dequantize(type, blocks, static_cast<size_t>(n));
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float lo = x[b * 32], hi = x[b * 32], amax = 0;
+      for (int j = 0; j < 32; ++j) {
+        lo = std::min(lo, x[b * 32 + j]);
+        hi = std::max(hi, x[b * 32 + j]);
+        amax = std::max(amax, std::abs(x[b * 32 + j]));
+      }
+      const float step = type == 3 ? (hi - lo) / 15 : amax / 127;
+      for (int j = 0; j < 32; ++j) {
+        const int64_t i = b * 32 + j;
+        // Half a step, and the f16 scale's (and minimum's) relative error of 2^-11 on x.
+        ASSERT_LE(std::abs(y[i] - x[i]), 0.5f * step + 1e-3f * (std::abs(x[i]) + std::abs(lo)))
+            << "element " << i;
+      }
+    }
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.0f);
+    quantize(y.data(), again.data(), n);
+    const std::vector<float> z = Dequantize(type, again, static_cast<size_t>(n));
+    // Q8_0 exactly (127 d is exact in f32); Q4_1 up to the f16 rounding of its new scale.
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(z[i], y[i], type == 8 ? 0.0f : 1e-4f) << i;
+  }
 }
 
 TEST(GgmlQuantsTest, Q4_KScalePacking) {
