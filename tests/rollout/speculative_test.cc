@@ -3,11 +3,14 @@
 // at temperature 1 and 0.7 with top-p), the suffix drafter, the cost-based draft budgets, and the
 // engine: speculation on equals speculation off under greedy decoding (also across an export /
 // import and a weight swap), no KV block leaks, and on stories260K the distribution of the tokens
-// verified by speculation equals the non-speculative one (two-sample chi-square).
+// verified by speculation equals the non-speculative one (two-sample chi-square) and the policy's
+// exact one (uniform probability integral transforms).
 #include "rollout/speculative.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -1024,6 +1027,75 @@ TEST_P(SpeculativeEngineTest, ExportMidSpeculationImportsAndContinuesIdentically
   ExpectSameGreedy(got, want);
 }
 
+// Random operations with speculation always on and a drafter that is often wrong (random
+// accept/reject patterns, trees cut at random depths): adds of random prompts, group sizes,
+// temperatures, top-p and lengths into a KV pool small enough to preempt; steps; exports of random
+// requests in flight, imported into a second engine; weight swaps (and back) after both drain.
+// After every step the schedulers' invariants hold, and once both drain no KV block is left.
+TEST_P(SpeculativeEngineTest, RandomOperationsLeakNoKvBlocks) {
+  std::mt19937 rng(11);
+  RolloutEngineConfig c = Spec(3);
+  c.num_blocks = 64;
+  auto a = *RolloutEngine::Create(model_.get(), c);
+  auto b = *RolloutEngine::Create(model_.get(), c);
+  std::vector<int64_t> added;  // a's request ids
+  int64_t version = 0, exported = 0, swaps = 0;
+  auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  for (int it = 0; it < 300; ++it) {
+    const int64_t op = pick(10);
+    if (op < 3) {
+      RolloutRequest r;
+      r.prompt_ids.resize(static_cast<size_t>(1 + pick(12)));
+      for (int32_t& t : r.prompt_ids) t = static_cast<int32_t>(pick(config_.vocab_size));
+      r.n = static_cast<int32_t>(1 + pick(4));
+      r.sampling.temperature = std::array{0.0f, 0.7f, 1.0f}[pick(3)];
+      r.sampling.top_p = pick(2) ? 1.0f : 0.8f;
+      r.sampling.seed = rng();
+      r.stop.max_tokens = 1 + pick(20);
+      if (pick(3) == 0) r.stop.stop_token_ids = {static_cast<int32_t>(pick(config_.vocab_size))};
+      auto id = a->Add(std::move(r));
+      ASSERT_TRUE(id.ok()) << id.status();
+      added.push_back(*id);
+    } else if (op < 5 && !added.empty()) {
+      auto states = a->Export(added[static_cast<size_t>(pick(std::ssize(added)))]);
+      if (!states.ok()) continue;  // finished already
+      for (SampleState& st : *states) {
+        auto id = b->Import(std::move(st));
+        ASSERT_TRUE(id.ok()) << id.status();
+        ++exported;
+      }
+    } else if (op == 5 && pick(4) == 0) {
+      // A new version, as a rollout takes it: drain, then swap.
+      for (RolloutEngine* e : {a.get(), b.get()}) {
+        ASSERT_TRUE(e->RunToCompletion().ok());
+        EXPECT_EQ(e->scheduler().stats().num_kv_blocks_used, 0);
+      }
+      ++version;
+      const engine::LlamaModel* m = version % 2 ? model2_.get() : model_.get();
+      ASSERT_TRUE(a->SetWeights(m, version).ok());
+      ASSERT_TRUE(b->SetWeights(m, version).ok());
+      ++swaps;
+    } else {
+      for (RolloutEngine* e : {a.get(), b.get()}) {
+        ASSERT_TRUE(e->Step().ok());
+        e->scheduler().CheckInvariants();
+      }
+    }
+  }
+  for (RolloutEngine* e : {a.get(), b.get()}) {
+    ASSERT_TRUE(e->RunToCompletion().ok());
+    e->scheduler().CheckInvariants();
+    EXPECT_EQ(e->scheduler().stats().num_kv_blocks_used, 0);
+  }
+  EXPECT_GT(exported, 0);
+  EXPECT_GT(a->spec_stats().verify_steps, 0);
+  EXPECT_LT(a->spec_stats().accepted_tokens, a->spec_stats().drafted_tokens);  // rejections too
+  std::printf("%lld samples moved, %lld weight swaps, %lld of %lld drafted tokens accepted\n",
+              static_cast<long long>(exported), static_cast<long long>(swaps),
+              static_cast<long long>(a->spec_stats().accepted_tokens),
+              static_cast<long long>(a->spec_stats().drafted_tokens));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     BackendsAndDrafters, SpeculativeEngineTest,
     ::testing::Combine(::testing::Values(engine::Backend::kReference, engine::Backend::kCpu),
@@ -1095,13 +1167,79 @@ double HomogeneityPValue(const std::map<K, int64_t>& a, const std::map<K, int64_
   return *bins < 2 ? 1.0 : GammaQ(static_cast<double>(*bins - 1) / 2, stat / 2);
 }
 
+// Randomized probability integral transforms (Czado, Gneiting & Held, Biometrics 2009, §2.1) of
+// `generated` (drawn one after another after `prompt`) under the policy's exact sampling
+// distribution with `params`: for each token x, u = F(x-) + V p(x) with F the distribution's CDF
+// over its ids in order and V uniform from `rng`. If every token was drawn from the policy's
+// distribution given the tokens before it, the u are independent and uniform on [0, 1) whatever
+// the prefixes were, so a histogram of them tests every position and prefix at once against the
+// exact probabilities.
+void AppendPits(const engine::LlamaModel& m, std::span<const int32_t> prompt,
+                std::span<const int32_t> generated, const engine::SamplingParams& params,
+                std::mt19937_64& rng, std::vector<double>* out) {
+  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  engine::KvCache cache = m.NewCache(1, std::ssize(tokens));
+  const engine::SequenceSpan span{0, 0, std::ssize(tokens)};
+  std::vector<float> logits;
+  ASSERT_TRUE(m.Forward(tokens, {&span, 1}, &cache, engine::LogitsFor::kAllTokens, &logits).ok());
+  const int64_t v = m.config().vocab_size;
+  engine::Sampler sampler(params);
+  engine::TokenDistribution dist;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const int64_t row = std::ssize(prompt) - 1 + static_cast<int64_t>(i);
+    sampler.Distribution(std::span<const float>(logits).subspan(row * v, v), &dist);
+    const int64_t at = dist.IndexOf(generated[i]);
+    ASSERT_GE(at, 0) << "token " << generated[i] << " has probability 0";
+    const double below = std::accumulate(dist.probs.begin(), dist.probs.begin() + at, 0.0);
+    out->push_back(std::min(below + uniform(rng) * dist.probs[static_cast<size_t>(at)], 1.0));
+  }
+}
+
+// Chi-square p-value of `u` (values in [0, 1]) against the uniform distribution, in `bins` equal
+// bins.
+double UniformityPValue(std::span<const double> u, int bins) {
+  std::vector<int64_t> counts(static_cast<size_t>(bins), 0);
+  for (const double x : u) ++counts[std::min<size_t>(static_cast<size_t>(x * bins), bins - 1)];
+  const double e = static_cast<double>(u.size()) / bins;
+  double stat = 0;
+  for (const int64_t c : counts) stat += (c - e) * (c - e) / e;
+  return GammaQ((bins - 1) / 2.0, stat / 2);
+}
+
+TEST(ChiSquareTest, ProbabilityIntegralTransformsOfExactDrawsAreUniform) {
+  // Draws from a known discrete distribution give uniform PITs; draws from a slightly different
+  // one (0.05 of the mass moved) do not.
+  const std::vector<double> p = {0.5, 0.2, 0.2, 0.1}, biased = {0.45, 0.25, 0.2, 0.1};
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (const auto* from : {&p, &biased}) {
+    std::discrete_distribution<int> draw(from->begin(), from->end());
+    std::vector<double> u;
+    for (int i = 0; i < 20000; ++i) {
+      const int x = draw(rng);
+      u.push_back(std::accumulate(p.begin(), p.begin() + x, 0.0) + uniform(rng) * p[x]);
+    }
+    const double pvalue = UniformityPValue(u, 20);
+    if (from == &p) {
+      EXPECT_GT(pvalue, 1e-4);
+    } else {
+      EXPECT_LT(pvalue, 1e-6);
+    }
+  }
+}
+
 // On stories260K: the tokens of GRPO groups sampled with speculation (always on) have the same
 // distribution as without, for each drafter, for a draft model drafting ahead, and for one whose
 // head computes 64 of the 512 tokens and those seen (q = 0 elsewhere). 768 responses of
 // 10 tokens after BOS per engine; for each k in 1..8 the pairs (token k + 1, token k + 2), which
 // speculation verifies, are compared between the two engines by a two-sample chi-square. Positions
 // where the policy has a single outcome are skipped; the smallest p-value must exceed 1e-3 /
-// (positions tested) (Bonferroni: a correct engine fails under one seed in a thousand).
+// (positions tested + 1) (Bonferroni: a correct engine fails under one seed in a thousand). The
+// "+ 1" is a goodness-of-fit test against the policy's exact probabilities: the randomized PITs of
+// all 10 tokens of all 768 responses (AppendPits) must be uniform (20 bins). The engine without
+// speculation passes the same test (the control: the test's own false-alarm rate).
 TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution) {
   LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   model::ModelConfig config;
@@ -1116,11 +1254,17 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
   std::iota(all_layers.begin(), all_layers.end(), 0);
   auto full = *m->LayerSubset(all_layers);
   constexpr int kTokens = 10;
+  // Each (drafter, setting) is its own trial, with its own seeds: with shared seeds every
+  // speculative engine drew the same first tokens (and the off engines the same tokens), so one
+  // unlucky set of seeds pulled all their p-values down together.
+  uint64_t trial = 0;
   for (const std::string drafter :
        {"suffix", "layer_skip", "draft_model", "draft_model+async", "draft_model+vocab"})
     for (const Setting s : {Setting{1.0f, 1.0f}, Setting{0.7f, 0.9f}}) {
+      ++trial;
       using Pair = std::pair<int32_t, int32_t>;
       std::map<Pair, int64_t> counts[2][kTokens - 2];  // [engine][k]
+      std::vector<double> pits[2];                     // [engine]
       int64_t n = 0;
       for (int spec = 0; spec < 2; ++spec) {
         // +vocab: the draft head computes 64 of the 512 tokens and those seen.
@@ -1136,17 +1280,19 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
           r.prompt_ids = {1};  // BOS
           r.sampling.temperature = s.temperature;
           r.sampling.top_p = s.top_p;
-          r.sampling.seed = static_cast<uint64_t>(1000 * spec + g + 7777 * (spec == 0));
+          r.sampling.seed = 100000 * trial + static_cast<uint64_t>(1000 * spec + g);
           r.stop.max_tokens = kTokens;
           r.n = 64;
           reqs.push_back(r);
         }
         const auto out = RunAll(*e, reqs);
         n = std::ssize(out);
+        std::mt19937_64 rng(2 * trial + static_cast<uint64_t>(spec));
         for (const auto& [key, f] : out) {
           ASSERT_EQ(f.generated_ids.size(), static_cast<size_t>(kTokens));
           for (int k = 0; k + 2 < kTokens; ++k)
             ++counts[spec][k][{f.generated_ids[k + 1], f.generated_ids[k + 2]}];
+          AppendPits(*m, reqs[0].prompt_ids, f.generated_ids, reqs[0].sampling, rng, &pits[spec]);
         }
         if (spec) {
           const SpecStats& st = e->spec_stats();
@@ -1173,11 +1319,127 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
                     static_cast<long long>(n), static_cast<long long>(bins), p);
       }
       ASSERT_FALSE(tested.empty()) << "no position with more than one outcome";
+      const double threshold = 1e-3 / static_cast<double>(tested.size() + 1);
       for (const auto& [k, p] : tested) {
-        EXPECT_GT(p, 1e-3 / static_cast<double>(tested.size()))
-            << "tokens " << k + 2 << "-" << k + 3;
+        EXPECT_GT(p, threshold) << "tokens " << k + 2 << "-" << k + 3;
+      }
+      // Against the exact probabilities: off (the control) and speculative.
+      for (int spec = 0; spec < 2; ++spec) {
+        const double p = UniformityPValue(pits[spec], 20);
+        std::printf("  %s vs the policy's exact probabilities: %zu tokens, p = %.3f\n",
+                    spec ? "speculative" : "off", pits[spec].size(), p);
+        EXPECT_GT(p, threshold) << (spec ? "speculative" : "off") << " tokens vs exact";
       }
     }
+}
+
+// On stories260K, sampling (T 0.8, top-p 0.95): samples exported in the middle of speculation
+// (drafts verified, chains drafted ahead) and imported into another engine of the same version go
+// on with that version's exact distribution; the exporting engine then swaps to a new version
+// (whose final norm is 1.6x: every distribution sharper) and, for draft_model, a new draft, and
+// its new samples have the new version's exact distribution: no drafter state of the old version
+// (KV, chains drafted ahead, acceptance history) reaches them. Checked with randomized PITs
+// against each version's exact probabilities (384 samples of 12 tokens per version and drafter);
+// no KV block is left in either engine.
+TEST(SpeculativeStories260KTest, ExportAndWeightSwapInTheMiddleOfSpeculationStayExact) {
+  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  model::ModelConfig config;
+  model::WeightStore weights, weights2;
+  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
+  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights2).ok());
+  {  // the checkpoint's tensors are read-only views of the file: a scaled copy
+    const TensorView norm = *weights2.Get("model.norm.weight");
+    Tensor scaled(DType::kF32, norm.shape());
+    for (int64_t i = 0; i < norm.num_elements(); ++i) {
+      scaled.data_as<float>()[i] = 1.6f * norm.data_as<const float>()[i];
+    }
+    weights2.Put("model.norm.weight", std::move(scaled));
+  }
+  auto m1 = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
+  auto m2 = *engine::LlamaModel::Create(config, weights2, engine::Backend::kCpu);
+  const std::vector<int64_t> draft_layers = {0, 4};
+  auto draft1 = *m1->LayerSubset(draft_layers), draft2 = *m2->LayerSubset(draft_layers);
+  constexpr int kTokens = 12;
+  auto requests = [&](uint64_t seed) {
+    std::vector<RolloutRequest> reqs;
+    for (int g = 0; g < 6; ++g) {
+      RolloutRequest r;
+      r.prompt_ids = {1};  // BOS
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = seed + static_cast<uint64_t>(g);
+      r.stop.max_tokens = kTokens;
+      r.n = 64;
+      reqs.push_back(r);
+    }
+    return reqs;
+  };
+  const engine::SamplingParams params = requests(0)[0].sampling;
+  const int tests = 2 * 3;  // two versions, three drafters
+  for (const std::string drafter : {"suffix", "layer_skip", "draft_model+async"}) {
+    SCOPED_TRACE(drafter);
+    RolloutEngineConfig c = EngineConfig(drafter, 16, draft1.get(), 64);
+    c.speculative.max_draft_tokens = 4;
+    c.num_blocks = 2048;
+    c.scheduler.max_num_batched_tokens = 4096;
+    c.weight_version = 1;
+    auto e = *RolloutEngine::Create(m1.get(), c);
+    auto f = *RolloutEngine::Create(m1.get(), c);
+    for (auto& r : requests(100)) ASSERT_TRUE(e->Add(std::move(r)).ok());
+    std::vector<FinishedSample> v1;
+    // A few steps, and on until something was verified (the suffix drafter needs some tokens of
+    // the group to match first).
+    for (int i = 0; i < 9 && (i < 3 || e->spec_stats().verify_steps == 0); ++i) {
+      auto done = e->Step();
+      ASSERT_TRUE(done.ok()) << done.status();
+      for (auto& d : *done) v1.push_back(std::move(d));
+    }
+    EXPECT_GT(e->spec_stats().verify_steps, 0);
+    const std::vector<SampleState> states = e->ExportAll();
+    EXPECT_GT(states.size(), 100u);  // many samples are mid-way
+    EXPECT_EQ(e->scheduler().stats().num_kv_blocks_used, 0);
+    for (const SampleState& st : states) {
+      auto id = f->Import(st);
+      ASSERT_TRUE(id.ok()) << id.status();
+    }
+    auto rest = f->RunToCompletion();
+    ASSERT_TRUE(rest.ok()) << rest.status();
+    for (auto& d : *rest) v1.push_back(std::move(d));
+    EXPECT_EQ(f->scheduler().stats().num_kv_blocks_used, 0);
+    // The new version, on the engine that was speculating for the old one.
+    ASSERT_TRUE(
+        e->SetWeights(m2.get(), 2, drafter.starts_with("draft_model") ? draft2.get() : nullptr)
+            .ok());
+    const auto v2 = RunAll(*e, requests(200));
+    ASSERT_EQ(v1.size(), 384u);
+    ASSERT_EQ(v2.size(), 384u);
+    std::mt19937_64 rng(5);
+    std::vector<double> pits1, pits2;
+    for (const FinishedSample& d : v1) {
+      ASSERT_EQ(d.generated_ids.size(), static_cast<size_t>(kTokens));
+      AppendPits(*m1, d.prompt_ids, d.generated_ids, params, rng, &pits1);
+    }
+    for (const auto& [key, d] : v2) {
+      EXPECT_EQ(d.version, 2);
+      AppendPits(*m2, d.prompt_ids, d.generated_ids, params, rng, &pits2);
+    }
+    const double p1 = UniformityPValue(pits1, 20), p2 = UniformityPValue(pits2, 20);
+    std::printf(
+        "%s: exported mid-speculation, vs version 1: p = %.3f; after the swap, vs "
+        "version 2: p = %.3f (%zu and %zu tokens)\n",
+        drafter.c_str(), p1, p2, pits1.size(), pits2.size());
+    EXPECT_GT(p1, 1e-3 / tests);
+    EXPECT_GT(p2, 1e-3 / tests);
+    // A check of the check: version 2's samples are not version 1's distribution (untruncated,
+    // so that every token has a probability under version 1).
+    engine::SamplingParams untruncated = params;
+    untruncated.top_p = 1.0f;
+    std::vector<double> crossed;
+    for (const auto& [key, d] : v2) {
+      AppendPits(*m1, d.prompt_ids, d.generated_ids, untruncated, rng, &crossed);
+    }
+    EXPECT_LT(UniformityPValue(crossed, 20), 1e-6);
+  }
 }
 
 }  // namespace
