@@ -106,6 +106,19 @@ ConfigSchema BuildSchema() {
   s.AddBool("rollout.speculative.async_draft", w.engine.speculative.async_draft,
             "model drafters draft ahead on their own thread while the policy verifies "
             "(SwiftSpec); for machines with cores to spare");
+  const rollout::SuffixDrafterConfig& sx = w.engine.speculative.suffix;
+  s.AddInt("rollout.speculative.suffix.max_match", sx.max_match,
+           "drafter suffix: longest suffix of a sequence looked up in the index, in tokens", 1, 64);
+  s.AddInt("rollout.speculative.suffix.min_match", sx.min_match,
+           "drafter suffix: shorter matches propose nothing", 1, 64);
+  s.AddInt("rollout.speculative.suffix.max_continuations", sx.max_continuations,
+           "drafter suffix: occurrences of the longest match followed, most recent first", 1);
+  s.AddInt("rollout.speculative.suffix.recent_responses", sx.recent_responses,
+           "drafter suffix: finished responses kept for every sequence to draft from", 0);
+  s.AddFloat("rollout.speculative.suffix.min_share", sx.min_share,
+             "drafter suffix: a tree node is drafted only when at least this share of the "
+             "followed continuations pass through it",
+             0.0, 1.0);
   s.AddBool("rollout.speculative.adaptive", w.engine.speculative.adaptive,
             "size drafts from each sequence's acceptance and the measured step costs (off when "
             "it does not pay); false: always max_draft_tokens");
@@ -277,6 +290,14 @@ StatusOr<rollout::RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
   w.engine.speculative.async_draft = r.GetBool("rollout.speculative.async_draft");
   w.engine.speculative.layer_skip_keep = r.GetInt("rollout.speculative.layer_skip_keep");
   w.engine.speculative.draft_vocab = r.GetInt("rollout.speculative.draft_vocab");
+  rollout::SuffixDrafterConfig& sx = w.engine.speculative.suffix;
+  sx.max_match = static_cast<int32_t>(r.GetInt("rollout.speculative.suffix.max_match"));
+  sx.min_match = static_cast<int32_t>(r.GetInt("rollout.speculative.suffix.min_match"));
+  sx.max_continuations =
+      static_cast<int32_t>(r.GetInt("rollout.speculative.suffix.max_continuations"));
+  sx.recent_responses =
+      static_cast<int32_t>(r.GetInt("rollout.speculative.suffix.recent_responses"));
+  sx.min_share = r.GetFloat("rollout.speculative.suffix.min_share");
   w.draft_model_path = r.GetString("rollout.speculative.draft_model");
   w.engine.speculative.min_confidence = r.GetFloat("rollout.speculative.min_confidence");
   w.draft_weight_format = w.weight_format;

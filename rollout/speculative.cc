@@ -153,16 +153,16 @@ VerifiedPath VerifyTree(const DraftTree& tree, std::span<const float> logits, in
 
 Status SuffixDrafterConfig::Validate() const {
   if (min_match < 1 || max_match < min_match || max_match > 64) {
-    return InvalidArgumentError("suffix drafter: need 1 <= min_match <= max_match <= 64, got " +
-                                std::to_string(min_match) + " and " + std::to_string(max_match));
+    return InvalidArgumentError(
+        "rollout.speculative.suffix: need 1 <= min_match <= max_match <= 64, got " +
+        std::to_string(min_match) + " and " + std::to_string(max_match));
   }
   if (max_continuations < 1 || recent_responses < 0) {
     return InvalidArgumentError(
-        "suffix drafter: max_continuations must be >= 1 and "
-        "recent_responses >= 0");
+        "rollout.speculative.suffix: max_continuations must be >= 1 and recent_responses >= 0");
   }
   if (!(min_share >= 0 && min_share <= 1)) {
-    return InvalidArgumentError("suffix drafter: min_share must be in [0, 1], got " +
+    return InvalidArgumentError("rollout.speculative.suffix.min_share must be in [0, 1], got " +
                                 std::to_string(min_share));
   }
   return OkStatus();

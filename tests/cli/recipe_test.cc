@@ -119,6 +119,22 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
   // The bounds as a user writes them.
   EXPECT_NE(too_many.status().message().find("= 64 is outside [1, 63]"), std::string::npos)
       << too_many.status();
+  // The suffix drafter's settings; min_match above max_match is refused by name.
+  auto suffix = Recipe(
+      "rollout: {speculative: {drafter: suffix, suffix: {max_match: 12, min_share: 0.25, "
+      "recent_responses: 0}}}\n");
+  ASSERT_TRUE(suffix.ok()) << suffix.status();
+  auto sx = actor::RolloutWorkerOptionsOf(*suffix, 1024);
+  ASSERT_TRUE(sx.ok()) << sx.status();
+  EXPECT_EQ(sx->engine.speculative.suffix.max_match, 12);
+  EXPECT_DOUBLE_EQ(sx->engine.speculative.suffix.min_share, 0.25);
+  EXPECT_EQ(sx->engine.speculative.suffix.recent_responses, 0);
+  auto crossed = Recipe("rollout: {speculative: {suffix: {max_match: 3, min_match: 4}}}\n");
+  ASSERT_TRUE(crossed.ok()) << crossed.status();
+  auto crossed_opts = actor::RolloutWorkerOptionsOf(*crossed, 1024);
+  EXPECT_NE(crossed_opts.status().message().find("rollout.speculative.suffix"), std::string::npos)
+      << crossed_opts.status();
+  EXPECT_FALSE(Recipe("rollout: {speculative: {suffix: {min_share: 1.5}}}\n").ok());
   // Drafting ahead is for the model drafters.
   auto async_suffix = Recipe("rollout: {speculative: {drafter: suffix, async_draft: true}}\n");
   ASSERT_TRUE(async_suffix.ok());
