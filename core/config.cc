@@ -2,6 +2,7 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -279,7 +280,11 @@ ConfigSchema& ConfigSchema::AddInt(const std::string& path, int64_t def, const s
 }
 ConfigSchema& ConfigSchema::AddFloat(const std::string& path, double def, const std::string& doc,
                                      std::optional<double> min, std::optional<double> max) {
-  return Add({path, ConfigType::kFloat, YAML::Node(def), doc, {}, min, max});
+  // The shortest text that reads back as `def` (0.1, not yaml-cpp's 0.10000000000000001), so the
+  // reference and `laminar config` print the value as a user writes it.
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof(text), def).ptr;
+  return Add({path, ConfigType::kFloat, YAML::Node(std::string(text, end)), doc, {}, min, max});
 }
 ConfigSchema& ConfigSchema::AddString(const std::string& path, const std::string& def,
                                       const std::string& doc, std::vector<std::string> choices) {
