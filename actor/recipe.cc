@@ -2,6 +2,8 @@
 #include "actor/recipe.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "model/chat_format.h"
@@ -112,9 +114,11 @@ ConfigSchema BuildSchema() {
   s.AddInt("rollout.speculative.suffix.min_match", sx.min_match,
            "drafter suffix: shorter matches propose nothing", 1, 64);
   s.AddInt("rollout.speculative.suffix.max_continuations", sx.max_continuations,
-           "drafter suffix: occurrences of the longest match followed, most recent first", 1);
+           "drafter suffix: occurrences of the longest match followed, most recent first", 1,
+           std::numeric_limits<int32_t>::max());
   s.AddInt("rollout.speculative.suffix.recent_responses", sx.recent_responses,
-           "drafter suffix: finished responses kept for every sequence to draft from", 0);
+           "drafter suffix: finished responses kept for every sequence to draft from", 0,
+           std::numeric_limits<int32_t>::max());
   s.AddFloat("rollout.speculative.suffix.min_share", sx.min_share,
              "drafter suffix: a tree node is drafted only when at least this share of the "
              "followed continuations pass through it",

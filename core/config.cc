@@ -281,7 +281,10 @@ ConfigSchema& ConfigSchema::AddInt(const std::string& path, int64_t def, const s
 ConfigSchema& ConfigSchema::AddFloat(const std::string& path, double def, const std::string& doc,
                                      std::optional<double> min, std::optional<double> max) {
   // The shortest text that reads back as `def` (0.1, not yaml-cpp's 0.10000000000000001), so the
-  // reference and `laminar config` print the value as a user writes it.
+  // reference and `laminar config` print the value as a user writes it (yaml-cpp's own .inf/.nan
+  // for the others).
+  if (!std::isfinite(def))
+    return Add({path, ConfigType::kFloat, YAML::Node(def), doc, {}, min, max});
   char text[32];
   const auto end = std::to_chars(text, text + sizeof(text), def).ptr;
   return Add({path, ConfigType::kFloat, YAML::Node(std::string(text, end)), doc, {}, min, max});

@@ -266,7 +266,7 @@ StatusOr<LlamaModel::Weight> LlamaModel::Projection(const model::WeightStore& we
       return w;
     }
   }
-  if (format_ != WeightFormat::kBF16) {  // f32 now; w8a8 / w4a8 are quantized from it later
+  if (format_ != WeightFormat::kBF16) {  // f32 now; quantized later for the integer formats
     LAMINAR_ASSIGN_OR_RETURN(w.f32, Tensor2D(weights, name, rows, cols));
     return w;
   }

@@ -133,7 +133,8 @@ void QuantizeQ8_0(const float* src, uint8_t* dst, int64_t n) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(src[j]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    // 0 for a block of zeros, and for one so small that 1 / d overflows (its f16 d is 0 anyway).
+    const float id = d != 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
     StoreU16(dst, FloatToHalf(d));
     for (int j = 0; j < 32; ++j) {
       dst[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(src[j] * id)));
@@ -149,7 +150,7 @@ void QuantizeQ4_1(const float* src, uint8_t* dst, int64_t n) {
       hi = std::max(hi, src[j]);
     }
     const float d = (hi - lo) / 15.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = d != 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
     StoreU16(dst, FloatToHalf(d));
     StoreU16(dst + 2, FloatToHalf(lo));
     uint8_t* qs = dst + 4;

@@ -340,19 +340,23 @@ std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel*
 }
 
 Status ModelDrafter::OnWeights(const engine::LlamaModel* policy, const engine::LlamaModel* draft) {
+  // Checked before anything changes: on an error the drafter keeps its model (and the caller may
+  // free `draft`).
+  if (name_ == "draft_model") {
+    const engine::LlamaModel* next = draft != nullptr ? draft : model_;
+    if (next->config().vocab_size != policy->config().vocab_size) {
+      return InvalidArgumentError(
+          "draft_model: its vocabulary of " + std::to_string(next->config().vocab_size) +
+          " tokens differs from the policy's " + std::to_string(policy->config().vocab_size));
+    }
+    model_ = next;
+  } else {
+    head_.reset();  // a view of the layer subset SkipLayersOf replaces (the whole head serves)
+    LAMINAR_RETURN_IF_ERROR(SkipLayersOf(policy));  // replaces the subset only on success
+  }
   caches_.clear();  // KV of the old drafter weights
   group_seqs_.clear();
   head_.reset();
-  if (name_ == "draft_model") {
-    if (draft != nullptr) model_ = draft;
-    if (model_->config().vocab_size != policy->config().vocab_size) {
-      return InvalidArgumentError(
-          "draft_model: its vocabulary of " + std::to_string(model_->config().vocab_size) +
-          " tokens differs from the policy's " + std::to_string(policy->config().vocab_size));
-    }
-  } else {
-    LAMINAR_RETURN_IF_ERROR(SkipLayersOf(policy));
-  }
   // The draft vocabulary: the lowest ids, plus every token seen (kept across versions).
   const int64_t v = model_->config().vocab_size;
   if (draft_vocab_ > 0 && draft_vocab_ < v) {

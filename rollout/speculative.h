@@ -114,7 +114,8 @@ class Drafter {
   // until the next call), and, when `draft` is given, the draft_model drafter's model is now
   // `draft` (borrowed likewise: a draft built from each version, e.g. the policy's own weights in
   // a cheaper format; ignored by drafters without one). Errors: the drafter cannot follow it
-  // (then speculation stops).
+  // (a draft with another vocabulary); the drafter keeps its model, and the engine's SetWeights
+  // fails.
   virtual Status OnWeights(const engine::LlamaModel* /*policy*/,
                            const engine::LlamaModel* /*draft*/ = nullptr) {
     return OkStatus();

@@ -74,6 +74,15 @@ StatusOr<std::unique_ptr<RolloutWorker>> RolloutWorker::Create(const model::Mode
                                                                RolloutWorkerOptions options) {
   LAMINAR_CHECK(tokenizer != nullptr && reward) << "RolloutWorker needs a tokenizer and a reward";
   LAMINAR_RETURN_IF_ERROR(options.Validate());
+  if (options.engine.speculative.drafter == "draft_model" &&
+      options.draft_model_path == kPolicyDraftModel &&
+      options.draft_weight_format == options.weight_format) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options.id
+                               << ": the draft model is the policy in its own format ("
+                               << engine::WeightFormatName(options.weight_format)
+                               << "): it drafts as slowly as the policy verifies; set "
+                                  "rollout.speculative.draft_weight_dtype to a cheaper one (q8_0)";
+  }
   std::unique_ptr<RolloutWorker> w(
       new RolloutWorker(config, tokenizer, std::move(reward), std::move(options)));
   relay::RelayClientOptions ro;
