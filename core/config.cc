@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <iomanip>
 #include <sstream>
 
 #include "core/check.h"
@@ -12,6 +11,13 @@
 
 namespace laminar {
 namespace {
+
+// The shortest text that reads back as `x` (std::to_chars): 0.1, 1e-06, 63; "inf" / "nan" for
+// the others.
+std::string ShortestText(double x) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof(text), x).ptr);
+}
 
 std::vector<std::string> SplitPath(const std::string& path) {
   std::vector<std::string> parts;
@@ -164,18 +170,10 @@ class Validator {
       }
       if ((f.min && v < *f.min) || (f.max && v > *f.max)) {
         std::ostringstream os;
-        os << std::setprecision(15) << where << ": key '" << f.path << "' = " << n.Scalar()
-           << " is outside [";  // bounds as written: [1, 63], not [1.000000, 63.000000]
-        if (f.min)
-          os << *f.min;
-        else
-          os << "-inf";
-        os << ", ";
-        if (f.max)
-          os << *f.max;
-        else
-          os << "inf";
-        os << "]";
+        // Bounds as written: [1, 63], not [1.000000, 63.000000].
+        os << where << ": key '" << f.path << "' = " << n.Scalar() << " is outside ["
+           << (f.min ? ShortestText(*f.min) : "-inf") << ", "
+           << (f.max ? ShortestText(*f.max) : "inf") << "]";
         return InvalidArgumentError(os.str());
       }
     }
@@ -285,9 +283,7 @@ ConfigSchema& ConfigSchema::AddFloat(const std::string& path, double def, const 
   // for the others).
   if (!std::isfinite(def))
     return Add({path, ConfigType::kFloat, YAML::Node(def), doc, {}, min, max});
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof(text), def).ptr;
-  return Add({path, ConfigType::kFloat, YAML::Node(std::string(text, end)), doc, {}, min, max});
+  return Add({path, ConfigType::kFloat, YAML::Node(ShortestText(def)), doc, {}, min, max});
 }
 ConfigSchema& ConfigSchema::AddString(const std::string& path, const std::string& def,
                                       const std::string& doc, std::vector<std::string> choices) {
