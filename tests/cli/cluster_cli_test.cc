@@ -105,14 +105,16 @@ TEST(ClusterCliTest, RolesFindEachOtherThroughTheCoordinatorAlone) {
   EXPECT_NE(Slurp(dir / "relay1.log").find("master " + relay0_control), std::string::npos)
       << Slurp(dir / "relay1.log");
   const std::string manager_endpoint = manager_ready.value("endpoint", "?");
-  EXPECT_NE(Slurp(dir / "rollout0.log")
-                .find("manager " + manager_endpoint + ", relays " + relay0_control + "\n"),
-            std::string::npos)
+  // A rollout may still be joining when the actor is done (the other can serve both steps):
+  // wait for its line rather than read its log at once (failed a fresh-clone CI once).
+  auto log_has = [&](const std::string& log, const std::string& line) {
+    return WaitFor([&] { return Slurp(dir / log).find(line) != std::string::npos; }, 30000, 20);
+  };
+  EXPECT_TRUE(
+      log_has("rollout0.log", "manager " + manager_endpoint + ", relays " + relay0_control + "\n"))
       << Slurp(dir / "rollout0.log");
-  EXPECT_NE(Slurp(dir / "rollout1.log")
-                .find("manager " + manager_endpoint + ", relays " + relay1_control + " " +
-                      relay0_control + "\n"),
-            std::string::npos)
+  EXPECT_TRUE(log_has("rollout1.log", "manager " + manager_endpoint + ", relays " + relay1_control +
+                                          " " + relay0_control + "\n"))
       << Slurp(dir / "rollout1.log");
   EXPECT_NE(Slurp(dir / "actor0.log").find("master relay " + relay0_control), std::string::npos)
       << Slurp(dir / "actor0.log");
