@@ -166,7 +166,7 @@ TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
   }
 }
 
-// The batch-invariant f32 matmul: every ISA, 1..4 and 9 rows, K and N tails, bias, with and
+// The batch-invariant f32 matmul: every ISA, 1..9 rows, K and N tails, bias, with and
 // without the pool; a row's outputs are the same bits whatever M is.
 TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
   ThreadPool pool(2);
@@ -175,7 +175,7 @@ TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
   };
   for (cpu::Isa isa : AvailableIsas()) {
     for (Case c : {Case{1, 1}, Case{7, 13}, Case{17, 31}, Case{577, 64}, Case{1536, 576}}) {
-      for (int64_t m : {1, 2, 3, 4, 9}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
         for (bool with_bias : {false, true}) {
           auto x = Random(m * c.k, 1, 1.f), w = Random(c.n * c.k, 2, 1.f);
           auto bias = with_bias ? Random(c.n, 3, 1.f) : std::vector<float>{};
@@ -186,12 +186,14 @@ TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
           const std::string what = cpu::IsaName(isa) + " M=" + std::to_string(m) +
                                    " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k);
           ExpectClose(got, want, kMatMulF32, what);
-          // The last row alone gives the same bits.
+          // Each row alone gives the same bits (rows go in groups of up to 4 that share loads).
           std::vector<float> alone(c.n);
-          cpu::MatMulF32BatchInvariant(std::span<const float>(x).subspan((m - 1) * c.k), w, bias, 1,
-                                       c.n, c.k, alone, nullptr, isa);
-          for (int64_t j = 0; j < c.n; ++j) {
-            ASSERT_EQ(alone[j], got[(m - 1) * c.n + j]) << what << " column " << j;
+          for (int64_t i = 0; i < m; ++i) {
+            cpu::MatMulF32BatchInvariant(std::span<const float>(x).subspan(i * c.k, c.k), w, bias,
+                                         1, c.n, c.k, alone, nullptr, isa);
+            for (int64_t j = 0; j < c.n; ++j) {
+              ASSERT_EQ(alone[j], got[i * c.n + j]) << what << " row " << i << " column " << j;
+            }
           }
         }
       }
