@@ -42,7 +42,8 @@ rollout::RolloutRequest Request(const SpecLoad& load, const SpecCase& c,
   req.sampling.temperature = c.temperature;
   req.sampling.seed = seed;
   req.stop.max_tokens = max_tokens;
-  req.stop.stop_token_ids = load.stop_ids;
+  // Sampled responses run to max_tokens (SpecLoad::stop_ids).
+  if (c.temperature == 0) req.stop.stop_token_ids = load.stop_ids;
   req.n = n;
   return req;
 }
@@ -92,7 +93,7 @@ StatusOr<Lane> StartLane(const engine::LlamaModel& model, const SpecLoad& load, 
     // make one case's tail hundreds of tokens longer than the other's.
     rollout::RolloutRequest tail =
         Request(load, c, load.tail_prompt, load.seed + 7919, load.tail_max_tokens, 1);
-    tail.stop.stop_token_ids.clear();
+    tail.stop.stop_token_ids.clear();  // at temperature 0 too
     LAMINAR_RETURN_IF_ERROR(lane.engine->Add(std::move(tail)).status(), "spec bench tail sample");
   }
   for (size_t r = 0; r < load.prompts.size(); ++r) {

@@ -643,14 +643,20 @@ int RunSpec(const BenchArgs& a) {
                         {"prompts", num_prompts},
                         {"n", load.n},
                         {"max_tokens", load.max_tokens},
+                        {"eos_stops", "at temperature 0 only"},
                         {"warmup_max_tokens", load.warmup_max_tokens},
                         {"tail_max_tokens", load.tail_max_tokens},
                         {"max_draft_tokens", a.max_draft_tokens},
                         {"adaptive", !a.fixed_drafts},
-                        {"draft_vocab", a.draft_vocab},
                         {"min_confidence", a.min_confidence},
                         {"cores", std::thread::hardware_concurrency()},
                         {"rows", rows}};
+  // The draft vocabulary only where a drafter used one.
+  if (std::ranges::any_of(a.drafters, [](const std::string& name) {
+        return name.find("+vocab") != std::string::npos;
+      })) {
+    out["draft_vocab"] = a.draft_vocab;
+  }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

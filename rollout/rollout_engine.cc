@@ -247,14 +247,18 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   for (size_t i = 0; i < ids.size(); ++i) {
     warm_rows[i] = catch_up[i] <= warm_catch_up ? catch_up[i] : 0;
   }
+  // The cost model as measured at this batch size: plain steps against the line, drafts' costs
+  // against the model's.
+  const SpeculationGain& gain = GainFor(std::ssize(ids));
+  const PlanCalibration calibration{.plain_level = gain.level(),
+                                    .extra_factor = gain.extra_factor()};
   if (spec.adaptive) {
     if (costs_.ready()) {
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
-                                 /*explore_nodes=*/0, first_cost, warm_rows);
+                                 /*explore_nodes=*/0, first_cost, warm_rows, calibration);
       // Steps with drafts measured slower than plain ones: only exploration drafts (below), and
       // its steps keep measuring whether drafting pays again. While drafting pays, a plain step
       // now and then measures what it is compared with.
-      const SpeculationGain& gain = GainFor(std::ssize(ids));
       if (!gain.pays() || gain.plain_due()) budgets.assign(ids.size(), 0);
     } else {
       // Until the step cost has been measured at two sizes, every other step one sequence drafts
@@ -317,7 +321,8 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   // (a batch whose verification and drafter rows cost real compute), there is nothing to learn,
   // and a try costs rows (a model drafter's, a prefill when its cache is cold).
   if (!drafting && !ids.empty() && steps_since_draft_ >= explore_every_ && longest < ids.size() &&
-      DraftsCouldPay(costs_, std::ssize(ids), spec.max_draft_tokens, first_cost, warm_rows)) {
+      DraftsCouldPay(costs_, std::ssize(ids), spec.max_draft_tokens, first_cost, warm_rows,
+                     calibration)) {
     Sample& s = samples_.at(ids[longest]);
     if (s.verifications > 0) s.acceptance = stats[longest];
     budgets[longest] = std::min<int64_t>(2, spec.max_draft_tokens);
@@ -381,7 +386,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   // Cold sequences' catch-up prefills this step: a one-time cost, left out of what speculation
   // is measured to yield.
   double catch_up_s = 0;
-  bool drafter_asked = false;  // this step
+  bool drafter_asked = false;   // this step
+  double modelled_draft_s = 0;  // the cost model's time for this step's drafting
   if (drafter_ != nullptr) {
     budgets = PlanDrafts();
     // Every budgeted decode's tree in one batch (a model drafter runs each chain depth for all of
@@ -412,6 +418,10 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       const double draft_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
       const std::span<const DraftForward> forwards = drafter_->last_forwards();
+      // What the cost model puts drafting at (before this step's forwards join it).
+      for (const DraftForward& f : forwards) {
+        if (!f.catch_up) modelled_draft_s += costs_.draft().Seconds(f.rows);
+      }
       int64_t drafted = 0;
       for (size_t i = 0; i < ids.size(); ++i) {
         const int64_t n = proposed[i].size();
@@ -421,6 +431,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
         if (n > 0) trees[ids[i]] = std::move(proposed[i]);
       }
       if (!drafter_->runs_model()) {
+        modelled_draft_s = costs_.draft().Seconds(drafted);
         costs_.RecordDraft(drafted, draft_s);  // a drafter without a model: one "forward"
       }
       for (const DraftForward& f : forwards) {
@@ -577,7 +588,11 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
     const auto decodes = std::ssize(plan.seqs);
     SpeculationGain& gain = GainFor(std::ssize(budgets));
     if (verified) {
-      gain.Record(decodes, emitted, step_s, costs_.Seconds(decodes));
+      // The rows the drafts added to the policy's forward, at the line's cost per token.
+      const double modelled_extra =
+          modelled_draft_s +
+          costs_.per_token() * static_cast<double>(plan.num_batched_tokens - decodes);
+      gain.Record(decodes, emitted, step_s, costs_.Seconds(decodes), modelled_extra);
     } else if (!drafter_asked) {
       gain.RecordPlain(step_s, costs_.Seconds(decodes));
     }

@@ -817,10 +817,14 @@ void SpeculationGain::RecordPlain(double seconds, double line_seconds) {
 }
 
 void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, double line_seconds,
-                             double decay) {
+                             double modelled_extra, double decay) {
   if (decodes <= 0 || seconds <= 0 || line_seconds <= 0) return;
   ++since_plain_;
   const double plain_seconds = line_seconds * level_;
+  if (modelled_extra > 0 && level_seen_) {
+    extra_seen_ = decay * extra_seen_ + (seconds - plain_seconds);
+    extra_modelled_ = decay * extra_modelled_ + modelled_extra;
+  }
   const double r =
       (static_cast<double>(emitted) / seconds) / (static_cast<double>(decodes) / plain_seconds);
   sum_ = decay * sum_ + r;
@@ -828,6 +832,11 @@ void SpeculationGain::Record(int64_t decodes, int64_t emitted, double seconds, d
   if (++steps_ < kMinSteps) return;
   if (pays_ && ratio() < kOff) pays_ = false;
   if (!pays_ && ratio() > kOn) pays_ = true;
+}
+
+double SpeculationGain::extra_factor() const {
+  if (!(extra_modelled_ > 0)) return 1.0;
+  return std::clamp(extra_seen_ / extra_modelled_, kMinExtra, kMaxExtra);
 }
 
 double CostLine::Seconds(int64_t size) const { return a_ + b_ * static_cast<double>(size); }
@@ -867,7 +876,8 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
                                       int64_t max_nodes, int64_t explore_nodes,
                                       std::span<const double> first_cost,
-                                      std::span<const int64_t> catch_up) {
+                                      std::span<const int64_t> catch_up,
+                                      const PlanCalibration& calibration) {
   LAMINAR_CHECK(first_cost.empty() || first_cost.size() == alpha.size());
   LAMINAR_CHECK(catch_up.empty() || catch_up.size() == alpha.size());
   const size_t n = alpha.size();
@@ -878,10 +888,13 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
     return best;
   }
   constexpr double kMinGain = 0.05;  // expected tokens a draft token must add
-  const double plain_s = std::max(cost.Seconds(base_tokens), 1e-12);
-  const double per_forward = cost.draft().fixed(), per_row = cost.draft().per_unit();
+  const double plain_s = std::max(cost.Seconds(base_tokens) * calibration.plain_level, 1e-12);
+  const double extra = calibration.extra_factor;
+  const double per_forward = extra * cost.draft().fixed(),
+               per_row = extra * cost.draft().per_unit();
+  const double per_token = extra * cost.per_token();
   // A token after a chain's first: a row of the policy's step and a row of a drafter forward.
-  const double marginal = cost.per_token() + per_row;
+  const double marginal = per_token + per_row;
   double best_rate = static_cast<double>(n) / plain_s;
   const int64_t max_rows = std::max<int64_t>(2 * cost.largest_step(), base_tokens + 1);
   std::vector<int64_t> budget(n);
@@ -910,7 +923,7 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
         // leave the sequence out (others may still pay).
         const double first = (first_cost.empty() ? 0.0 : first_cost[i]) +
                              (catch_up.empty() ? 0.0 : static_cast<double>(catch_up[i]) * per_row) +
-                             cost.per_token();
+                             per_token;
         double sum = 0, g = gain, chain_rate = rate;
         int64_t chain = 0;
         for (int64_t k = 1; k <= depth && rows + k <= max_rows && g >= kMinGain; ++k, g *= a) {
@@ -952,12 +965,13 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
 }
 
 bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_nodes,
-                    std::span<const double> first_cost, std::span<const int64_t> catch_up) {
+                    std::span<const double> first_cost, std::span<const int64_t> catch_up,
+                    const PlanCalibration& calibration) {
   if (!cost.ready() || base_tokens <= 0) return true;
   const std::vector<AcceptanceStats> sure(static_cast<size_t>(base_tokens),
                                           AcceptanceStats{.accepted = 19, .rejections = 1});
   const std::vector<int64_t> best =
-      PlanDraftBudgets(sure, cost, base_tokens, max_nodes, 0, first_cost, catch_up);
+      PlanDraftBudgets(sure, cost, base_tokens, max_nodes, 0, first_cost, catch_up, calibration);
   return std::ranges::any_of(best, [](int64_t b) { return b > 0; });
 }
 

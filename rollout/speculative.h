@@ -498,9 +498,11 @@ class SpeculationGain {
   static constexpr int64_t kPlainEvery = 16;
   static constexpr double kOff = 0.97, kOn = 1.03;
   // A step with drafts: `decodes` decoding sequences emitted `emitted` tokens in `seconds`; the
-  // step cost line puts the same step without drafts at `line_seconds`.
+  // step cost line puts the same step without drafts at `line_seconds`, and the cost model put
+  // what the drafts added (their rows in the policy's forward, the drafter's forwards) at
+  // `modelled_extra` seconds (0: not known).
   void Record(int64_t decodes, int64_t emitted, double seconds, double line_seconds,
-              double decay = 0.95);
+              double modelled_extra = 0, double decay = 0.95);
   // A plain step (no drafts) took `seconds` where the line puts it at `line_seconds`.
   void RecordPlain(double seconds, double line_seconds);
   bool pays() const { return pays_; }
@@ -510,6 +512,15 @@ class SpeculationGain {
   double level() const { return level_; }
   // No plain step measured the level yet, or kPlainEvery steps with drafts ran since the last.
   bool plain_due() const { return !level_seen_ || since_plain_ >= kPlainEvery; }
+  // What drafted steps took beyond a plain step (their time less the line's times the level) over
+  // what the cost model put their drafts at, recent steps weighing most, in [kMinExtra, kMaxExtra]
+  // (1 before any): the costs the model does not see (verification's sampling, the drafter's
+  // draws and bookkeeping, a drafter forward slower at its real shapes than its line), which
+  // PlanDraftBudgets scales its modelled costs by (PlanCalibration). Never below 1: a step of a
+  // few drafted tokens measures its extra within the noise of a plain step, and a factor of 0.5
+  // from such steps doubled how often suffix drafted at batch 4 (0.96x of off).
+  double extra_factor() const;
+  static constexpr double kMinExtra = 1.0, kMaxExtra = 4.0;
 
  private:
   double sum_ = 0, weight_ = 0;  // Σ decay^age · ratio, Σ decay^age
@@ -518,6 +529,15 @@ class SpeculationGain {
   double level_ = 1.0;
   bool level_seen_ = false;
   int64_t since_plain_ = 0;
+  double extra_seen_ = 0, extra_modelled_ = 0;  // Σ decay^age · seconds
+};
+
+// What the cost model is corrected by when planning (SpeculationGain, measured per batch size):
+// a plain step takes plain_level times the step cost line, and the costs drafts add
+// extra_factor times what the model puts them at.
+struct PlanCalibration {
+  double plain_level = 1.0;
+  double extra_factor = 1.0;
 };
 
 // How many draft nodes each decoding sequence gets this step, for the most tokens per second
@@ -534,6 +554,9 @@ class SpeculationGain {
 // step feeds at most twice the largest step measured (base_tokens + 1 at least): the line is a
 // straight fit, so a plan far beyond what it measured (96 tokens from steps of 16 and 20 at batch
 // 16: a 632 ms step where plain ones took 53) extends it a doubling at a time instead.
+// `calibration` corrects the model by what was measured: the plain step the plan is compared with
+// is the line's times plain_level, and the rows and forwards drafts add cost extra_factor times
+// the lines' (first_cost, measured per catch-up token, is not scaled).
 // Returns [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large
 // batch whose extra rows cost real compute). Before `cost` is ready, every sequence gets
 // `explore_nodes` so that costs get measured.
@@ -541,14 +564,15 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
                                       int64_t max_nodes, int64_t explore_nodes,
                                       std::span<const double> first_cost = {},
-                                      std::span<const int64_t> catch_up = {});
+                                      std::span<const int64_t> catch_up = {},
+                                      const PlanCalibration& calibration = {});
 
 // Whether drafting could pay for any of `base_tokens` decoding sequences if nearly all drafts
 // were accepted (alpha 0.95; the other arguments as for PlanDraftBudgets): exploration, which
 // measures acceptance, has nothing to learn where it could not (a batch whose verification and
 // drafter rows cost real compute). True before `cost` is ready.
 bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_nodes,
-                    std::span<const double> first_cost = {},
-                    std::span<const int64_t> catch_up = {});
+                    std::span<const double> first_cost = {}, std::span<const int64_t> catch_up = {},
+                    const PlanCalibration& calibration = {});
 
 }  // namespace laminar::rollout

@@ -480,6 +480,29 @@ TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
   EXPECT_TRUE(cold.pays());
 }
 
+// What drafted steps took beyond a plain one, over what the cost model put their drafts at.
+TEST(SpeculationGainTest, MeasuresWhatDraftsCostBeyondTheModel) {
+  SpeculationGain gain;
+  EXPECT_EQ(gain.extra_factor(), 1.0);
+  gain.Record(4, 10, 0.15, 0.05, 0.05);  // no plain step measured yet: nothing to subtract
+  EXPECT_EQ(gain.extra_factor(), 1.0);
+  gain.RecordPlain(0.05, 0.05);
+  gain.Record(4, 10, 0.15, 0.05, 0.05);  // 0.10 s beyond the plain 0.05 s, modelled 0.05 s
+  EXPECT_DOUBLE_EQ(gain.extra_factor(), 2.0);
+  gain.Record(4, 10, 0.08, 0.05, 0.05);  // 0.03 s: the recent step weighs most
+  EXPECT_NEAR(gain.extra_factor(), (0.95 * 0.10 + 0.03) / (0.95 * 0.05 + 0.05), 1e-12);
+  gain.Record(4, 10, 0.08, 0.05, 0.0);  // no model: the factor keeps
+  EXPECT_NEAR(gain.extra_factor(), (0.95 * 0.10 + 0.03) / (0.95 * 0.05 + 0.05), 1e-12);
+  // Bounded both ways: a step faster than plain (noise), a model far off.
+  SpeculationGain low, high;
+  low.RecordPlain(0.05, 0.05);
+  low.Record(4, 4, 0.04, 0.05, 0.05);
+  EXPECT_EQ(low.extra_factor(), SpeculationGain::kMinExtra);
+  high.RecordPlain(0.05, 0.05);
+  high.Record(4, 4, 1.0, 0.05, 0.01);
+  EXPECT_EQ(high.extra_factor(), SpeculationGain::kMaxExtra);
+}
+
 // The drafter's forwards cost a fixed part per chain depth: the planner picks the depth where the
 // tokens per second peak (3 at alpha 0.7 with a forward a fifth of a step), not the deepest
 // chain that still adds expected tokens; a drafter without a model pays its fixed part once.
@@ -502,6 +525,16 @@ TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
   int64_t drafted = 0;
   for (int64_t b : PlanDraftBudgets(many, narrow, 16, 8, 0)) drafted += b;
   EXPECT_EQ(drafted, 24);
+  // Calibrated by what was measured: drafts that cost twice what the model says go one token
+  // less deep ((4 + 4 (0.7 + 0.49)) / (0.05 + 0.04) is the best); five times: none pays; plain
+  // steps at half the line's time: drafting is compared with those.
+  cost.set_forward_per_depth(true);
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0, {}, {}, {.extra_factor = 2}),
+            (std::vector<int64_t>(4, 2)));
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0, {}, {}, {.extra_factor = 5}),
+            (std::vector<int64_t>(4, 0)));
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0, {}, {}, {.plain_level = 0.5}),
+            (std::vector<int64_t>(4, 2)));
   // A forward as dear as three steps: no depth pays.
   StepCostModel dear;
   for (int t : {1, 4, 16, 40}) dear.Record(t, 0.05);
