@@ -251,7 +251,8 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   // against the model's.
   const SpeculationGain& gain = GainFor(std::ssize(ids));
   const PlanCalibration calibration{.plain_level = gain.level(),
-                                    .extra_factor = gain.extra_factor()};
+                                    .extra_factor = gain.extra_factor(),
+                                    .acceptance_factor = gain.acceptance_factor()};
   if (spec.adaptive) {
     if (costs_.ready()) {
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,
@@ -342,7 +343,7 @@ SpeculationGain& RolloutEngine::GainFor(int64_t decodes) {
 StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
                                               std::span<const float> logits,
                                               std::vector<FinishedSample>* finished,
-                                              int64_t* emitted) {
+                                              int64_t* emitted, DraftOutcome* outcome) {
   Sample& s = samples_.at(seq.id);
   const int64_t v = model_->config().vocab_size;
   VerifiedPath path = VerifyTree(tree, logits, v, s.sampler);
@@ -358,6 +359,11 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
   const int32_t last = accepted > 0 ? path.accepted_nodes.back() : 0;
   const bool rejected = std::ranges::find(tree.parents, last) != tree.parents.end();
   if (s.verifications++ == 0) s.acceptance = acceptance_.Prior();
+  // PlanDrafts left the history it planned with in s.acceptance.
+  const double alpha = s.acceptance.alpha();
+  double power = 1;
+  for (int64_t j = 0; j < tree.size(); ++j) outcome->expected += (power *= alpha);
+  outcome->accepted += accepted;
   s.acceptance.Record(accepted, rejected);
   acceptance_.Record(accepted, rejected, /*decay=*/0.99);
   if (s.exploring) {
@@ -519,7 +525,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   if (drafter_ != nullptr && decodes_only) {
     costs_.Record(plan.num_batched_tokens, forward_s);
   }
-  int64_t emitted = 0;  // tokens the decodes appended (those that finished included)
+  int64_t emitted = 0;   // tokens the decodes appended (those that finished included)
+  DraftOutcome outcome;  // of this step's verified trees
   // Plain next-token draws are independent per sample (each has its own sampler and RNG), so they
   // run over the model's pool first; appending, which may finish samples, stays in plan order.
   std::vector<std::pair<RequestId, const float*>> draws;
@@ -556,8 +563,8 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       ++spec_stats_.decode_steps;
     }
     if (seq.num_draft_tokens > 0) {
-      LAMINAR_ASSIGN_OR_RETURN(int64_t n,
-                               AcceptDrafts(seq, trees.at(seq.id), first, &finished, &emitted));
+      LAMINAR_ASSIGN_OR_RETURN(
+          int64_t n, AcceptDrafts(seq, trees.at(seq.id), first, &finished, &emitted, &outcome));
       if (n > 0) {
         sampled.push_back(seq.id);
         appended.push_back(n);
@@ -578,6 +585,9 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   }
   const bool verified =
       std::ranges::any_of(plan.seqs, [](const ScheduledSeq& q) { return q.num_draft_tokens > 0; });
+  if (verified) {
+    GainFor(std::ssize(budgets)).RecordAcceptance(outcome.expected, outcome.accepted);
+  }
   if (drafter_ != nullptr && decodes_only && costs_.ready()) {
     // The whole step: drafting, forward, verification and the rest, as a plain step's.
     const double step_s =

@@ -210,10 +210,16 @@ class RolloutEngine {
   std::unordered_map<RequestId, int64_t> PlanDrafts();
   // Verifies the tree of `seq` against its logits rows [1 + n, V], moves the accepted KV into
   // place and appends the emitted tokens. Returns the tokens appended while the sample runs
-  // (0 when it finished); adds every token appended to *emitted (the finishing one included).
+  // (0 when it finished); adds every token appended to *emitted (the finishing one included),
+  // and to *outcome what the planner expected of the tree and what it accepted.
+  struct DraftOutcome {
+    double expected = 0;   // Σ alpha^j over the verified nodes, alpha as planned
+    int64_t accepted = 0;  // drafted tokens accepted
+  };
   StatusOr<int64_t> AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
                                  std::span<const float> logits,
-                                 std::vector<FinishedSample>* finished, int64_t* emitted);
+                                 std::vector<FinishedSample>* finished, int64_t* emitted,
+                                 DraftOutcome* outcome);
   // A model drafter's cache at most this many tokens behind its sequence is warm (one verified
   // tree: its accepted path and the token after); further behind, its catch-up is a prefill.
   int64_t WarmCatchUp() const { return config_.speculative.max_draft_tokens + 1; }

@@ -839,6 +839,17 @@ double SpeculationGain::extra_factor() const {
   return std::clamp(extra_seen_ / extra_modelled_, kMinExtra, kMaxExtra);
 }
 
+void SpeculationGain::RecordAcceptance(double expected, int64_t accepted, double decay) {
+  if (!(expected > 0)) return;
+  expected_ = decay * expected_ + expected;
+  accepted_ = decay * accepted_ + static_cast<double>(accepted);
+}
+
+double SpeculationGain::acceptance_factor() const {
+  constexpr double kPrior = 2.0;  // tokens at factor 1
+  return std::clamp((accepted_ + kPrior) / (expected_ + kPrior), kMinAcceptance, 1.0);
+}
+
 double CostLine::Seconds(int64_t size) const { return a_ + b_ * static_cast<double>(size); }
 
 void CostLine::Fit() {
@@ -909,7 +920,7 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
     // Best next gain first (a heap of (gain of the sequence's next draft token, sequence)).
     std::priority_queue<std::pair<double, size_t>> next;
     for (size_t i = 0; i < n; ++i) {
-      next_gain[i] = alpha[i].alpha();
+      next_gain[i] = calibration.acceptance_factor * alpha[i].alpha();
       next.emplace(next_gain[i], i);
     }
     while (!next.empty()) {
@@ -970,8 +981,10 @@ bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_
   if (!cost.ready() || base_tokens <= 0) return true;
   const std::vector<AcceptanceStats> sure(static_cast<size_t>(base_tokens),
                                           AcceptanceStats{.accepted = 19, .rejections = 1});
+  PlanCalibration costs_only = calibration;  // nearly all accepted, whatever was measured
+  costs_only.acceptance_factor = 1.0;
   const std::vector<int64_t> best =
-      PlanDraftBudgets(sure, cost, base_tokens, max_nodes, 0, first_cost, catch_up, calibration);
+      PlanDraftBudgets(sure, cost, base_tokens, max_nodes, 0, first_cost, catch_up, costs_only);
   return std::ranges::any_of(best, [](int64_t b) { return b > 0; });
 }
 

@@ -521,6 +521,19 @@ class SpeculationGain {
   // from such steps doubled how often suffix drafted at batch 4 (0.96x of off).
   double extra_factor() const;
   static constexpr double kMinExtra = 1.0, kMaxExtra = 4.0;
+  // A step's verified drafts: the planner expected `expected` of their tokens to be accepted (for
+  // each sequence, alpha + alpha^2 + ... over the nodes it verified, alpha as planned) and
+  // `accepted` were.
+  void RecordAcceptance(double expected, int64_t accepted, double decay = 0.95);
+  // Accepted over expected tokens, recent steps weighing most, with two tokens of prior at 1,
+  // in [kMinAcceptance, 1]: what PlanDraftBudgets scales its expected gains by
+  // (PlanCalibration). The planner drafts for the sequences whose histories look best, and a
+  // history that looks good by chance then accepts less than it promised (selection bias): suffix
+  // at batch 16, T = 1, drafted where alpha said 0.35 paid and accepted 0.31 of its tokens, 0.89x
+  // of off in one round. Never above 1: the bias runs one way, and exploration (not chosen by its
+  // history) brings the factor back when drafts get better.
+  double acceptance_factor() const;
+  static constexpr double kMinAcceptance = 0.25;
 
  private:
   double sum_ = 0, weight_ = 0;  // Σ decay^age · ratio, Σ decay^age
@@ -530,14 +543,17 @@ class SpeculationGain {
   bool level_seen_ = false;
   int64_t since_plain_ = 0;
   double extra_seen_ = 0, extra_modelled_ = 0;  // Σ decay^age · seconds
+  double accepted_ = 0, expected_ = 0;          // Σ decay^age · tokens
 };
 
 // What the cost model is corrected by when planning (SpeculationGain, measured per batch size):
-// a plain step takes plain_level times the step cost line, and the costs drafts add
-// extra_factor times what the model puts them at.
+// a plain step takes plain_level times the step cost line, the costs drafts add extra_factor
+// times what the model puts them at, and drafts are accepted acceptance_factor times as often as
+// their sequences' histories say.
 struct PlanCalibration {
   double plain_level = 1.0;
   double extra_factor = 1.0;
+  double acceptance_factor = 1.0;
 };
 
 // How many draft nodes each decoding sequence gets this step, for the most tokens per second
@@ -556,7 +572,8 @@ struct PlanCalibration {
 // 16: a 632 ms step where plain ones took 53) extends it a doubling at a time instead.
 // `calibration` corrects the model by what was measured: the plain step the plan is compared with
 // is the line's times plain_level, and the rows and forwards drafts add cost extra_factor times
-// the lines' (first_cost, measured per catch-up token, is not scaled).
+// the lines' (first_cost, measured per catch-up token, is not scaled), and a draft token's
+// expected acceptance is acceptance_factor times its history's.
 // Returns [alpha.size()] budgets in [0, max_nodes]; all 0 when speculation does not pay (a large
 // batch whose extra rows cost real compute). Before `cost` is ready, every sequence gets
 // `explore_nodes` so that costs get measured.
@@ -570,7 +587,8 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
 // Whether drafting could pay for any of `base_tokens` decoding sequences if nearly all drafts
 // were accepted (alpha 0.95; the other arguments as for PlanDraftBudgets): exploration, which
 // measures acceptance, has nothing to learn where it could not (a batch whose verification and
-// drafter rows cost real compute). True before `cost` is ready.
+// drafter rows cost real compute). True before `cost` is ready. The calibration's
+// acceptance_factor is not applied (nearly all accepted is the question).
 bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_nodes,
                     std::span<const double> first_cost = {}, std::span<const int64_t> catch_up = {},
                     const PlanCalibration& calibration = {});

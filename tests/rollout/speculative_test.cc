@@ -503,6 +503,23 @@ TEST(SpeculationGainTest, MeasuresWhatDraftsCostBeyondTheModel) {
   EXPECT_EQ(high.extra_factor(), SpeculationGain::kMaxExtra);
 }
 
+TEST(SpeculationGainTest, MeasuresHowOftenDraftsAreAcceptedAgainstTheirHistories) {
+  SpeculationGain gain;
+  EXPECT_EQ(gain.acceptance_factor(), 1.0);
+  gain.RecordAcceptance(8.0, 4);  // half of what the histories promised, two tokens of prior at 1
+  EXPECT_DOUBLE_EQ(gain.acceptance_factor(), (4.0 + 2) / (8.0 + 2));
+  gain.RecordAcceptance(0.0, 3);  // nothing expected (no tree verified): not a measurement
+  EXPECT_DOUBLE_EQ(gain.acceptance_factor(), (4.0 + 2) / (8.0 + 2));
+  gain.RecordAcceptance(4.0, 4);  // the recent step weighs most
+  EXPECT_NEAR(gain.acceptance_factor(), (0.95 * 4 + 4 + 2) / (0.95 * 8 + 4 + 2), 1e-12);
+  // Bounded: more accepted than promised plans as promised; never below kMinAcceptance.
+  SpeculationGain lucky, hopeless;
+  lucky.RecordAcceptance(2.0, 6);
+  EXPECT_EQ(lucky.acceptance_factor(), 1.0);
+  for (int i = 0; i < 50; ++i) hopeless.RecordAcceptance(4.0, 0);
+  EXPECT_EQ(hopeless.acceptance_factor(), SpeculationGain::kMinAcceptance);
+}
+
 // The drafter's forwards cost a fixed part per chain depth: the planner picks the depth where the
 // tokens per second peak (3 at alpha 0.7 with a forward a fifth of a step), not the deepest
 // chain that still adds expected tokens; a drafter without a model pays its fixed part once.
@@ -535,6 +552,14 @@ TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
             (std::vector<int64_t>(4, 0)));
   EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0, {}, {}, {.plain_level = 0.5}),
             (std::vector<int64_t>(4, 2)));
+  // Drafts accepted half as often as their histories say (gains 0.35, 0.245, ...): (4 + 4 ·
+  // 0.595) / 0.07 beats depth 1 and 3; a quarter as often: (4 + 0.7) / 0.06 < 4 / 0.05, none.
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0, {}, {}, {.acceptance_factor = 0.5}),
+            (std::vector<int64_t>(4, 2)));
+  EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0, {}, {}, {.acceptance_factor = 0.25}),
+            (std::vector<int64_t>(4, 0)));
+  // Whether drafts could pay asks about nearly all accepted, whatever acceptance was measured.
+  EXPECT_TRUE(DraftsCouldPay(cost, 4, 8, {}, {}, {.acceptance_factor = 0.25}));
   // A forward as dear as three steps: no depth pays.
   StepCostModel dear;
   for (int t : {1, 4, 16, 40}) dear.Record(t, 0.05);
