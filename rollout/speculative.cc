@@ -356,6 +356,8 @@ Status ModelDrafter::OnWeights(const engine::LlamaModel* policy, const engine::L
   }
   caches_.clear();  // KV of the old drafter weights
   group_seqs_.clear();
+  prompt_donors_.clear();
+  donor_order_.clear();
   head_.reset();
   // The draft vocabulary: the lowest ids, plus every token seen (kept across versions).
   const int64_t v = model_->config().vocab_size;
@@ -515,6 +517,12 @@ std::pair<int64_t, const ModelDrafter::SeqCache*> ModelDrafter::HeldPrefix(
         held = n;
         donor = &other;
       }
+    }
+  }
+  if (auto kept = prompt_donors_.find(ctx.group); kept != prompt_donors_.end()) {
+    if (const int64_t n = ValidPrefix(kept->second.tokens, ctx.tokens); n > held) {
+      held = n;
+      donor = &kept->second;
     }
   }
   return {held, donor};
@@ -690,13 +698,34 @@ void ModelDrafter::DraftAhead(int64_t seq_id, int64_t max_nodes) {
 }
 
 void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const int32_t> tokens,
-                                 int64_t) {
+                                 int64_t num_prompt_tokens) {
   if (auto it = caches_.find(seq); it != caches_.end()) {
-    auto g = group_seqs_.find(it->second.group);
+    const int64_t group = it->second.group;
+    auto g = group_seqs_.find(group);
     LAMINAR_CHECK(g != group_seqs_.end()) << "drafter cache of sequence " << seq << " has no group";
     std::erase(g->second, seq);
     if (g->second.empty()) group_seqs_.erase(g);
+    SeqCache kept = std::move(it->second);
     caches_.erase(it);
+    // The last of its group still running: its prompt's KV waits for the group's next samples.
+    if (!group_seqs_.contains(group)) {
+      const auto prompt = std::min<size_t>(
+          kept.tokens.size(), static_cast<size_t>(std::max<int64_t>(0, num_prompt_tokens)));
+      if (prompt > 0) {
+        kept.tokens.resize(prompt);
+        kept.proposed.clear();
+        kept.ahead_base.clear();
+        kept.ahead.clear();
+        kept.ahead_q.clear();
+        std::erase(donor_order_, group);
+        prompt_donors_.insert_or_assign(group, std::move(kept));
+        donor_order_.push_back(group);
+        while (donor_order_.size() > kMaxPromptDonors) {
+          prompt_donors_.erase(donor_order_.front());
+          donor_order_.pop_front();
+        }
+      }
+    }
   }
   NoteTokens(tokens);  // its siblings and later responses may write them
 }

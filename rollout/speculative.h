@@ -235,8 +235,9 @@ class ModelDrafter final : public Drafter {
     double confidence = 1.0;
   };
   // The longest prefix of ctx.tokens (leaving one token to feed) whose KV a cache holds: the
-  // sequence's own, or, before its own holds the prompt, a sibling's of its group (the GRPO
-  // group's shared prompt, copied instead of recomputed). The donor is null for its own cache.
+  // sequence's own, or, before its own holds the prompt, a sibling's of its group or the prompt
+  // kept from one that ended (the GRPO group's shared prompt, copied instead of recomputed). The
+  // donor is null for its own cache.
   std::pair<int64_t, const SeqCache*> HeldPrefix(const DraftContext& ctx) const;
   // `cache` takes the KV of `donor`'s first `held` positions, which hold tokens[0, held).
   static void CopyHeld(const SeqCache& donor, SeqCache& cache, std::span<const int32_t> tokens,
@@ -266,6 +267,13 @@ class ModelDrafter final : public Drafter {
   engine::Xoshiro256 rng_;
   std::unordered_map<int64_t, SeqCache> caches_;
   std::unordered_map<int64_t, std::vector<int64_t>> group_seqs_;  // group -> sequences in caches_
+  // The cache of the last sample of a group to end, its tokens cut to the prompt, for the group's
+  // samples still to come (HeldPrefix): a rollout at batch 1 runs a GRPO group's samples one
+  // after another, and each would prefill the prompt again. The kMaxPromptDonors groups that
+  // ended last, oldest first in donor_order_.
+  static constexpr size_t kMaxPromptDonors = 4;
+  std::unordered_map<int64_t, SeqCache> prompt_donors_;
+  std::deque<int64_t> donor_order_;
   int64_t rerooted_ = 0;
   std::vector<DraftForward> forwards_;  // the last ProposeBatch's
 };

@@ -898,12 +898,35 @@ TEST(ModelDrafterTest, ASiblingsPromptIsCopiedNotRecomputed) {
     const DraftTree& got = i < 2 ? first[static_cast<size_t>(i)] : later[0];
     EXPECT_EQ(got.tokens, want.tokens) << "sample " << i;
   }
-  // A sample that ended no longer lends its prompt; the others still do.
+  // Samples that end lend their prompts while others of the group run; the last to end keeps
+  // the prompt's KV for the group's samples still to come (at batch 1 they run one after
+  // another), and the copy drafts what a prefill would.
   shared->OnSequenceEnd(1, 5, seqs[1], 4);
   shared->OnSequenceEnd(2, 5, seqs[2], 4);
   EXPECT_EQ(shared->CatchUpTokens(context(1, 5)), 1);
   shared->OnSequenceEnd(0, 5, seqs[0], 4);
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 5)), 1);
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 6)), 5);
+  seqs.push_back(prompt);
+  seqs.back().push_back(7);
+  const DraftContext next = context(3, 5);  // sample 0's tokens again, as a new sequence
+  const std::vector<DraftTree> again = shared->ProposeBatch({&next, 1}, 2);
+  EXPECT_EQ(forwards(), (std::vector<std::pair<int64_t, bool>>{{1, false}, {1, false}}));
+  EXPECT_EQ(again[0].tokens, first[0].tokens);
+  shared->OnSequenceEnd(3, 5, seqs[3], 4);
+  // Only the last kMaxPromptDonors (4) groups to end keep theirs: four more groups push group 5
+  // out.
+  for (int64_t g = 10; g < 14; ++g) {
+    const DraftContext other = context(0, g);
+    shared->ProposeBatch({&other, 1}, 2);
+    shared->OnSequenceEnd(0, g, seqs[0], 4);
+    EXPECT_EQ(shared->CatchUpTokens(context(1, g)), 1);
+  }
   EXPECT_EQ(shared->CatchUpTokens(context(1, 5)), 5);
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 13)), 1);
+  // New weights: no KV of the old ones is lent.
+  ASSERT_TRUE(shared->OnWeights(model.get()).ok());
+  EXPECT_EQ(shared->CatchUpTokens(context(1, 13)), 5);
 }
 
 // min_confidence stops a sampled chain once the product of its tokens' q falls below it; at 0 (the
