@@ -293,7 +293,7 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
     Sample& s = samples_.at(ids[i]);
     s.exploring = false;
     if (budgets[i] > 0) {
-      if (s.verifications > 0) s.acceptance = stats[i];  // the faded history is its history now
+      s.acceptance = stats[i];  // the faded history (or the prior) is its history now
       s.steps_without_draft = 0;
       drafting = true;
     } else if (++s.steps_without_draft >
@@ -325,7 +325,7 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
       DraftsCouldPay(costs_, std::ssize(ids), spec.max_draft_tokens, first_cost, warm_rows,
                      calibration)) {
     Sample& s = samples_.at(ids[longest]);
-    if (s.verifications > 0) s.acceptance = stats[longest];
+    s.acceptance = stats[longest];
     budgets[longest] = std::min<int64_t>(2, spec.max_draft_tokens);
     s.exploring = true;
     s.steps_without_draft = 0;
@@ -358,8 +358,9 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
   // A rejection ended the walk unless the last accepted node (or the root) is a leaf.
   const int32_t last = accepted > 0 ? path.accepted_nodes.back() : 0;
   const bool rejected = std::ranges::find(tree.parents, last) != tree.parents.end();
-  if (s.verifications++ == 0) s.acceptance = acceptance_.Prior();
-  // PlanDrafts left the history it planned with in s.acceptance.
+  ++s.verifications;
+  // PlanDrafts left the history it planned with in s.acceptance (the engine-wide prior as it
+  // stood then, for a sequence's first tree).
   const double alpha = s.acceptance.alpha();
   double power = 1;
   for (int64_t j = 0; j < tree.size(); ++j) outcome->expected += (power *= alpha);

@@ -705,27 +705,23 @@ void ModelDrafter::OnSequenceEnd(int64_t seq, int64_t /*group*/, std::span<const
     LAMINAR_CHECK(g != group_seqs_.end()) << "drafter cache of sequence " << seq << " has no group";
     std::erase(g->second, seq);
     if (g->second.empty()) group_seqs_.erase(g);
-    SeqCache kept = std::move(it->second);
-    caches_.erase(it);
-    // The last of its group still running: its prompt's KV waits for the group's next samples.
-    if (!group_seqs_.contains(group)) {
-      const auto prompt = std::min<size_t>(
-          kept.tokens.size(), static_cast<size_t>(std::max<int64_t>(0, num_prompt_tokens)));
-      if (prompt > 0) {
-        kept.tokens.resize(prompt);
-        kept.proposed.clear();
-        kept.ahead_base.clear();
-        kept.ahead.clear();
-        kept.ahead_q.clear();
-        std::erase(donor_order_, group);
-        prompt_donors_.insert_or_assign(group, std::move(kept));
-        donor_order_.push_back(group);
-        while (donor_order_.size() > kMaxPromptDonors) {
-          prompt_donors_.erase(donor_order_.front());
-          donor_order_.pop_front();
-        }
+    // The last of its group still running: its prompt's KV waits for the group's next samples,
+    // in a cache of the prompt's size (the sample's own holds its whole response, and more).
+    const int64_t prompt =
+        std::min<int64_t>(std::ssize(it->second.tokens), std::max<int64_t>(0, num_prompt_tokens));
+    if (!group_seqs_.contains(group) && prompt > 0) {
+      SeqCache kept(model_->NewCache(1, prompt));
+      kept.group = group;
+      CopyHeld(it->second, kept, it->second.tokens, prompt);
+      std::erase(donor_order_, group);
+      prompt_donors_.insert_or_assign(group, std::move(kept));
+      donor_order_.push_back(group);
+      while (donor_order_.size() > kMaxPromptDonors) {
+        prompt_donors_.erase(donor_order_.front());
+        donor_order_.pop_front();
       }
     }
+    caches_.erase(it);
   }
   NoteTokens(tokens);  // its siblings and later responses may write them
 }

@@ -914,6 +914,16 @@ TEST(ModelDrafterTest, ASiblingsPromptIsCopiedNotRecomputed) {
   EXPECT_EQ(forwards(), (std::vector<std::pair<int64_t, bool>>{{1, false}, {1, false}}));
   EXPECT_EQ(again[0].tokens, first[0].tokens);
   shared->OnSequenceEnd(3, 5, seqs[3], 4);
+  // Only the prompt is kept: a later sample that shares more of an ended one's response still
+  // catches up on everything after the prompt.
+  seqs.push_back(prompt);
+  for (int32_t t : {7, 8, 9}) seqs.back().push_back(t);
+  const DraftContext longer = context(4, 5);
+  shared->ProposeBatch({&longer, 1}, 2);
+  shared->OnSequenceEnd(4, 5, seqs[4], 4);
+  seqs.push_back(seqs[4]);
+  seqs.back().push_back(10);
+  EXPECT_EQ(shared->CatchUpTokens(context(5, 5)), 4);
   // Only the last kMaxPromptDonors (4) groups to end keep theirs: four more groups push group 5
   // out.
   for (int64_t g = 10; g < 14; ++g) {
