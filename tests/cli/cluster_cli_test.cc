@@ -309,9 +309,13 @@ TEST(ClusterCliTest, LaunchSlurmRunsAJobWithAStandInSrun) {
   ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(dir / "run" / "logs" / "actor_0.log");
   EXPECT_NE(r.err.find("coordinator tcp://localhost:"), std::string::npos) << r.err;
   EXPECT_EQ(CountLines(dir / "metrics.jsonl"), 2u);
-  // Rollout 1 runs on node 1, behind its relay 1 and then relay 0.
+  // Rollout 1 runs on node 1, behind its relay 1 and then relay 0. Rollout 0 can serve both steps
+  // alone, so the job may end while rollout 1 still waits for relay 1 to register (1 run in 5 on
+  // a fast machine): then it was stopped looking for its own node's relay, which is the routing.
   const std::string rollout1 = Slurp(dir / "run" / "logs" / "rollout_1.log");
-  EXPECT_NE(rollout1.find("rollout/1 via the coordinator"), std::string::npos) << rollout1;
+  EXPECT_TRUE(rollout1.find("rollout/1 via the coordinator") != std::string::npos ||
+              rollout1.find("stopped by a signal while waiting for relay/1") != std::string::npos)
+      << rollout1;
   EXPECT_NE(Slurp(dir / "run" / "logs" / "relay_1.log").find("(relay 1, node 1) registered"),
             std::string::npos);
 }
