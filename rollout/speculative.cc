@@ -825,6 +825,7 @@ void StepCostModel::RecordDraft(int64_t rows, double seconds) {
 
 namespace {
 constexpr size_t kCostWindow = 256;
+constexpr size_t kMinRecordsOffTheMode = 3;  // CostLine::Fit
 }  // namespace
 
 void CostLine::Record(int64_t size, double seconds) {
@@ -900,8 +901,14 @@ void CostLine::Fit() {
   largest_ = by_size.empty() ? 0 : by_size.rbegin()->first;
   const double var = stt - st * st / n;
   // Records of one size only (speculation off, a steady batch) say nothing of the slope: keep
-  // the last one measured and move the line through their median.
-  if (by_size.size() >= 2 && var > 0 && window_.size() >= 4) {
+  // the last one measured and move the line through their median. Nor does one record of another
+  // size: at batch 16 a single drafted step of 20 tokens, a few ms off, set the slope to 0 (and
+  // verification rows free) for a planner that then drafted for every sequence; the first slope
+  // waits for 3 records outside the most common size, whose median one stall cannot move.
+  size_t most_common = 0;
+  for (const auto& [t, times] : by_size) most_common = std::max(most_common, times.size());
+  if (by_size.size() >= 2 && var > 0 && window_.size() >= 4 &&
+      (fitted_ || window_.size() - most_common >= kMinRecordsOffTheMode)) {
     b_ = std::max(0.0, (sts - st * ss / n) / var);
     fitted_ = true;
   }
@@ -926,8 +933,7 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
   constexpr double kMinGain = 0.05;  // expected tokens a draft token must add
   const double plain_s = std::max(cost.Seconds(base_tokens) * calibration.plain_level, 1e-12);
   const double extra = calibration.extra_factor;
-  const double per_forward = extra * cost.draft().fixed(),
-               per_row = extra * cost.draft().per_unit();
+  const double per_forward = extra * cost.draft().fixed(), per_row = extra * cost.draft_per_row();
   const double per_token = extra * cost.per_token();
   // A token after a chain's first: a row of the policy's step and a row of a drafter forward.
   const double marginal = per_token + per_row;

@@ -402,6 +402,28 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
   EXPECT_TRUE(steep.ready());
   EXPECT_NEAR(steep.per_token(), 0.001, 1e-9);
   EXPECT_EQ(PlanDraftBudgets(good, steep, 4, 8, 2), (std::vector<int64_t>(4, 0)));
+  // Many steps of one size and one of another (a first drafted step at batch 16) do not make a
+  // slope: that one record, a few ms off, would set it. Three do, through their median.
+  StepCostModel one_off;
+  for (int i = 0; i < 20; ++i) one_off.Record(16, 0.045);
+  one_off.Record(20, 0.044);
+  EXPECT_FALSE(one_off.ready());
+  one_off.Record(20, 0.052);
+  one_off.Record(20, 0.051);
+  ASSERT_TRUE(one_off.ready());
+  EXPECT_NEAR(one_off.per_token(), (0.051 - 0.045) / 4, 1e-9);
+  // A model drafter measured at one row count only: its rows cost what a policy token does
+  // (not 0, which had planned drafts for 14 of 16 sequences); once measured, its own slope.
+  StepCostModel one_row = steep;
+  for (int i = 0; i < 5; ++i) one_row.RecordDraft(1, 0.007);
+  EXPECT_NEAR(one_row.draft_per_row(), 0.001, 1e-9);
+  EXPECT_NEAR(one_row.DraftSeconds(4), 0.007 + 4 * 0.001, 1e-9);
+  StepCostModel no_model = one_row;
+  no_model.set_forward_per_depth(false);  // rows are drafted tokens: its own (flat) line
+  EXPECT_EQ(no_model.draft_per_row(), 0.0);
+  for (int rows : {5, 9, 5}) one_row.RecordDraft(rows, 0.007 + 0.0002 * (rows - 1));
+  ASSERT_TRUE(one_row.draft().ready());
+  EXPECT_NEAR(one_row.draft_per_row(), 0.0002, 1e-9);
   // A stalled step (0.5 s among 30-40 ms ones) does not tilt the line: medians per size.
   StepCostModel stalled;
   for (int i = 0; i < 40; ++i) stalled.Record(1, 0.03);
@@ -527,7 +549,7 @@ TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
   const std::vector<AcceptanceStats> alpha(4, AcceptanceStats{.accepted = 7, .rejections = 3});
   StepCostModel cost;
   for (int t : {1, 4, 16, 40}) cost.Record(t, 0.05);  // memory-bound: flat
-  for (int rows : {4, 8, 4, 8}) cost.RecordDraft(rows, 0.01);
+  for (int rows : {4, 8, 4, 8, 4, 8}) cost.RecordDraft(rows, 0.01);
   ASSERT_TRUE(cost.draft().ready());
   // (4 + 4 (0.7 + ... + 0.7^D)) / (0.05 + 0.01 D): 113, 125, 126.5, 122.7 tokens/s for D = 1..4.
   EXPECT_EQ(PlanDraftBudgets(alpha, cost, 4, 8, 0), (std::vector<int64_t>(4, 3)));
@@ -537,7 +559,7 @@ TEST(PlanDraftBudgetsTest, ForwardCostPicksTheDepth) {
   // A line measured only at 16 and 20 tokens: a step feeds at most 40 (16 decodes, 24 drafts),
   // although drafting looks free.
   StepCostModel narrow;
-  for (int t : {16, 20, 16, 20}) narrow.Record(t, 0.05);
+  for (int t : {16, 20, 16, 20, 16, 20}) narrow.Record(t, 0.05);
   std::vector<AcceptanceStats> many(16, AcceptanceStats{.accepted = 97, .rejections = 3});
   int64_t drafted = 0;
   for (int64_t b : PlanDraftBudgets(many, narrow, 16, 8, 0)) drafted += b;
