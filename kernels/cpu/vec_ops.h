@@ -42,9 +42,11 @@ double ExpScaledShiftedF64(std::span<const float> x, double scale, double shift,
 // f32, with DotRows' vectorized dot products. Each output is summed in an order that depends only
 // on K and the ISA, never on M, on the other rows or on the thread split, so a sequence's logits
 // are the same bits whatever else shares its engine step (He et al., "Defeating Nondeterminism in
-// LLM Inference", Thinking Machines, 2025: batch invariance). Weight rows go in blocks that stay
-// in L2 while every activation row passes over them. No per-call library overhead (a tiny model's
-// decode step). Splits N over `pool` when given and the product is large enough. Sizes:
+// LLM Inference", Thinking Machines, 2025: batch invariance). Up to 16 activation rows (decode,
+// verification of drafted tokens) meet each block of weight rows in one pass over the weights,
+// which are prefetched 8 rows ahead, so they stream from L3/DRAM while being multiplied; more
+// rows go over blocks of weight rows that stay in L2. No per-call library overhead (a tiny
+// model's decode step). Splits N over `pool` when given and the product is large enough. Sizes:
 // LAMINAR_CHECK.
 void MatMulF32BatchInvariant(std::span<const float> x, std::span<const float> w,
                              std::span<const float> bias, int64_t m, int64_t n, int64_t k,
