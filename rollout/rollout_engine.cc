@@ -427,7 +427,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
       const std::span<const DraftForward> forwards = drafter_->last_forwards();
       // What the cost model puts drafting at (before this step's forwards join it).
       for (const DraftForward& f : forwards) {
-        if (!f.catch_up) modelled_draft_s += costs_.DraftSeconds(f.rows);
+        if (!f.catch_up) modelled_draft_s += costs_.draft().Seconds(f.rows);
       }
       int64_t drafted = 0;
       for (size_t i = 0; i < ids.size(); ++i) {
@@ -438,7 +438,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
         if (n > 0) trees[ids[i]] = std::move(proposed[i]);
       }
       if (!drafter_->runs_model()) {
-        modelled_draft_s = costs_.DraftSeconds(drafted);
+        modelled_draft_s = costs_.draft().Seconds(drafted);
         costs_.RecordDraft(drafted, draft_s);  // a drafter without a model: one "forward"
       }
       for (const DraftForward& f : forwards) {

@@ -463,18 +463,16 @@ class StepCostModel {
   // model records each step's proposals as one "forward" whose rows are the tokens it drafted.
   void RecordDraft(int64_t rows, double seconds);
   const CostLine& draft() const { return draft_; }
-  // What a drafter row costs: the draft line's slope once it has one. Before, a model drafter's
-  // row is taken to cost what a policy token does: measured at one row count only (one sequence
-  // drafting at a time while the step line is measured) the slope is 0, and rows that looked free
-  // planned a draft for 14 of 16 sequences (each row cost 1.8 ms there, a drafted step 5% of a
-  // run). A drafter without a model keeps its own line (rows are drafted tokens, microseconds).
+  // What the planner takes a drafter row to cost: the draft line's slope once it has one.
+  // Before, a model drafter's row costs what a policy token does: measured at one row count only
+  // (one sequence drafting at a time while the step line is measured) the slope is 0, and rows
+  // that looked free planned a draft for 14 of 16 sequences (each row cost 1.8 ms there: 0.94x of
+  // off). A drafter without a model keeps its own line (rows are drafted tokens, microseconds).
+  // The calibration's modelled extra (SpeculationGain) stays on the draft line itself: with this
+  // stand-in there too, batch 4 drafted at a loss (0.98x).
   double draft_per_row() const {
     if (draft_.ready() || !forward_per_depth_) return draft_.per_unit();
     return std::max(draft_.per_unit(), step_.per_unit());
-  }
-  // A drafter forward of `rows` rows, as the planner puts it (draft().fixed() + draft_per_row()).
-  double DraftSeconds(int64_t rows) const {
-    return draft_.fixed() + draft_per_row() * static_cast<double>(rows);
   }
   // Whether the drafter runs a forward per chain depth (a model drafter; the default) or once per
   // step whatever the depth (set by the engine from Drafter::runs_model).
