@@ -203,7 +203,15 @@ void CheckTwoTokenDistribution(const TreeBuilder& build, const Setting& setting,
   params.seed = seed;
   engine::Sampler sampler(params);
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  const int32_t root = 2;
+  // The root whose next token has the most outcomes under the setting (temperature and top-p
+  // can leave a single one, and then the test would check nothing): at least 3, so that the
+  // drafter's candidates are rejected and its siblings tried.
+  int32_t root = 0;
+  for (int32_t t = 1; t < kV; ++t) {
+    if (Dist(params, m[t]).ids.size() > Dist(params, m[root]).ids.size()) root = t;
+  }
+  ASSERT_GE(Dist(params, m[root]).ids.size(), 3u)
+      << "T=" << setting.temperature << " top_p=" << setting.top_p;
   const int64_t n = 20000;
   std::map<int32_t, int64_t> first;
   std::map<std::pair<int32_t, int32_t>, int64_t> pairs;
@@ -222,8 +230,11 @@ void CheckTwoTokenDistribution(const TreeBuilder& build, const Setting& setting,
       p2[{d0.ids[i], d1.ids[j]}] = d0.probs[i] * d1.probs[j];
   }
   const double pv1 = ChiSquarePValue(first, p1, n), pv2 = ChiSquarePValue(pairs, p2, n);
-  std::printf("T=%.1f top_p=%.2f: %lld samples, next-token p=%.3f, two-token p=%.3f\n",
-              setting.temperature, setting.top_p, static_cast<long long>(n), pv1, pv2);
+  std::printf(
+      "T=%.1f top_p=%.2f, root %d: %lld samples, next-token p=%.3f (%zu outcomes), two-token "
+      "p=%.3f (%zu outcomes)\n",
+      setting.temperature, setting.top_p, root, static_cast<long long>(n), pv1, p1.size(), pv2,
+      p2.size());
   // At 1e-3 a correct implementation fails one seed in a thousand; the seeds are fixed.
   EXPECT_GT(pv1, 1e-3);
   EXPECT_GT(pv2, 1e-3);
@@ -1432,6 +1443,13 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
   std::iota(all_layers.begin(), all_layers.end(), 0);
   auto full = *m->LayerSubset(all_layers);
   constexpr int kTokens = 10;
+  // The prompts: BOS and one more token, another for each of the 12 groups. From BOS alone the
+  // model's stories open with the same words ("Once upon a time, there was"), and at T = 0.7,
+  // top-p 0.9 only the last two of the ten positions had more than one outcome and the suffix
+  // drafter's tokens were all accepted (its rejections never drawn); the other openings make
+  // every position vary. Both engines run the same prompts, so the counts compare the same
+  // mixture.
+  auto prompt = [](int g) { return std::vector<int32_t>{1, static_cast<int32_t>(50 + 37 * g)}; };
   // Each (drafter, setting) is its own trial, with its own seeds: with shared seeds every
   // speculative engine drew the same first tokens (and the off engines the same tokens), so one
   // unlucky set of seeds pulled all their p-values down together.
@@ -1455,7 +1473,7 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
         std::vector<RolloutRequest> reqs;
         for (int g = 0; g < 12; ++g) {
           RolloutRequest r;
-          r.prompt_ids = {1};  // BOS
+          r.prompt_ids = prompt(g);
           r.sampling.temperature = s.temperature;
           r.sampling.top_p = s.top_p;
           r.sampling.seed = 100000 * trial + static_cast<uint64_t>(1000 * spec + g);
@@ -1470,11 +1488,16 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
           ASSERT_EQ(f.generated_ids.size(), static_cast<size_t>(kTokens));
           for (int k = 0; k + 2 < kTokens; ++k)
             ++counts[spec][k][{f.generated_ids[k + 1], f.generated_ids[k + 2]}];
-          AppendPits(*m, reqs[0].prompt_ids, f.generated_ids, reqs[0].sampling, rng, &pits[spec]);
+          AppendPits(*m, f.prompt_ids, f.generated_ids, reqs[0].sampling, rng, &pits[spec]);
         }
         if (spec) {
           const SpecStats& st = e->spec_stats();
           EXPECT_GT(st.accepted_tokens, 100);
+          // Rejections happened (the residual draws were exercised), except drafting ahead: its
+          // drafter is the policy itself (q = p), so that whole chains are accepted.
+          if (!c.speculative.async_draft) {
+            EXPECT_GT(st.drafted_tokens - st.accepted_tokens, 50);
+          }
           // Drafting ahead pays off: proposals re-rooted on a chain drafted during verification.
           if (c.speculative.async_draft) {
             EXPECT_GT(st.rerooted, 100);
@@ -1496,7 +1519,9 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
         std::printf("  tokens %d-%d: %lld samples each, %lld bins, p = %.3f\n", k + 2, k + 3,
                     static_cast<long long>(n), static_cast<long long>(bins), p);
       }
-      ASSERT_FALSE(tested.empty()) << "no position with more than one outcome";
+      // Most positions have more than one outcome (else the comparison checks little).
+      ASSERT_GE(tested.size(), static_cast<size_t>(kTokens - 2) / 2)
+          << "too few positions with more than one outcome";
       const double threshold = 1e-3 / static_cast<double>(tested.size() + 2);
       for (const auto& [k, p] : tested) {
         EXPECT_GT(p, threshold) << "tokens " << k + 2 << "-" << k + 3;
