@@ -78,8 +78,10 @@ ConfigSchema BuildSchema() {
               "w8a8 (int8), w4a8 (4-bit groups over int8), q8_0 or q4_1 (ggml's blocks of 32)",
               {"f32", "bf16", "w8a8", "w4a8", "q8_0", "q4_1"});
   s.AddString("rollout.speculative.drafter", "off",
-              "speculative decoding's drafter: off, or suffix (drafts from the sequence, its "
-              "GRPO group and recent responses; exact, the policy's distribution and logprobs)",
+              "speculative decoding's drafter (exact: the policy's distribution and logprobs): "
+              "off; suffix (drafts from the sequence, its GRPO group and recent responses; no "
+              "model); layer_skip (the policy with a subset of its layers); draft_model (a small "
+              "model with the policy's vocabulary, or the policy in a cheaper format)",
               {"off", "suffix", "layer_skip", "draft_model"});
   s.AddString(
       "rollout.speculative.draft_model", "",

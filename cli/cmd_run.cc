@@ -185,6 +185,12 @@ int RunJob(const RunArgs& a) {
   if (auto options = actor::ActorOptionsOf(*recipe); !options.ok()) {
     return Fail(options.status().message());
   }
+  // The rollout settings (speculation's included), with a stand-in KV size per token: the
+  // model's own is checked by each rollout once it has loaded the model.
+  if (auto rollout = actor::RolloutWorkerOptionsOf(*recipe, /*kv_bytes_per_token=*/1);
+      !rollout.ok()) {
+    return Fail(rollout.status().message());
+  }
   if (auto model = model::ResolveModelPath(recipe->GetString("model.path")); !model.ok()) {
     return Fail("recipe model.path: " + std::string(model.status().message()));
   }

@@ -223,6 +223,14 @@ TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {
   auto reward = RunLaminar("run " + (dir / "reward.yaml").string());
   EXPECT_EQ(reward.exit_code, 1);
   EXPECT_NE(reward.err.find("nope"), std::string::npos) << reward.err;
+  // Speculation settings only the rollout uses are checked here too, not once the relay, the
+  // manager and the actor are up.
+  std::ofstream(dir / "spec.yaml")
+      << "model: {path: m}\ndata: {path: d}\n"
+         "rollout: {speculative: {drafter: suffix, async_draft: true}}\n";
+  auto spec = RunLaminar("run " + (dir / "spec.yaml").string());
+  EXPECT_EQ(spec.exit_code, 1);
+  EXPECT_NE(spec.err.find("rollout.speculative.async_draft"), std::string::npos) << spec.err;
   const fs::path model = SharedDataDir() / "models/stories260K/stories260K.bin";
   std::ofstream(dir / "data.yaml")
       << "model: {path: " << model.string() << "}\ndata: {path: " << (dir / "absent.jsonl").string()
