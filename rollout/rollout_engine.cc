@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <set>
 #include <string>
-#include <unordered_set>
 #include <utility>
 
 #include "core/check.h"
@@ -210,31 +210,42 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
                         ? s.acceptance.FadedToward(acceptance_, s.steps_without_draft)
                         : acceptance_.Prior());
   }
+  // The cost model as measured at this batch size: plain steps against the line, drafts' costs
+  // against the model's.
+  const SpeculationGain& gain = GainFor(std::ssize(ids));
+  const PlanCalibration calibration{.plain_level = gain.level(),
+                                    .extra_factor = gain.extra_factor(),
+                                    .acceptance_factor = gain.acceptance_factor()};
   // A model drafter whose cache is behind by more than one verified tree (a sequence it never
   // drafted for, or not for long) first catches up with a prefill: cold sequences pay it in their
   // first draft token, spread over the verifications left in them (at the engine-wide acceptance),
-  // and exploration passes them over, so that drafts that do not pay never cost prefills.
+  // and exploration passes them over, so that drafts that do not pay never cost prefills. A
+  // group's cold samples share their prompt's prefill, and until drafting has paid at this batch
+  // size one cold sample a step may catch up (PlanCatchUps).
   const int64_t warm_catch_up = WarmCatchUp();
-  std::vector<int64_t> catch_up(ids.size());
+  std::vector<CatchUpNeed> needs;
+  for (RequestId id : ids) {
+    const Sample& s = samples_.at(id);
+    needs.push_back({.behind = drafter_->CatchUpTokens({.seq = id,
+                                                        .group = s.request_id,
+                                                        .tokens = s.tokens,
+                                                        .num_prompt_tokens = s.num_prompt_tokens}),
+                     .group = s.request_id,
+                     .generated = std::ssize(s.tokens) - s.num_prompt_tokens});
+  }
+  std::vector<int64_t> catch_up =
+      PlanCatchUps(needs, warm_catch_up, gain.steps() >= SpeculationGain::kMinSteps && gain.pays());
   std::vector<double> first_cost(ids.size(), 0.0);
   const double a = std::min(acceptance_.alpha(), 0.999);
   const double tokens_per_verify =
       (1 - std::pow(a, static_cast<double>(spec.max_draft_tokens + 1))) / (1 - a);
-  std::unordered_set<int64_t> cold_groups;  // groups with a cold sample planned before
   for (size_t i = 0; i < ids.size(); ++i) {
-    const Sample& s = samples_.at(ids[i]);
-    catch_up[i] = drafter_->CatchUpTokens({.seq = ids[i],
-                                           .group = s.request_id,
-                                           .tokens = s.tokens,
-                                           .num_prompt_tokens = s.num_prompt_tokens});
     if (catch_up[i] <= warm_catch_up) continue;
-    // Cold samples of one group share their prompt's prefill (the drafter copies it): the others
-    // catch up on their own tokens only.
-    if (!cold_groups.insert(s.request_id).second) {
-      catch_up[i] =
-          std::min(catch_up[i], std::max<int64_t>(1, std::ssize(s.tokens) - s.num_prompt_tokens));
-      if (catch_up[i] <= warm_catch_up) continue;
+    if (catch_up[i] == kCatchUpNotThisStep) {
+      first_cost[i] = std::numeric_limits<double>::infinity();
+      continue;
     }
+    const Sample& s = samples_.at(ids[i]);
     const int64_t left = std::max<int64_t>(
         1, s.matcher.options().max_tokens - (std::ssize(s.tokens) - s.num_prompt_tokens));
     const double verifications = std::max(1.0, static_cast<double>(left) / tokens_per_verify);
@@ -247,12 +258,6 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
   for (size_t i = 0; i < ids.size(); ++i) {
     warm_rows[i] = catch_up[i] <= warm_catch_up ? catch_up[i] : 0;
   }
-  // The cost model as measured at this batch size: plain steps against the line, drafts' costs
-  // against the model's.
-  const SpeculationGain& gain = GainFor(std::ssize(ids));
-  const PlanCalibration calibration{.plain_level = gain.level(),
-                                    .extra_factor = gain.extra_factor(),
-                                    .acceptance_factor = gain.acceptance_factor()};
   if (spec.adaptive) {
     if (costs_.ready()) {
       budgets = PlanDraftBudgets(stats, costs_, std::ssize(ids), spec.max_draft_tokens,

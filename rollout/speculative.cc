@@ -1006,6 +1006,43 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
   return best;
 }
 
+std::vector<int64_t> PlanCatchUps(std::span<const CatchUpNeed> need, int64_t warm, bool proven) {
+  const size_t n = need.size();
+  std::vector<int64_t> out(n);
+  std::vector<int64_t> own(n);
+  struct SharedPrompt {
+    int64_t tokens = 0;  // the most prompt tokens a cold member lacks
+    int64_t cold = 0;    // cold members lacking any
+  };
+  std::unordered_map<int64_t, SharedPrompt> shared;
+  size_t cheapest = n;  // the cold sequence least behind
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = own[i] = need[i].behind;
+    if (need[i].behind <= warm) continue;
+    if (cheapest == n || need[i].behind < need[cheapest].behind) cheapest = i;
+    own[i] = std::min(need[i].behind, std::max<int64_t>(1, need[i].generated));
+    if (own[i] == need[i].behind) continue;
+    SharedPrompt& g = shared[need[i].group];
+    g.tokens = std::max(g.tokens, need[i].behind - own[i]);
+    ++g.cold;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (need[i].behind <= warm) continue;
+    if (!proven) {
+      // The cost model is a guess at a batch size where drafts have not run: at batch 4 the
+      // drafter's rows cost 4 ms each, not the 2 ms its one-row forwards suggested, and
+      // prefilling every cold sample of a wave for it lost 4% before drafting stopped.
+      if (i != cheapest) out[i] = kCatchUpNotThisStep;
+    } else if (own[i] < need[i].behind) {
+      // Charging the prompt to one of them only (the first) planned drafts for its siblings
+      // alone, which then paid the whole prompt: a 508 ms prefill planned as 5 ms.
+      const SharedPrompt& g = shared.at(need[i].group);
+      out[i] = own[i] + (g.tokens + g.cold - 1) / g.cold;
+    }
+  }
+  return out;
+}
+
 bool DraftsCouldPay(const StepCostModel& cost, int64_t base_tokens, int64_t max_nodes,
                     std::span<const double> first_cost, std::span<const int64_t> catch_up,
                     const PlanCalibration& calibration) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -603,6 +604,27 @@ std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       std::span<const double> first_cost = {},
                                       std::span<const int64_t> catch_up = {},
                                       const PlanCalibration& calibration = {});
+
+// A decoding sequence's drafter cache as the planner sees it (PlanCatchUps): `behind` tokens of
+// the sequence it has not fed (Drafter::CatchUpTokens), `generated` tokens after its prompt, in
+// GRPO group `group`.
+struct CatchUpNeed {
+  int64_t behind = 0;
+  int64_t group = 0;
+  int64_t generated = 0;
+};
+inline constexpr int64_t kCatchUpNotThisStep = std::numeric_limits<int64_t>::max() / 4;
+
+// The catch-up each sequence's first draft this step is planned to feed: `behind` for a warm one
+// (behind <= warm: rows of the drafter's first forward); for a cold one, a prefill of its own.
+// Cold sequences of one group share their prompt's prefill (the model drafter prefills it for the
+// first that drafts and copies it to the others, ModelDrafter::HeldPrefix), so each is charged
+// its own response tokens and an equal share of the prompt tokens the group lacks. Unless
+// `proven` (drafting has been measured to pay at this batch size, SpeculationGain), only the cold
+// sequence least behind (the first of equals) may draft this step, charged its whole catch-up;
+// the others get kCatchUpNotThisStep (PlanDraftBudgets leaves them out: an infinite first_cost).
+// Returns [need.size()] tokens.
+std::vector<int64_t> PlanCatchUps(std::span<const CatchUpNeed> need, int64_t warm, bool proven);
 
 // Whether drafting could pay for any of `base_tokens` decoding sequences if nearly all drafts
 // were accepted (alpha 0.95; the other arguments as for PlanDraftBudgets): exploration, which

@@ -659,6 +659,37 @@ TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
 
 // OnWeights with a draft: the drafter drafts with that model from then on (greedy chains are its
 // argmax chains; a draft vocabulary's head is rebuilt from it); a draft with another vocabulary
+
+// Cold sequences of a GRPO group share their prompt's prefill: once drafting has paid at the
+// batch size, each is charged its own tokens and an equal share of the prompt (all four of a
+// group catching up feed the prompt once and their responses); before, only the one least behind
+// may catch up, and it pays its whole catch-up. Warm sequences are what they are either way.
+TEST(PlanCatchUpsTest, GroupsShareTheirPromptAndUnprovenBatchesTryOneColdSequence) {
+  constexpr int64_t kWarm = 9;
+  // Group 7: a 96-token prompt and 10 generated tokens each, nothing fed. Group 8: one sample 3
+  // behind (warm) and one that lacks 40 of its 60 generated tokens (its prompt is held).
+  const std::vector<CatchUpNeed> need = {
+      {.behind = 106, .group = 7, .generated = 10}, {.behind = 106, .group = 7, .generated = 10},
+      {.behind = 106, .group = 7, .generated = 10}, {.behind = 106, .group = 7, .generated = 10},
+      {.behind = 3, .group = 8, .generated = 20},   {.behind = 40, .group = 8, .generated = 60}};
+  EXPECT_EQ(PlanCatchUps(need, kWarm, /*proven=*/true),
+            (std::vector<int64_t>{34, 34, 34, 34, 3, 40}));
+  EXPECT_EQ(PlanCatchUps(need, kWarm, /*proven=*/false),
+            (std::vector<int64_t>{kCatchUpNotThisStep, kCatchUpNotThisStep, kCatchUpNotThisStep,
+                                  kCatchUpNotThisStep, 3, 40}));
+  // A lone cold sequence (the long tail) always may, with its whole catch-up.
+  const std::vector<CatchUpNeed> tail = {{.behind = 300, .group = 1, .generated = 200}};
+  EXPECT_EQ(PlanCatchUps(tail, kWarm, false), (std::vector<int64_t>{300}));
+  EXPECT_EQ(PlanCatchUps(tail, kWarm, true), (std::vector<int64_t>{300}));
+  // The first of equals, and a shared prompt rounded up.
+  const std::vector<CatchUpNeed> pair = {{.behind = 20, .group = 2, .generated = 5},
+                                         {.behind = 20, .group = 2, .generated = 5},
+                                         {.behind = 20, .group = 2, .generated = 5}};
+  EXPECT_EQ(PlanCatchUps(pair, kWarm, false),
+            (std::vector<int64_t>{20, kCatchUpNotThisStep, kCatchUpNotThisStep}));
+  EXPECT_EQ(PlanCatchUps(pair, kWarm, true), (std::vector<int64_t>{10, 10, 10}));
+  EXPECT_TRUE(PlanCatchUps({}, kWarm, false).empty());
+}
 // is refused and the drafter keeps the one it had.
 TEST(ModelDrafterTest, OnWeightsSwapsTheDraftModel) {
   const TinyModel tiny(engine::Backend::kCpu);
