@@ -1036,8 +1036,9 @@ std::vector<int64_t> PlanCatchUps(std::span<const CatchUpNeed> need, int64_t war
     } else if (own[i] < need[i].behind) {
       // Charging the prompt to one of them only (the first) planned drafts for its siblings
       // alone, which then paid the whole prompt: a 508 ms prefill planned as 5 ms.
+      // Still a prefill of its own (the first of them to draft feeds the prompt in one).
       const SharedPrompt& g = shared.at(need[i].group);
-      out[i] = own[i] + (g.tokens + g.cold - 1) / g.cold;
+      out[i] = std::max(warm + 1, own[i] + (g.tokens + g.cold - 1) / g.cold);
     }
   }
   return out;

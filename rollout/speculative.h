@@ -619,10 +619,12 @@ inline constexpr int64_t kCatchUpNotThisStep = std::numeric_limits<int64_t>::max
 // (behind <= warm: rows of the drafter's first forward); for a cold one, a prefill of its own.
 // Cold sequences of one group share their prompt's prefill (the model drafter prefills it for the
 // first that drafts and copies it to the others, ModelDrafter::HeldPrefix), so each is charged
-// its own response tokens and an equal share of the prompt tokens the group lacks. Unless
+// its own response tokens and an equal share of the prompt tokens the group lacks (at least
+// warm + 1: still cold). Unless
 // `proven` (drafting has been measured to pay at this batch size, SpeculationGain), only the cold
 // sequence least behind (the first of equals) may draft this step, charged its whole catch-up;
-// the others get kCatchUpNotThisStep (PlanDraftBudgets leaves them out: an infinite first_cost).
+// the others get kCatchUpNotThisStep (RolloutEngine::PlanDrafts gives them an infinite
+// first_cost, which PlanDraftBudgets leaves out).
 // Returns [need.size()] tokens.
 std::vector<int64_t> PlanCatchUps(std::span<const CatchUpNeed> need, int64_t warm, bool proven);
 

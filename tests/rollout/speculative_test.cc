@@ -657,9 +657,6 @@ TEST(PlanDraftBudgetsTest, ColdSequencesShareTheirCatchUpOverTheChain) {
   EXPECT_DOUBLE_EQ(fresh.catch_up_per_token(), 0.002);
 }
 
-// OnWeights with a draft: the drafter drafts with that model from then on (greedy chains are its
-// argmax chains; a draft vocabulary's head is rebuilt from it); a draft with another vocabulary
-
 // Cold sequences of a GRPO group share their prompt's prefill: once drafting has paid at the
 // batch size, each is charged its own tokens and an equal share of the prompt (all four of a
 // group catching up feed the prompt once and their responses); before, only the one least behind
@@ -681,15 +678,28 @@ TEST(PlanCatchUpsTest, GroupsShareTheirPromptAndUnprovenBatchesTryOneColdSequenc
   const std::vector<CatchUpNeed> tail = {{.behind = 300, .group = 1, .generated = 200}};
   EXPECT_EQ(PlanCatchUps(tail, kWarm, false), (std::vector<int64_t>{300}));
   EXPECT_EQ(PlanCatchUps(tail, kWarm, true), (std::vector<int64_t>{300}));
-  // The first of equals, and a shared prompt rounded up.
-  const std::vector<CatchUpNeed> pair = {{.behind = 20, .group = 2, .generated = 5},
-                                         {.behind = 20, .group = 2, .generated = 5},
-                                         {.behind = 20, .group = 2, .generated = 5}};
-  EXPECT_EQ(PlanCatchUps(pair, kWarm, false),
-            (std::vector<int64_t>{20, kCatchUpNotThisStep, kCatchUpNotThisStep}));
-  EXPECT_EQ(PlanCatchUps(pair, kWarm, true), (std::vector<int64_t>{10, 10, 10}));
+  // The first of equals; a shared prompt rounded up (16 prompt tokens over 3: 6 each).
+  const std::vector<CatchUpNeed> three = {{.behind = 21, .group = 2, .generated = 5},
+                                          {.behind = 21, .group = 2, .generated = 5},
+                                          {.behind = 21, .group = 2, .generated = 5}};
+  EXPECT_EQ(PlanCatchUps(three, kWarm, false),
+            (std::vector<int64_t>{21, kCatchUpNotThisStep, kCatchUpNotThisStep}));
+  EXPECT_EQ(PlanCatchUps(three, kWarm, true), (std::vector<int64_t>{11, 11, 11}));
+  // Members lacking different shares of one prompt (the most lacking counts), a member that
+  // lacks only its own tokens (not counted among the sharers), and warm exactly at the bound.
+  // A share that would come out at or below warm stays a cold prefill (warm + 1).
+  const std::vector<CatchUpNeed> mixed = {
+      {.behind = 50, .group = 3, .generated = 10}, {.behind = 30, .group = 3, .generated = 10},
+      {.behind = 12, .group = 3, .generated = 40}, {.behind = kWarm, .group = 3, .generated = 40},
+      {.behind = 14, .group = 4, .generated = 2},  {.behind = 14, .group = 4, .generated = 2},
+      {.behind = 14, .group = 4, .generated = 2},  {.behind = 14, .group = 4, .generated = 2}};
+  EXPECT_EQ(PlanCatchUps(mixed, kWarm, true),
+            (std::vector<int64_t>{30, 30, 12, kWarm, kWarm + 1, kWarm + 1, kWarm + 1, kWarm + 1}));
   EXPECT_TRUE(PlanCatchUps({}, kWarm, false).empty());
 }
+
+// OnWeights with a draft: the drafter drafts with that model from then on (greedy chains are its
+// argmax chains; a draft vocabulary's head is rebuilt from it); a draft with another vocabulary
 // is refused and the drafter keeps the one it had.
 TEST(ModelDrafterTest, OnWeightsSwapsTheDraftModel) {
   const TinyModel tiny(engine::Backend::kCpu);
