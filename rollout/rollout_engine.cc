@@ -233,8 +233,7 @@ std::unordered_map<RequestId, int64_t> RolloutEngine::PlanDrafts() {
                      .group = s.request_id,
                      .generated = std::ssize(s.tokens) - s.num_prompt_tokens});
   }
-  std::vector<int64_t> catch_up =
-      PlanCatchUps(needs, warm_catch_up, gain.steps() >= SpeculationGain::kMinSteps && gain.pays());
+  std::vector<int64_t> catch_up = PlanCatchUps(needs, warm_catch_up, gain.measured_to_pay());
   std::vector<double> first_cost(ids.size(), 0.0);
   const double a = std::min(acceptance_.alpha(), 0.999);
   const double tokens_per_verify =

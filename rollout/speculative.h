@@ -527,6 +527,9 @@ class SpeculationGain {
   // A plain step (no drafts) took `seconds` where the line puts it at `line_seconds`.
   void RecordPlain(double seconds, double line_seconds);
   bool pays() const { return pays_; }
+  // kMinSteps drafted steps measured, and they pay: the cost model is trusted at this batch size
+  // (PlanCatchUps' `proven`).
+  bool measured_to_pay() const { return steps_ >= kMinSteps && pays_; }
   double ratio() const { return weight_ > 0 ? sum_ / weight_ : 1.0; }  // 1 before any step
   int64_t steps() const { return steps_; }
   // Plain steps' time over the line's, recent ones weighing most (1 before any).
@@ -620,12 +623,10 @@ inline constexpr int64_t kCatchUpNotThisStep = std::numeric_limits<int64_t>::max
 // Cold sequences of one group share their prompt's prefill (the model drafter prefills it for the
 // first that drafts and copies it to the others, ModelDrafter::HeldPrefix), so each is charged
 // its own response tokens and an equal share of the prompt tokens the group lacks (at least
-// warm + 1: still cold). Unless
-// `proven` (drafting has been measured to pay at this batch size, SpeculationGain), only the cold
-// sequence least behind (the first of equals) may draft this step, charged its whole catch-up;
-// the others get kCatchUpNotThisStep (RolloutEngine::PlanDrafts gives them an infinite
-// first_cost, which PlanDraftBudgets leaves out).
-// Returns [need.size()] tokens.
+// warm + 1: still cold). Unless `proven` (SpeculationGain::measured_to_pay at this batch size),
+// only the cold sequence least behind (the first of equals) may draft this step, charged its
+// whole catch-up; the others get kCatchUpNotThisStep (RolloutEngine::PlanDrafts gives them an
+// infinite first_cost, which PlanDraftBudgets leaves out). Returns [need.size()] tokens.
 std::vector<int64_t> PlanCatchUps(std::span<const CatchUpNeed> need, int64_t warm, bool proven);
 
 // Whether drafting could pay for any of `base_tokens` decoding sequences if nearly all drafts

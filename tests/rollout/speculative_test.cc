@@ -470,16 +470,20 @@ TEST(PlanDraftBudgetsTest, FromMeasuredCosts) {
 TEST(SpeculationGainTest, ClosesWhenDraftedStepsAreSlowerAndReopens) {
   SpeculationGain gain;
   EXPECT_TRUE(gain.pays());  // nothing measured
+  EXPECT_FALSE(gain.measured_to_pay());
   // 4 decodes, 1 token accepted in all, 70 ms against 50 ms plain: (5 / 0.07) / (4 / 0.05) < 1.
   for (int64_t i = 0; i < SpeculationGain::kMinSteps - 1; ++i) gain.Record(4, 5, 0.07, 0.05);
   EXPECT_TRUE(gain.pays());  // too few steps to tell
+  EXPECT_FALSE(gain.measured_to_pay());
   gain.Record(4, 5, 0.07, 0.05);
   EXPECT_FALSE(gain.pays());
+  EXPECT_FALSE(gain.measured_to_pay());
   EXPECT_NEAR(gain.ratio(), (5 / 0.07) / (4 / 0.05), 1e-9);
   // Exploration steps that pay (one decode, 4 tokens in 45 ms against 30 ms): back on.
   while (!gain.pays()) gain.Record(1, 4, 0.045, 0.03);
   EXPECT_GE(gain.ratio(), 1.0);
   EXPECT_GT(gain.steps(), SpeculationGain::kMinSteps);
+  EXPECT_TRUE(gain.measured_to_pay());
   // Steps without a measured time are ignored.
   const double before = gain.ratio();
   gain.Record(0, 0, 0.01, 0.01);
