@@ -231,17 +231,94 @@ Status Actor::SaveCheckpoint() {
   return OkStatus();
 }
 
-Status Actor::Run(const std::atomic<bool>& stop,
-                  const std::function<void(const StepMetrics&)>& on_step) {
-  std::ofstream metrics_file;
-  if (!options_.metrics_path.empty()) {
-    metrics_file.open(options_.metrics_path, std::ios::app);
-    if (!metrics_file) return InvalidArgumentError("actor: cannot open " + options_.metrics_path);
+namespace {
+
+// A trained batch as the trainer's samples, and what the step's metrics report of it.
+struct BatchSummary {
+  std::vector<trainer::TrainSample> samples;
+  std::vector<double> staleness;  // per sample, sorted: the actor's version less the sample's
+  int64_t tokens = 0;             // prompt and response tokens
+  int64_t clipped = 0;            // responses ended by max_tokens
+  double len_max = 0, len_min = 1e300, reward_s = 0;
+  // The reward's sub-scores, summed with their counts: reward/<name>.
+  std::map<std::string, std::pair<double, int64_t>> extra;
+};
+
+BatchSummary Summarize(const std::vector<proto::Trajectory>& batch, int64_t version) {
+  BatchSummary b;
+  std::map<std::string, int64_t> group_of;
+  for (const proto::Trajectory& t : batch) {
+    for (const auto& [name, value] : t.reward_extra()) {
+      auto& [sum, count] = b.extra[name.starts_with("reward/") ? name : "reward/" + name];
+      sum += value;
+      ++count;
+    }
+    trainer::TrainSample s;
+    s.prompt_ids.assign(t.prompt_ids().begin(), t.prompt_ids().end());
+    s.response_ids.assign(t.response_ids().begin(), t.response_ids().end());
+    s.behavior_logprobs.assign(t.logprobs().begin(), t.logprobs().end());
+    s.score = t.reward();
+    s.group_id =
+        group_of.emplace(t.prompt_id(), static_cast<int64_t>(group_of.size())).first->second;
+    s.source = t.prompt_id() + "/" + std::to_string(t.sample_index()) + " from " + t.rollout_id();
+    b.staleness.push_back(static_cast<double>(version - t.version()));
+    b.tokens += t.prompt_ids_size() + t.response_ids_size();
+    const double len = t.response_ids_size();
+    b.len_max = std::max(b.len_max, len);
+    b.len_min = std::min(b.len_min, len);
+    b.clipped += t.finish_reason() == proto::FINISH_REASON_LENGTH;
+    b.reward_s += t.timings().reward_s();
+    b.samples.push_back(std::move(s));
   }
-  std::ofstream trajectory_file;
+  std::sort(b.staleness.begin(), b.staleness.end());
+  return b;
+}
+
+// One line per trajectory of the batch trained at `step` (actor.trajectory_log).
+void LogTrajectories(const std::vector<proto::Trajectory>& batch, int64_t step, int64_t version,
+                     std::ofstream& out) {
+  for (const proto::Trajectory& t : batch) {
+    nlohmann::json line = {{"step", step},
+                           {"actor_version", version},
+                           {"prompt_id", t.prompt_id()},
+                           {"sample_index", t.sample_index()},
+                           {"version", t.version()},
+                           {"rollout_id", t.rollout_id()},
+                           {"reward", t.reward()},
+                           {"response_length", t.response_ids_size()},
+                           {"finish_reason", proto::FinishReason_Name(t.finish_reason())}};
+    out << line.dump() << "\n";
+  }
+  out << std::flush;
+}
+
+// The batch's staleness, response lengths and reward sub-scores into `m`.
+void AddBatchMetrics(const BatchSummary& b, StepMetrics& m) {
+  double sum = 0;
+  for (double s : b.staleness) sum += s;
+  const double n = static_cast<double>(b.staleness.size());
+  m["staleness/mean"] = sum / n;
+  m["staleness/p50"] = Quantile(b.staleness, 0.5);
+  m["staleness/p99"] = Quantile(b.staleness, 0.99);
+  m["staleness/max"] = b.staleness.back();
+  m["response_length/max"] = b.len_max;
+  m["response_length/min"] = b.len_min;
+  m["response_length/clip_ratio"] = static_cast<double>(b.clipped) / n;
+  for (const auto& [name, sum_count] : b.extra) {
+    m[name] = sum_count.first / static_cast<double>(sum_count.second);
+  }
+}
+
+}  // namespace
+
+Status Actor::OpenRunOutputs() {
+  if (!options_.metrics_path.empty()) {
+    metrics_file_.open(options_.metrics_path, std::ios::app);
+    if (!metrics_file_) return InvalidArgumentError("actor: cannot open " + options_.metrics_path);
+  }
   if (!options_.trajectory_log.empty()) {
-    trajectory_file.open(options_.trajectory_log, std::ios::app);
-    if (!trajectory_file) {
+    trajectory_file_.open(options_.trajectory_log, std::ios::app);
+    if (!trajectory_file_) {
       return InvalidArgumentError("actor: cannot open " + options_.trajectory_log);
     }
   }
@@ -249,6 +326,23 @@ Status Actor::Run(const std::atomic<bool>& stop,
     LAMINAR_ASSIGN_OR_RETURN(tensorboard_, TensorBoardWriter::Create(options_.tensorboard_dir),
                              "actor");
   }
+  return OkStatus();
+}
+
+Status Actor::WriteStepMetrics(const StepMetrics& m) {
+  if (metrics_file_) {
+    nlohmann::json line(m);
+    metrics_file_ << line.dump() << "\n" << std::flush;
+  }
+  if (tensorboard_) {
+    LAMINAR_RETURN_IF_ERROR(tensorboard_->WriteScalars(trainer_->global_step(), m), "actor");
+  }
+  return OkStatus();
+}
+
+Status Actor::Run(const std::atomic<bool>& stop,
+                  const std::function<void(const StepMetrics&)>& on_step) {
+  LAMINAR_RETURN_IF_ERROR(OpenRunOutputs());
   LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
   auto last_update = Clock::now();
   while (!stop.load() &&
@@ -261,90 +355,30 @@ Status Actor::Run(const std::atomic<bool>& stop,
     ShowProgress(StepProgress{
         .step = trainer_->global_step() + 1, .phase = "training", .since_unix_s = UnixNow()});
     const int64_t version = trainer_->policy_version();
-    std::vector<trainer::TrainSample> samples;
-    std::vector<double> staleness;
-    int64_t tokens = 0, clipped = 0;
-    double len_max = 0, len_min = 1e300, reward_s = 0;
-    std::map<std::string, int64_t> group_of;
-    // The reward's sub-scores, averaged over the samples reporting each: reward/<name>.
-    std::map<std::string, std::pair<double, int64_t>> extra;
-    for (const proto::Trajectory& t : *batch) {
-      for (const auto& [name, value] : t.reward_extra()) {
-        auto& [sum, count] = extra[name.starts_with("reward/") ? name : "reward/" + name];
-        sum += value;
-        ++count;
-      }
-      trainer::TrainSample s;
-      s.prompt_ids.assign(t.prompt_ids().begin(), t.prompt_ids().end());
-      s.response_ids.assign(t.response_ids().begin(), t.response_ids().end());
-      s.behavior_logprobs.assign(t.logprobs().begin(), t.logprobs().end());
-      s.score = t.reward();
-      s.group_id =
-          group_of.emplace(t.prompt_id(), static_cast<int64_t>(group_of.size())).first->second;
-      s.source = t.prompt_id() + "/" + std::to_string(t.sample_index()) + " from " + t.rollout_id();
-      staleness.push_back(static_cast<double>(version - t.version()));
-      tokens += t.prompt_ids_size() + t.response_ids_size();
-      const double len = t.response_ids_size();
-      len_max = std::max(len_max, len);
-      len_min = std::min(len_min, len);
-      clipped += t.finish_reason() == proto::FINISH_REASON_LENGTH;
-      reward_s += t.timings().reward_s();
-      samples.push_back(std::move(s));
+    const BatchSummary summary = Summarize(*batch, version);
+    if (trajectory_file_) {
+      LogTrajectories(*batch, trainer_->global_step() + 1, version, trajectory_file_);
     }
-    if (trajectory_file) {
-      for (const proto::Trajectory& t : *batch) {
-        nlohmann::json line = {{"step", trainer_->global_step() + 1},
-                               {"actor_version", version},
-                               {"prompt_id", t.prompt_id()},
-                               {"sample_index", t.sample_index()},
-                               {"version", t.version()},
-                               {"rollout_id", t.rollout_id()},
-                               {"reward", t.reward()},
-                               {"response_length", t.response_ids_size()},
-                               {"finish_reason", proto::FinishReason_Name(t.finish_reason())}};
-        trajectory_file << line.dump() << "\n";
-      }
-      trajectory_file << std::flush;
-    }
-    LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(samples),
+    LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(summary.samples),
                              "actor step " + std::to_string(trainer_->global_step() + 1));
     m.insert(trained.begin(), trained.end());
     LAMINAR_RETURN_IF_ERROR(Publish(&m));
     const auto now = Clock::now();
-    std::sort(staleness.begin(), staleness.end());
-    double sum = 0;
-    for (double s : staleness) sum += s;
-    const double n = static_cast<double>(staleness.size());
-    m["staleness/mean"] = sum / n;
-    m["staleness/p50"] = Quantile(staleness, 0.5);
-    m["staleness/p99"] = Quantile(staleness, 0.99);
-    m["staleness/max"] = staleness.back();
-    m["response_length/max"] = len_max;
-    m["response_length/min"] = len_min;
-    m["response_length/clip_ratio"] = static_cast<double>(clipped) / n;
-    for (const auto& [name, sum_count] : extra) {
-      m[name] = sum_count.first / static_cast<double>(sum_count.second);
-    }
+    AddBatchMetrics(summary, m);
     const double step_s = Seconds(now - last_update);
     // gen: how long the trainer waited for the batch (rollouts generate while it trains);
     // reward: the rollouts' time scoring the batch's samples, summed.
     m["timing_s/gen"] = Seconds(train_start - wait_start);
-    m["timing_s/reward"] = reward_s;
-    m["perf/total_num_tokens"] = static_cast<double>(tokens);
+    m["timing_s/reward"] = summary.reward_s;
+    m["perf/total_num_tokens"] = static_cast<double>(summary.tokens);
     m["timing_s/step"] = step_s;
     m["trainer/idle_ratio"] = step_s > 0 ? Seconds(train_start - wait_start) / step_s : 0;
     // Laminar's headline metric: tokens in the trained batch per second between actor updates.
-    m["perf/throughput"] = step_s > 0 ? static_cast<double>(tokens) / step_s : 0;
+    m["perf/throughput"] = step_s > 0 ? static_cast<double>(summary.tokens) / step_s : 0;
     m["training/global_step"] = static_cast<double>(trainer_->global_step());
     m["training/version"] = static_cast<double>(trainer_->policy_version());
     last_update = now;
-    if (metrics_file) {
-      nlohmann::json line(m);
-      metrics_file << line.dump() << "\n" << std::flush;
-    }
-    if (tensorboard_) {
-      LAMINAR_RETURN_IF_ERROR(tensorboard_->WriteScalars(trainer_->global_step(), m), "actor");
-    }
+    LAMINAR_RETURN_IF_ERROR(WriteStepMetrics(m));
     if (on_step) on_step(m);
     if (options_.save_every > 0 && trainer_->global_step() % options_.save_every == 0) {
       LAMINAR_RETURN_IF_ERROR(SaveCheckpoint());

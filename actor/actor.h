@@ -1,13 +1,14 @@
-// The actor (DESIGN.md §2-3, issue 8 item 3): takes B complete prompt groups from the manager's
+// The actor (docs/architecture.md): takes B complete prompt groups from the manager's
 // experience buffer (oldest first), trains on them with the Trainer (advantages, pi_old
 // recomputation, mini-batch updates), bumps the policy version, publishes it to the master relay
 // and tells the manager, logs verl-named metrics and checkpoints every K steps together with the
-// manager's snapshot, so a resumed run skips and repeats no prompt (DESIGN.md §6).
+// manager's snapshot, so a resumed run skips and repeats no prompt (docs/architecture.md).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,7 +35,7 @@ struct ActorOptions {
   int32_t groups_per_step = 4;  // B: prompt groups per training step (>= 1)
   int64_t max_steps = 0;        // stop after this global step (0: when the data runs out)
   // Groups older than this many versions when taken are dropped (drop_stale) or kept and
-  // counted; nullopt: no bound (Laminar's default, DESIGN.md §3).
+  // counted; nullopt: no bound (Laminar's default, docs/architecture.md).
   std::optional<int64_t> max_staleness;
   bool drop_stale = true;
   trainer::TrainerConfig trainer;
@@ -106,12 +107,19 @@ class Actor {
   void ShowProgress(const StepProgress& progress);
   // Erases the bar from the terminal, if it is there.
   void ClearProgressBar();
+  // Opens the metrics, trajectory and TensorBoard outputs the options name (Run). Errors name the
+  // file.
+  Status OpenRunOutputs();
+  // One step's metrics to metrics_path and TensorBoard.
+  Status WriteStepMetrics(const StepMetrics& m);
 
   ActorOptions options_;
   std::unique_ptr<trainer::Trainer> trainer_;
   std::unique_ptr<relay::Publisher> publisher_;
   std::unique_ptr<ZmqRequestClient> manager_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // set by Run when tensorboard_dir is
+  std::ofstream metrics_file_;     // metrics_path, open during Run
+  std::ofstream trajectory_file_;  // trajectory_log, open during Run
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;

@@ -1,4 +1,4 @@
-// Relay-tier benchmarks (`laminar bench broadcast|publish`), DESIGN.md §4 and Laminar §4.2:
+// Relay-tier benchmarks (`laminar bench broadcast|publish`), docs/architecture.md and Laminar §4.2:
 // - broadcast: one version of B bytes from the actor's publisher to N relay processes on this
 //   machine, down the pipelined chain and by the naive star (the master sends to each relay),
 //   each divided by one point-to-point transfer of the same bytes (publisher -> master relay,

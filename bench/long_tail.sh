@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Laminar's long-tail experiment on this machine (issue 8): response budgets drawn per prompt from
+# Laminar's long-tail experiment on this machine: response budgets drawn per prompt from
 # a log-normal with p99 = 10 x median (as reported for reasoning workloads), 4 rollouts, the same
 # prompts and steps in every mode; reports trained tokens per second (tokens in the trained batch
 # / time between actor updates, Laminar's headline metric) for sync, one_step_off, async without

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end RL throughput of a laminar recipe (default: the quickstart) against TRL's GRPOTrainer
 # (PyPI, CPU, transformers generation, no vLLM) on the same model, data, reward and
-# hyper-parameters, run one after the other in the same command (issue 9, Performance).
+# hyper-parameters, run one after the other in the same command (Performance).
 #   bench/rl_vs_trl.sh [STEPS] [RECIPE] [key=value ...]   (default 4 steps, configs/quickstart.yaml)
 # The overrides go to `laminar run`; TRL reads the effective recipe that run writes (all keys), so
 # both sides see the same values (bench/trl_grpo.py maps them). A step is one batch of

@@ -1,4 +1,4 @@
-// `laminar bench rollout` (issue 6): generated tokens/s of the rollout engine on a GRPO-shaped load
+// `laminar bench rollout`: generated tokens/s of the rollout engine on a GRPO-shaped load
 // (P prompts x n samples, every sample running to max_tokens) and for batch-1 decode, KV bytes per
 // token and the fraction of measured DRAM bandwidth; and the peer measured in the same run,
 // llama.cpp's llama-batched-bench (its -pps mode: one prompt prefilled, shared by npl sequences).
@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "engine/llama_model.h"
-#include "rollout/rollout_engine.h"
+#include "rollout/engine/rollout_engine.h"
 
 namespace laminar::bench {
 

@@ -62,7 +62,8 @@ StatusOr<Lane> StartLane(const engine::LlamaModel& model, const SpecLoad& load, 
       static_cast<int32_t>(c.batch * ((positions + load.block_size - 1) / load.block_size) + 4);
   config.scheduler.max_num_seqs = c.batch;
   config.scheduler.max_num_batched_tokens = load.max_num_batched_tokens;
-  const rollout::DrafterVariant variant = rollout::ParseDrafterVariant(c.drafter);
+  LAMINAR_ASSIGN_OR_RETURN(const rollout::DrafterVariant variant,
+                           rollout::ParseDrafterVariant(c.drafter), "spec bench");
   config.speculative.drafter = variant.drafter;
   config.speculative.async_draft = variant.async_draft;
   if (variant.vocab) config.speculative.draft_vocab = c.draft_vocab;

@@ -1,4 +1,4 @@
-// `laminar bench spec` (issue 11): generated tokens/s of the rollout engine with each speculative
+// `laminar bench spec`: generated tokens/s of the rollout engine with each speculative
 // drafter against speculation off, measured in the same run on the same prompts: GRPO groups at a
 // fixed number of running sequences (batch), and the long tail (steps where the last sequence of
 // the load runs alone).
@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "engine/llama_model.h"
-#include "rollout/rollout_engine.h"
+#include "rollout/engine/rollout_engine.h"
 
 namespace laminar::bench {
 

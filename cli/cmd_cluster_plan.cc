@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "actor/recipe.h"
-#include "cli/cluster.h"
+#include "recipe/recipe.h"
+#include "launch/cluster.h"
 #include "cli/command.h"
 
 namespace laminar::cli {
@@ -23,9 +23,9 @@ struct PlanArgs {
 
 int Run(const PlanArgs& a) {
   auto fail = [](std::string_view m) { return CommandFail("cluster-plan", m); };
-  auto recipe = actor::LoadRecipe(a.recipe, a.overrides);
+  auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
-  auto plan = ClusterPlanOf(*recipe);
+  auto plan = launch::ClusterPlanOf(*recipe);
   if (!plan.ok()) return fail(plan.status().message());
   if (a.format == "json") {
     std::printf("%s\n", plan->ToJson().dump(2).c_str());
@@ -33,7 +33,7 @@ int Run(const PlanArgs& a) {
   }
   std::printf("nodes %d\ncoordinator_port %d\nconnect_timeout_s %g\n", plan->num_nodes,
               plan->coordinator_port, plan->connect_timeout_s);
-  for (const ClusterRole& r : plan->roles) {
+  for (const launch::ClusterRole& r : plan->roles) {
     std::printf("role %s %d %d\n", r.role.c_str(), r.rank, r.node);
   }
   return 0;

@@ -8,7 +8,7 @@
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 #include "model/model_path.h"
-#include "model/tokenizer_loader.h"
+#include "model/tokenizer/tokenizer_loader.h"
 
 namespace laminar::cli {
 namespace {

@@ -18,19 +18,21 @@
 #include <string>
 #include <vector>
 
-#include "actor/recipe.h"
+#include "recipe/recipe.h"
+#include "reward/reward_recipe.h"
+#include "rollout/manager/manager_recipe.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "engine/llama_model.h"
-#include "model/chat_format.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
-#include "model/tokenizer_loader.h"
+#include "model/tokenizer/tokenizer_loader.h"
 #include "reward/pass_at_k.h"
 #include "reward/reward.h"
 #include "rollout/manager/data_order.h"
 #include "rollout/manager/prompt_dataset.h"
-#include "rollout/rollout_engine.h"
+#include "rollout/engine/rollout_engine.h"
 
 namespace laminar::cli {
 namespace {
@@ -124,10 +126,10 @@ Status ApplyRecipe(const Config& r, EvalSettings* s) {
   s->weights = r.GetString("rollout.weight_dtype");
   s->data = r.GetString("data.path");
   // The chat format ("auto" needs the checkpoint) is resolved in LoadEvalSet.
-  LAMINAR_ASSIGN_OR_RETURN(s->data_options, actor::PromptDatasetOptionsOf(r, std::nullopt));
+  LAMINAR_ASSIGN_OR_RETURN(s->data_options, manager::PromptDatasetOptionsOf(r, std::nullopt));
   s->data_options.max_prompt_tokens = 0;  // every held-out problem counts
   s->chat_format = r.GetString("data.chat_format");
-  LAMINAR_ASSIGN_OR_RETURN(s->reward, actor::RewardOf(r), "--recipe " + r.source());
+  LAMINAR_ASSIGN_OR_RETURN(s->reward, reward::RewardOf(r), "--recipe " + r.source());
   s->reward_name = "recipe " + r.source();
   s->failure_score = r.GetFloat("reward.failure_score");
   s->sampling.temperature = static_cast<float>(r.GetFloat("rollout.temperature"));
@@ -147,7 +149,7 @@ StatusOr<EvalSettings> ResolveSettings(const EvalArgs& a, const CLI::App& app) {
   EvalSettings s;
   s.sampling.temperature = a.n == 1 ? 0.0f : 1.0f;
   if (!a.recipe.empty()) {
-    LAMINAR_ASSIGN_OR_RETURN(Config recipe, actor::LoadRecipe(a.recipe, a.overrides));
+    LAMINAR_ASSIGN_OR_RETURN(Config recipe, recipe::LoadRecipe(a.recipe, a.overrides));
     LAMINAR_RETURN_IF_ERROR(ApplyRecipe(recipe, &s));
   } else if (!a.overrides.empty()) {
     return InvalidArgumentError("override '" + a.overrides[0] + "' needs --recipe");

@@ -16,11 +16,11 @@
 #include "engine/llama2c_sampler.h"
 #include "engine/llama_model.h"
 #include "engine/sampler.h"
-#include "model/chat_format.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
-#include "model/tokenizer_loader.h"
-#include "rollout/rollout_engine.h"
+#include "model/tokenizer/tokenizer_loader.h"
+#include "rollout/engine/rollout_engine.h"
 
 namespace laminar::cli {
 namespace {

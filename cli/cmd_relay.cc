@@ -1,4 +1,4 @@
-// `laminar relay`: one relay process (DESIGN.md §2). Without --master it is the master relay,
+// `laminar relay`: one relay process (docs/architecture.md). Without --master it is the master relay,
 // the chain's head that the actor publishes to; with --master it joins that master's chain.
 // With --recipe R --rank K --coordinator tcp://HEAD:PORT (a multi-machine launch, cli/cluster.h)
 // relay 0 is the master and relay K > 0 finds the master there and joins its chain; each
@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "actor/recipe.h"
-#include "cli/cluster.h"
+#include "recipe/recipe.h"
+#include "launch/cluster.h"
 #include "cli/command.h"
 #include "core/bulk_transport.h"
 #include "core/logging.h"
@@ -48,15 +48,15 @@ int Fail(const std::string& message) { return CommandFail("relay", message); }
 
 // With --coordinator: fills in the master, the id and the addresses of relay `a->rank` from the
 // recipe's cluster plan, and returns the client to register with once the relay serves.
-StatusOr<std::unique_ptr<CoordinatorClient>> JoinAsRelay(RelayArgs* a, sigset_t stop_signals,
+StatusOr<std::unique_ptr<launch::CoordinatorClient>> JoinAsRelay(RelayArgs* a, sigset_t stop_signals,
                                                          int* node) {
   if (a->recipe.empty()) {
     return InvalidArgumentError("--coordinator needs --recipe (its cluster: section)");
   }
-  LAMINAR_ASSIGN_OR_RETURN(Config recipe, actor::LoadRecipe(a->recipe, a->overrides));
-  LAMINAR_ASSIGN_OR_RETURN(ClusterPlan plan, ClusterPlanOf(recipe));
-  LAMINAR_ASSIGN_OR_RETURN(auto client, JoinCluster(plan, "relay", a->rank, a->coordinator,
-                                                    StopSignalPending(stop_signals)));
+  LAMINAR_ASSIGN_OR_RETURN(Config recipe, recipe::LoadRecipe(a->recipe, a->overrides));
+  LAMINAR_ASSIGN_OR_RETURN(launch::ClusterPlan plan, launch::ClusterPlanOf(recipe));
+  LAMINAR_ASSIGN_OR_RETURN(auto client, launch::JoinCluster(plan, "relay", a->rank, a->coordinator,
+                                                    launch::StopSignalPending(stop_signals)));
   *node = plan.relay_node[static_cast<size_t>(a->rank)];
   if (a->rank == 0) {
     LAMINAR_RETURN_IF_ERROR(client->WaitReady());
@@ -67,7 +67,7 @@ StatusOr<std::unique_ptr<CoordinatorClient>> JoinAsRelay(RelayArgs* a, sigset_t 
   if (!a->host_set) {
     // The coordinator answered, so its name resolves: our address on the route to it is one
     // the other machines reach.
-    LAMINAR_ASSIGN_OR_RETURN(a->host, RouteAddress(client->coordinator()));
+    LAMINAR_ASSIGN_OR_RETURN(a->host, launch::RouteAddress(client->coordinator()));
   }
   if (!a->listen_set) a->listen = "tcp://" + a->host + ":*";
   if (!a->id_set) a->id = "relay-" + std::to_string(a->rank);
@@ -82,7 +82,7 @@ int Run(RelayArgs a) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::unique_ptr<CoordinatorClient> coordinator;
+  std::unique_ptr<launch::CoordinatorClient> coordinator;
   int node = 0;
   if (!a.coordinator.empty()) {
     auto client = JoinAsRelay(&a, stop_signals, &node);
@@ -115,7 +115,7 @@ int Run(RelayArgs a) {
   if (!r.ok()) return Fail(r.status().message());
   const auto& info = (*r)->info();
   if (coordinator) {
-    const std::string control = AdvertisedEndpoint(info.control_endpoint(), a.host);
+    const std::string control = launch::AdvertisedEndpoint(info.control_endpoint(), a.host);
     Status st = coordinator->Register(
         "relay", a.rank, {{"control", control}, {"host", info.host()}, {"node", node}});
     if (!st.ok()) return Fail(std::string(st.message()));

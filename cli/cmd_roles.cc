@@ -1,4 +1,4 @@
-// The roles of an RL run as processes (DESIGN.md §2; issue 8): `laminar manager`, `laminar
+// The roles of an RL run as processes (docs/architecture.md): `laminar manager`, `laminar
 // rollout` and `laminar actor`, each reading the same recipe (YAML plus dotted overrides) and
 // finding the others by endpoint: given explicitly (--listen, --manager, --relay), or for a
 // multi-machine launch through the coordinator (--rank i --coordinator tcp://HOST:PORT; the
@@ -20,18 +20,22 @@
 
 #include "actor/actor.h"
 #include "actor/console.h"
-#include "actor/recipe.h"
-#include "cli/cluster.h"
+#include "recipe/recipe.h"
+#include "rollout/worker/worker_recipe.h"
+#include "reward/reward_recipe.h"
+#include "rollout/manager/manager_recipe.h"
+#include "actor/actor_recipe.h"
+#include "launch/cluster.h"
 #include "cli/command.h"
 #include "core/host.h"
 #include "core/logging.h"
-#include "model/chat_format.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
-#include "model/tokenizer_loader.h"
+#include "model/tokenizer/tokenizer_loader.h"
 #include "rollout/manager/manager_server.h"
 #include "rollout/manager/prompt_dataset.h"
-#include "rollout/worker.h"
+#include "rollout/worker/worker.h"
 #include "trainer/parameters.h"
 
 namespace laminar::cli {
@@ -98,7 +102,10 @@ StatusOr<Policy> LoadPolicy(const Config& recipe) {
 // take its architecture from it.
 StatusOr<std::optional<model::Checkpoint>> LoadDraftModel(const Config& recipe,
                                                           const model::ModelConfig& policy) {
-  if (recipe.GetString("rollout.speculative.drafter") != "draft_model") return std::nullopt;
+  LAMINAR_ASSIGN_OR_RETURN(
+      rollout::DrafterKind drafter,
+      rollout::ParseDrafterKind(recipe.GetString("rollout.speculative.drafter")), "recipe");
+  if (drafter != rollout::DrafterKind::kDraftModel) return std::nullopt;
   const std::string key = "rollout.speculative.draft_model";
   if (recipe.GetString(key).empty()) {
     return InvalidArgumentError("recipe rollout.speculative.drafter: draft_model needs " + key +
@@ -119,21 +126,21 @@ StatusOr<std::optional<model::Checkpoint>> LoadDraftModel(const Config& recipe,
 int RunManager(const RoleArgs& a) {
   auto fail = [](std::string_view m) { return CommandFail("manager", m); };
   const sigset_t signals = BlockStopSignals();
-  auto recipe = actor::LoadRecipe(a.recipe, a.overrides);
+  auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
   const Config& r = *recipe;
   // With --coordinator the rendezvous comes up first, so that roles started beside the manager
   // find it while the manager still loads the model and the dataset.
-  std::unique_ptr<CoordinatorServer> coordinator;
+  std::unique_ptr<launch::CoordinatorServer> coordinator;
   std::string listen = a.listen.empty() ? "tcp://127.0.0.1:*" : a.listen;
   std::string advertise_host;
   if (!a.coordinator.empty()) {
-    auto plan = ClusterPlanOf(r);
+    auto plan = launch::ClusterPlanOf(r);
     if (!plan.ok()) return fail(plan.status().message());
     if (a.rank != 0) return fail("--rank " + std::to_string(a.rank) + ": there is one manager (0)");
-    auto address = ParseTcpAddress(a.coordinator);
+    auto address = launch::ParseTcpAddress(a.coordinator);
     if (!address.ok()) return fail("--coordinator: " + std::string(address.status().message()));
-    auto server = CoordinatorServer::Start(*address, plan->Fingerprint());
+    auto server = launch::CoordinatorServer::Start(*address, plan->Fingerprint());
     if (!server.ok()) return fail(server.status().message());
     coordinator = std::move(*server);
     // Reachable wherever the coordinator is: the same host, another port.
@@ -141,17 +148,17 @@ int RunManager(const RoleArgs& a) {
     if (a.listen.empty()) {
       listen = "tcp://" +
                (!a.host.empty()                 ? a.host
-                : IsLoopbackHost(address->host) ? std::string("127.0.0.1")
+                : launch::IsLoopbackHost(address->host) ? std::string("127.0.0.1")
                                                 : std::string("0.0.0.0")) +
                ":*";
     }
   }
   auto policy = LoadPolicy(r);
   if (!policy.ok()) return fail(policy.status().message());
-  auto d = actor::PromptDatasetOptionsOf(r, policy->checkpoint.chat_template);
+  auto d = manager::PromptDatasetOptionsOf(r, policy->checkpoint.chat_template);
   if (!d.ok()) return fail(d.status().message());
   // The rollouts score with the recipe's reward: refuse a bad one here, where the run starts.
-  if (auto reward = actor::RewardOf(r); !reward.ok()) {
+  if (auto reward = reward::RewardOf(r); !reward.ok()) {
     return fail(std::string(reward.status().message()));
   }
   auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, *d);
@@ -203,7 +210,7 @@ int RunManager(const RoleArgs& a) {
   if (!server.ok()) return fail(server.status().message());
   std::string endpoint = (*server)->endpoint();
   if (coordinator) {
-    endpoint = AdvertisedEndpoint(endpoint, advertise_host);
+    endpoint = launch::AdvertisedEndpoint(endpoint, advertise_host);
     coordinator->Register("manager", 0, {{"endpoint", endpoint}, {"host", Hostname()}});
   }
   PrintReady("manager", a.id.empty() ? "manager" : a.id, endpoint);
@@ -216,19 +223,19 @@ int RunManager(const RoleArgs& a) {
 int RunRollout(const RoleArgs& a) {
   auto fail = [](std::string_view m) { return CommandFail("rollout", m); };
   const sigset_t signals = BlockStopSignals();
-  auto recipe = actor::LoadRecipe(a.recipe, a.overrides);
+  auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
   auto policy = LoadPolicy(*recipe);
   if (!policy.ok()) return fail(policy.status().message());
   const model::ModelConfig& mc = policy->checkpoint.config;
-  auto options = actor::RolloutWorkerOptionsOf(*recipe, rollout::KvBytesPerToken(mc));
+  auto options = rollout::RolloutWorkerOptionsOf(*recipe, rollout::KvBytesPerToken(mc));
   if (!options.ok()) return fail(options.status().message());
   // The draft_model drafter's architecture; its weights come from the relay with each version.
   auto draft = LoadDraftModel(*recipe, mc);
   if (!draft.ok()) return fail(draft.status().message());
   if (draft->has_value()) options->draft_model_config = (*draft)->config;
   draft->reset();  // only its architecture is needed here
-  auto reward = actor::RewardOf(*recipe);
+  auto reward = reward::RewardOf(*recipe);
   if (!reward.ok()) return fail(std::string(reward.status().message()));
   options->id = !a.id.empty()            ? a.id
                 : !a.coordinator.empty() ? "rollout/" + std::to_string(a.rank)
@@ -236,9 +243,9 @@ int RunRollout(const RoleArgs& a) {
   options->manager = a.manager;
   options->relays = a.relays;
   if (!a.coordinator.empty()) {
-    auto plan = ClusterPlanOf(*recipe);
+    auto plan = launch::ClusterPlanOf(*recipe);
     if (!plan.ok()) return fail(plan.status().message());
-    auto client = JoinCluster(*plan, "rollout", a.rank, a.coordinator, StopSignalPending(signals));
+    auto client = launch::JoinCluster(*plan, "rollout", a.rank, a.coordinator, launch::StopSignalPending(signals));
     if (!client.ok()) return fail(client.status().message());
     // The actor registers once it has started (with --resume: restored the manager's snapshot,
     // which the manager refuses after handing out work), so rollouts ask for work only after.
@@ -275,7 +282,7 @@ int RunRollout(const RoleArgs& a) {
 int RunActor(const RoleArgs& a) {
   auto fail = [](std::string_view m) { return CommandFail("actor", m); };
   const sigset_t signals = BlockStopSignals();
-  auto recipe = actor::LoadRecipe(a.recipe, a.overrides);
+  auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
   auto policy = LoadPolicy(*recipe);
   if (!policy.ok()) return fail(policy.status().message());
@@ -293,16 +300,16 @@ int RunActor(const RoleArgs& a) {
     options->draft_model_weights =
         std::make_shared<const model::WeightStore>(params->ToWeightStore());
   }
-  std::unique_ptr<CoordinatorClient> coordinator;
+  std::unique_ptr<launch::CoordinatorClient> coordinator;
   if (!a.coordinator.empty()) {
-    auto plan = ClusterPlanOf(*recipe);
+    auto plan = launch::ClusterPlanOf(*recipe);
     if (!plan.ok()) return fail(plan.status().message());
     if (a.rank != 0) {
       return fail("--rank " + std::to_string(a.rank) +
                   ": there is one actor (0); data-parallel actor ranks in separate processes are "
                   "not supported yet");
     }
-    auto client = JoinCluster(*plan, "actor", a.rank, a.coordinator, StopSignalPending(signals));
+    auto client = launch::JoinCluster(*plan, "actor", a.rank, a.coordinator, launch::StopSignalPending(signals));
     if (!client.ok()) return fail(client.status().message());
     coordinator = std::move(*client);
     auto manager = coordinator->Lookup("manager", 0);

@@ -13,7 +13,7 @@
 #include "cli/command.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
-#include "model/tokenizer_loader.h"
+#include "model/tokenizer/tokenizer_loader.h"
 #include "trainer/checkpoint.h"
 #include "trainer/sample_io.h"
 #include "trainer/trainer.h"

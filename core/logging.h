@@ -11,7 +11,7 @@ namespace laminar {
 
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
-// Subsystem tags from STYLE.md; CORE and MODEL for the foundation, CLI for the binary.
+// Subsystem tags from docs/architecture.md; CORE and MODEL for the foundation, CLI for the binary.
 enum class LogSubsystem : int {
   kCore,
   kModel,

@@ -1,5 +1,5 @@
 // UcxBulkTransport: BulkTransport over UCX (UCP tag API), the fast path for weight chunks
-// (DESIGN.md §4). Connections are made by socket address: each instance listens with a
+// (docs/architecture.md). Connections are made by socket address: each instance listens with a
 // ucp_listener on HOST:PORT, and peers connect with UCP_EP_PARAM_FIELD_SOCK_ADDR. UCX itself picks
 // the transports that carry the data (TCP, RDMA verbs where the fabric has them, shared memory);
 // UCX_TLS and the other UCX_* environment variables restrict or tune that choice.

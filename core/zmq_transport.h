@@ -1,4 +1,4 @@
-// ZeroMQ transport helpers (DESIGN.md §4): request/reply with timeouts and retries
+// ZeroMQ transport helpers (docs/architecture.md): request/reply with timeouts and retries
 // (DEALER -> ROUTER) and one-way streams (PUSH -> PULL), over inproc://, ipc:// or tcp://.
 // Exceptions from cppzmq are caught here and returned as Status naming the endpoint.
 #pragma once

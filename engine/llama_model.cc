@@ -91,15 +91,7 @@ StatusOr<WeightFormat> ParseWeightFormat(std::string_view name) {
 }
 
 kernels::RopeScalingParams RopeScalingOf(const model::ModelConfig& c) {
-  kernels::RopeScalingParams p;
-  if (!c.rope_scaling) return p;
-  p.type = c.rope_scaling->type;
-  p.factor = c.rope_scaling->factor;
-  p.low_freq_factor = c.rope_scaling->low_freq_factor;
-  p.high_freq_factor = c.rope_scaling->high_freq_factor;
-  p.original_max_position_embeddings =
-      static_cast<double>(c.rope_scaling->original_max_position_embeddings);
-  return p;
+  return kernels::RopeScalingFrom(c.rope_scaling);
 }
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const model::ModelConfig& config,

@@ -1,7 +1,7 @@
 // Token sampling with exact logprobs: temperature, top-k, top-p (nucleus) and min-p, with a seed
 // per request so a request's tokens do not depend on what else shares the batch. The logprob
 // recorded for a sampled token is under the exact distribution it was drawn from (after temperature
-// and truncation), as the off-policy correction needs (DESIGN.md §3). Temperature 0 is greedy
+// and truncation), as the off-policy correction needs (docs/architecture.md). Temperature 0 is greedy
 // (logprob of the argmax under the untruncated temperature-1 distribution, and top logprobs of
 // that distribution).
 #pragma once

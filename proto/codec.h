@@ -21,7 +21,7 @@ inline constexpr uint32_t kProtocolVersion = 1;
 // not a model, and must not reach an allocation.
 inline constexpr uint64_t kMaxVersionBytes = uint64_t{1} << 42;
 
-// XXH64 (seed 0) of `data`: the checksum of weight chunks (DESIGN.md §4).
+// XXH64 (seed 0) of `data`: the checksum of weight chunks (docs/architecture.md).
 uint64_t Checksum(std::string_view data);
 
 // Invariants of each message; InvalidArgument (DataLoss for a checksum) naming the field.

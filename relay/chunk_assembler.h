@@ -1,6 +1,6 @@
 // Reassembles one version from its chunks, in any order, with duplicates: each chunk is checked
 // against the manifest's xxHash64 before it is written into the destination buffer. The version
-// is complete when every chunk has arrived verified (DESIGN.md §4).
+// is complete when every chunk has arrived verified (docs/architecture.md).
 #pragma once
 
 #include <cstdint>

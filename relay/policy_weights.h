@@ -1,4 +1,4 @@
-// A policy's tensors as the relay tier moves them (DESIGN.md §2, §4): the actor publishes its
+// A policy's tensors as the relay tier moves them (docs/architecture.md): the actor publishes its
 // WeightStore (Hugging Face names, plain dtypes) and a rollout rebuilds one from a pulled
 // version to load into its model. A version may also carry the speculative draft model's
 // tensors (rollout.speculative.drafter: draft_model), named with kDraftModelPrefix, so that

@@ -1,4 +1,4 @@
-// The actor's side of the relay tier (DESIGN.md §2; Laminar §4.2): Publish copies a new policy
+// The actor's side of the relay tier (docs/architecture.md; Laminar §4.2): Publish copies a new policy
 // version into host memory, which is the only time the actor waits (relay/publish_stall_s), and
 // a background thread checksums it and sends it to the master relay as a manifest plus chunks.
 // A newer version supersedes one still being sent. The publisher answers the master's resend
@@ -51,7 +51,7 @@ class Publisher {
   StatusOr<double> Publish(int64_t version, const std::vector<TensorBytes>& tensors);
   // Blocks until every queued version has been handed to the transport. DeadlineExceeded.
   Status WaitSent(int timeout_ms);
-  // The metrics of DESIGN.md §9 for the newest Publish: relay/publish_stall_s, relay/bytes.
+  // The metrics of docs/architecture.md for the newest Publish: relay/publish_stall_s, relay/bytes.
   struct Stats {
     double publish_stall_s = 0;
     uint64_t bytes = 0;

@@ -1,4 +1,4 @@
-// A relay (DESIGN.md §2, §4; Laminar §4.2): keeps the newest complete policy version, and the one
+// A relay (docs/architecture.md; Laminar §4.2): keeps the newest complete policy version, and the one
 // in flight, in shared memory on its machine; forwards each version down a pipelined chain as its
 // chunks arrive (relay i sends chunk k while it receives chunk k+1); serves pulls from rollouts.
 // The master relay is the chain's head: it receives versions from the actor's Publisher, keeps

@@ -1,4 +1,4 @@
-// The rollout's side of the relay tier (DESIGN.md §2; Laminar §4.2): ask a relay for its newest
+// The rollout's side of the relay tier (docs/architecture.md; Laminar §4.2): ask a relay for its newest
 // complete version and pull it, from shared memory when the relay runs on this machine and over
 // the bulk transport otherwise. Relays are tried in order (the local one first); one that does
 // not answer is skipped for the next, so a dead relay never stalls a rollout.
@@ -29,7 +29,7 @@ class PulledVersion {
   // "shm" or "bulk", and the relay's control endpoint.
   const std::string& source() const { return source_; }
   const std::string& relay() const { return relay_; }
-  // Seconds the pull took (the metric relay/pull_wait_s, DESIGN.md §9).
+  // Seconds the pull took (the metric relay/pull_wait_s, docs/architecture.md).
   double pull_wait_s() const { return pull_wait_s_; }
   // The bytes of tensor `name`; NotFound naming it.
   StatusOr<std::span<const uint8_t>> Tensor(const std::string& name) const;

@@ -1,4 +1,4 @@
-// The reward layer's interface (DESIGN.md §1-2): a reward scores one finished response with
+// The reward layer's interface (docs/architecture.md): a reward scores one finished response with
 // verl's signature compute_score(data_source, solution_str, ground_truth, extra_info). Rewards are
 // built from a registry keyed by name (RewardSpec: name, weight, params) of built-ins and plug-ins
 // (a user's Python function or C ABI shared library) and can be combined with weights. Rollout

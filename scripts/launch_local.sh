@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one RL job on this machine as separate processes (DESIGN.md §2): a master relay, the
+# Runs one RL job on this machine as separate processes (docs/architecture.md): a master relay, the
 # manager, the actor and N rollout workers, all reading RECIPE with the same dotted overrides.
 # Logs go to RUN_DIR/<role>.log; the actor prints one line per step on stderr. The script returns
 # when the actor finishes (actor.max_steps, or the data runs out) and stops the other processes;

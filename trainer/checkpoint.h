@@ -31,7 +31,7 @@ inline constexpr int kTrainingCheckpointFormatVersion = 1;
 // ParameterSet and the Optimizer themselves).
 struct TrainingState {
   int64_t global_step = 0;     // names the folder: step_<global_step>; >= 0
-  int64_t policy_version = 0;  // DESIGN.md §3
+  int64_t policy_version = 0;  // docs/architecture.md
   // Opaque byte strings by the caller's names (a serialized std::mt19937_64, a Xoshiro256 state);
   // any bytes, stored hex-encoded.
   std::map<std::string, std::string> rng_states;

@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
-#include "engine/llama_model.h"
+#include "kernels/reference/ops.h"
 
 namespace laminar::trainer {
 namespace {
@@ -71,7 +71,7 @@ LlamaGraph<T>::LlamaGraph(const model::ModelConfig& config, const std::vector<Pa
     layer_params_.push_back(lp);
   }
   inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
-  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, engine::RopeScalingOf(config),
+  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, kernels::RopeScalingFrom(config.rope_scaling),
                             inv_freq_);
 }
 

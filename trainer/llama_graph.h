@@ -1,4 +1,4 @@
-// The Llama-family model (DESIGN.md §7) as a training graph: forward over a packed batch of
+// The Llama-family model (docs/architecture.md) as a training graph: forward over a packed batch of
 // variable-length sequences (offsets, no padding: the ByteTransformer idea, arXiv 2210.03052),
 // keeping the activations, and the backward pass into the ParameterSet's flat gradient buffer.
 // Templated on the scalar: f32 trains, f64 checks gradients against finite differences.

@@ -1,6 +1,6 @@
 // Optimizers over a ParameterSet (AdamW, SGD with optional momentum), global-norm gradient clipping
 // and learning-rate schedules as pure functions of the step. A step whose loss or gradient is not
-// finite is skipped and counted (DESIGN.md §3).
+// finite is skipped and counted (docs/architecture.md).
 #pragma once
 
 #include <cstdint>

@@ -352,15 +352,12 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
   return sums;
 }
 
-StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSample> samples) {
-  LAMINAR_RETURN_IF_ERROR(ValidateSamples(samples));
-  const auto step_start = std::chrono::steady_clock::now();
+Status Trainer::LayOutStep(std::span<const TrainSample> samples) {
   // Token layout of the whole step: sample i owns [start[i], start[i+1]).
   all_ = StepTokens{};
   all_.start.push_back(0);
   std::vector<float> scores;
   std::vector<int64_t> groups;
-  double response_tokens = 0;
   for (const auto& s : samples) {
     const int64_t plen = static_cast<int64_t>(s.prompt_ids.size());
     const int64_t len = plen + static_cast<int64_t>(s.response_ids.size());
@@ -368,7 +365,6 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     all_.start.push_back(all_.start.back() + len);
     scores.push_back(static_cast<float>(s.score));
     groups.push_back(s.group_id);
-    response_tokens += static_cast<double>(s.response_ids.size());
   }
   AdvantageInput adv_in;
   adv_in.scores = scores;
@@ -377,17 +373,11 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   adv_in.seq_offsets = all_.start;
   LAMINAR_ASSIGN_OR_RETURN(AdvantageOutput adv, ComputeAdvantages(adv_in, config_.advantage));
   all_.advantages = std::move(adv.advantages);
+  return OkStatus();
+}
 
-  // pi_old (and pi_ref) under the weights this step starts from. With one update per step (one
-  // mini-batch, one epoch) that update's forward pass gives pi_old, so no separate pass runs for
-  // it (verl recomputes it; the result is the same, a third of the compute is saved).
-  const size_t mb =
-      config_.mini_batch_size > 0 ? static_cast<size_t>(config_.mini_batch_size) : samples.size();
-  const size_t num_minibatches = (samples.size() + mb - 1) / mb;
-  const bool old_from_forward = num_minibatches == 1 && config_.ppo_epochs == 1;
-  std::vector<size_t> idx(samples.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  const auto old_start = std::chrono::steady_clock::now();
+Status Trainer::OldLogprobs(std::span<const TrainSample> samples, std::span<const size_t> idx,
+                            bool old_from_forward) {
   all_.old_logprobs.assign(all_.mask.size(), 0.f);
   if (!ref_values_.empty()) all_.ref_logprobs.assign(all_.mask.size(), 0.f);
   std::vector<float> lp;
@@ -402,14 +392,14 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
       ScatterToSamples(p, lp, all_.ref_logprobs);
     }
   }
-  const double old_s = Since(old_start);
+  return OkStatus();
+}
 
-  // Mini-batch updates.
-  const auto update_start = std::chrono::steady_clock::now();
+Status Trainer::CheckRanksAgree(size_t num_minibatches, bool with_mu) {
   // Every rank must run the same collectives: as many mini-batches, and the same metric keys
   // (which depend on whether the samples carry behaviour logprobs).
-  const double with_mu = HasBehaviorLogprobs(samples) ? 1.0 : 0.0;
-  std::vector<double> check{static_cast<double>(num_minibatches), with_mu};
+  const double mu = with_mu ? 1.0 : 0.0;
+  std::vector<double> check{static_cast<double>(num_minibatches), mu};
   LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(check)));
   const double w = world_size();
   if (check[0] != static_cast<double>(num_minibatches) * w) {
@@ -417,11 +407,18 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
                                    std::to_string(rank()) + " has " +
                                    std::to_string(num_minibatches) + ")");
   }
-  if (check[1] != with_mu * w) {
+  if (check[1] != mu * w) {
     return FailedPreconditionError(
         "some ranks' samples carry behaviour logprobs and some do not (rank " +
-        std::to_string(rank()) + (with_mu > 0 ? " has them)" : " has none)"));
+        std::to_string(rank()) + (with_mu ? " has them)" : " has none)"));
   }
+  return OkStatus();
+}
+
+StatusOr<std::map<std::string, double>> Trainer::RunUpdates(std::span<const TrainSample> samples,
+                                                            std::vector<size_t>& idx, size_t mb,
+                                                            bool old_from_forward) {
+  const size_t num_minibatches = (samples.size() + mb - 1) / mb;
   // Each metric is the mean over the updates that report it (a skipped update reports only
   // actor/loss, actor/grad_norm, actor/lr and actor/update_applied).
   std::map<std::string, double> metrics;
@@ -438,10 +435,13 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     }
   }
   for (auto& [k, v] : metrics) v /= reported[k];
-  const double update_s = Since(update_start);
+  return metrics;
+}
 
-  // The rollout-vs-trainer mismatch of the behaviour logprobs under pi_old (DESIGN.md §9): the mean
-  // over all ranks, the max over this rank's tokens. diff: {sum |pi_old - mu|, tokens, sum of
+Status Trainer::AddRolloutMismatch(std::span<const TrainSample> samples,
+                                   std::map<std::string, double>& metrics) {
+  // The rollout-vs-trainer mismatch of the behaviour logprobs under pi_old: the mean over all
+  // ranks, the max over this rank's tokens. diff: {sum |pi_old - mu|, tokens, sum of
   // per-sequence perplexity ratios, sequences}.
   std::vector<double> diff{0.0, 0.0, 0.0, 0.0};
   double diff_max = 0;
@@ -466,9 +466,16 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     }
   }
   LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(diff)));
-  ++global_step_;
-  ++policy_version_;
+  if (diff[1] > 0) {
+    metrics["rollout_corr/abs_logprob_diff_mean"] = diff[0] / diff[1];
+    metrics["rollout_corr/abs_logprob_diff_max"] = diff_max;
+  }
+  if (diff[3] > 0) metrics["rollout_corr/ppl_ratio"] = diff[2] / diff[3];
+  return OkStatus();
+}
 
+void Trainer::AddBatchMetrics(std::span<const TrainSample> samples,
+                              std::map<std::string, double>& metrics) const {
   double adv_sum = 0, adv_max = -1e300, adv_min = 1e300, masked = 0;
   for (size_t j = 0; j < all_.mask.size(); ++j) {
     if (all_.mask[j] == 0) continue;
@@ -477,20 +484,48 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
     adv_min = std::min<double>(adv_min, all_.advantages[j]);
     masked += 1;
   }
-  double score_sum = std::accumulate(scores.begin(), scores.end(), 0.0);
-  metrics["critic/score/mean"] = score_sum / static_cast<double>(samples.size());
+  double score_sum = 0, response_tokens = 0;
+  for (const TrainSample& s : samples) {
+    score_sum += static_cast<float>(s.score);
+    response_tokens += static_cast<double>(s.response_ids.size());
+  }
+  const double n = static_cast<double>(samples.size());
+  metrics["critic/score/mean"] = score_sum / n;
   // verl's sequence reward after any in-reward KL penalty; the KL term here is in the loss
   // (kl_coef), so it equals the score.
   metrics["critic/rewards/mean"] = metrics["critic/score/mean"];
   metrics["critic/advantages/mean"] = masked > 0 ? adv_sum / masked : 0;
   metrics["critic/advantages/max"] = masked > 0 ? adv_max : 0;
   metrics["critic/advantages/min"] = masked > 0 ? adv_min : 0;
-  metrics["response_length/mean"] = response_tokens / static_cast<double>(samples.size());
-  if (diff[1] > 0) {
-    metrics["rollout_corr/abs_logprob_diff_mean"] = diff[0] / diff[1];
-    metrics["rollout_corr/abs_logprob_diff_max"] = diff_max;
-  }
-  if (diff[3] > 0) metrics["rollout_corr/ppl_ratio"] = diff[2] / diff[3];
+  metrics["response_length/mean"] = response_tokens / n;
+}
+
+StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSample> samples) {
+  LAMINAR_RETURN_IF_ERROR(ValidateSamples(samples));
+  const auto step_start = std::chrono::steady_clock::now();
+  LAMINAR_RETURN_IF_ERROR(LayOutStep(samples));
+  // pi_old (and pi_ref) under the weights this step starts from. With one update per step (one
+  // mini-batch, one epoch) that update's forward pass gives pi_old, so no separate pass runs for
+  // it (verl recomputes it; the result is the same, a third of the compute is saved).
+  const size_t mb =
+      config_.mini_batch_size > 0 ? static_cast<size_t>(config_.mini_batch_size) : samples.size();
+  const size_t num_minibatches = (samples.size() + mb - 1) / mb;
+  const bool old_from_forward = num_minibatches == 1 && config_.ppo_epochs == 1;
+  std::vector<size_t> idx(samples.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  const auto old_start = std::chrono::steady_clock::now();
+  LAMINAR_RETURN_IF_ERROR(OldLogprobs(samples, idx, old_from_forward));
+  const double old_s = Since(old_start);
+
+  const auto update_start = std::chrono::steady_clock::now();
+  LAMINAR_RETURN_IF_ERROR(CheckRanksAgree(num_minibatches, HasBehaviorLogprobs(samples)));
+  LAMINAR_ASSIGN_OR_RETURN(std::map<std::string, double> metrics,
+                           RunUpdates(samples, idx, mb, old_from_forward));
+  const double update_s = Since(update_start);
+  LAMINAR_RETURN_IF_ERROR(AddRolloutMismatch(samples, metrics));
+  ++global_step_;
+  ++policy_version_;
+  AddBatchMetrics(samples, metrics);
   metrics["timing_s/old_log_prob"] = old_s;
   metrics["timing_s/update_actor"] = update_s;
   metrics["timing_s/step"] = Since(step_start);

@@ -1,4 +1,4 @@
-// Trainer: the policy update of one actor rank (DESIGN.md §2-3). Given completed trajectories it
+// Trainer: the policy update of one actor rank (docs/architecture.md). Given completed trajectories it
 // computes advantages, recomputes pi_old under the current weights, and runs the configured
 // mini-batch updates (gradient accumulation over token-budgeted micro-batches, gradients
 // all-reduced across data-parallel ranks, AdamW), then bumps the policy version. Also computes
@@ -137,6 +137,26 @@ class Trainer {
   StatusOr<std::map<std::string, double>> Update(std::span<const TrainSample> samples,
                                                  std::span<const size_t> idx,
                                                  bool old_from_forward);
+  // --- a step's phases (Step) ---
+  // all_'s token layout, loss mask and advantages for `samples`.
+  Status LayOutStep(std::span<const TrainSample> samples);
+  // pi_old (unless the step's only update computes it: old_from_forward) and pi_ref into all_.
+  Status OldLogprobs(std::span<const TrainSample> samples, std::span<const size_t> idx,
+                     bool old_from_forward);
+  // FailedPrecondition unless every rank runs as many mini-batches, with behaviour logprobs on
+  // all ranks or none (a collective).
+  Status CheckRanksAgree(size_t num_minibatches, bool with_mu);
+  // ppo_epochs passes of mini-batches of `mb` samples (shuffled when configured); each metric is
+  // the mean over the updates that report it.
+  StatusOr<std::map<std::string, double>> RunUpdates(std::span<const TrainSample> samples,
+                                                     std::vector<size_t>& idx, size_t mb,
+                                                     bool old_from_forward);
+  // rollout_corr/*: the behaviour logprobs against pi_old (a collective).
+  Status AddRolloutMismatch(std::span<const TrainSample> samples,
+                            std::map<std::string, double>& metrics);
+  // critic/* and response_length/mean of the step's batch.
+  void AddBatchMetrics(std::span<const TrainSample> samples,
+                       std::map<std::string, double>& metrics) const;
 
   model::ModelConfig model_;
   TrainerConfig config_;

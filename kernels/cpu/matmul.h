@@ -1,4 +1,4 @@
-// Dense matmul on the CPU (DESIGN.md §8): out[M, N] = x[M, K] · w[N, K]^T (+ bias), batch-invariant
+// Dense matmul on the CPU (docs/architecture.md): out[M, N] = x[M, K] · w[N, K]^T (+ bias), batch-invariant
 // in f32, through oneDNN otherwise. The reference is kernels/reference/ops.h MatMul; tolerances in
 // kernels/tolerance.h.
 #pragma once

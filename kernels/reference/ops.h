@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -17,6 +18,21 @@ struct RopeScalingParams {
   double high_freq_factor = 4.0;
   double original_max_position_embeddings = 8192;
 };
+
+// The kernels' RoPE scaling from a checkpoint's `rope_scaling` (a std::optional of any struct with
+// the fields above, model::RopeScaling in practice; kernels do not include model/): none when
+// absent.
+template <class Scaling>
+RopeScalingParams RopeScalingFrom(const std::optional<Scaling>& s) {
+  RopeScalingParams p;
+  if (!s) return p;
+  p.type = s->type;
+  p.factor = s->factor;
+  p.low_freq_factor = s->low_freq_factor;
+  p.high_freq_factor = s->high_freq_factor;
+  p.original_max_position_embeddings = static_cast<double>(s->original_max_position_embeddings);
+  return p;
+}
 
 // Which dimensions RoPE pairs: (2i, 2i+1) in llama2.c/GGUF, (i, i + D/2) in Hugging Face.
 enum class RopeLayout { kInterleaved, kRotateHalf };

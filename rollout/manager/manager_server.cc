@@ -8,7 +8,6 @@
 
 #include "core/logging.h"
 #include "proto/codec.h"
-#include "rollout/wire.h"
 
 namespace laminar::manager {
 

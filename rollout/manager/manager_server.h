@@ -1,4 +1,4 @@
-// The rollout manager process's server (DESIGN.md §2, §4-6; issue 8 items 1, 4, 5): ManagerState
+// The rollout manager process's server (docs/architecture.md): ManagerState
 // behind a ZeroMQ request/reply endpoint (proto ManagerRequest/ManagerReply), with the mode's
 // hand-out rule (sync, one_step_off, async), dead-rollout expiry, repack rounds (PlanRepack over
 // the rollouts' heartbeats; orders go to sources in heartbeat replies, exported samples to their
@@ -18,7 +18,7 @@
 #include "core/zmq_transport.h"
 #include "proto/control.pb.h"
 #include "rollout/manager/manager_state.h"
-#include "rollout/repack.h"
+#include "rollout/manager/repack.h"
 
 namespace laminar::manager {
 
@@ -35,7 +35,7 @@ struct ManagerServerOptions {
   int32_t groups_per_step = 4;
   double heartbeat_timeout_s = 5;  // a rollout silent this long is dead
   rollout::RepackConfig repack;
-  double repack_interval_s = 5;  // also right after each new version (DESIGN.md §5)
+  double repack_interval_s = 5;  // also right after each new version (docs/architecture.md)
   Status Validate() const;
 };
 
@@ -83,7 +83,7 @@ class ManagerServer {
   // Groups handed to each rollout (work or imports), with how many of its heartbeats in a row
   // have not listed them. A group a live rollout does not run (a reply it never got, trajectories
   // it could not send) is re-issued after kOrphanHeartbeats such heartbeats, so a prompt handed
-  // out is always completed or handed out again (DESIGN.md §3).
+  // out is always completed or handed out again (docs/architecture.md).
   std::map<std::string, std::map<std::string, int>> placed_;
   // Re-issues the groups placed on heartbeat.id() that it stopped running.
   void ReissueOrphans(const proto::Heartbeat& heartbeat);

@@ -1,5 +1,5 @@
-// ManagerState::Snapshot and ::Restore: the manager's part of the actor's checkpoint (DESIGN.md
-// §6). Trajectories are stored in Protobuf's JSON mapping, so new proto fields travel without code
+// ManagerState::Snapshot and ::Restore: the manager's part of the actor's checkpoint (docs/architecture.md).
+// Trajectories are stored in Protobuf's JSON mapping, so new proto fields travel without code
 // here; every field read on restore is checked and errors name its JSON path.
 #include <google/protobuf/util/json_util.h>
 

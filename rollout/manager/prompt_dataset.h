@@ -1,4 +1,4 @@
-// The rollout manager's prompt dataset (DESIGN.md §1-2: "the prompt dataset (JSONL)"): one JSON
+// The rollout manager's prompt dataset (docs/architecture.md: "the prompt dataset (JSONL)"): one JSON
 // object a line with the prompt, its ground truth and its data source under field names the recipe
 // chooses (verl's RLHFDataset keys by default), chat-formatted and tokenized once at load.
 #pragma once
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/chat_format.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/chat_format.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace laminar::manager {
 

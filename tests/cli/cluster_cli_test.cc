@@ -1,4 +1,4 @@
-// Multi-machine launches (issue 9 item 3) on one machine: every role started with only --rank and
+// Multi-machine launches on one machine: every role started with only --rank and
 // --coordinator finds the others through the manager's coordinator, as real processes on real
 // sockets on the stories260K policy; the cluster plan, the Slurm launcher's dry run and the
 // Kubernetes example agree with it; a role whose coordinator never comes up fails in bounded time

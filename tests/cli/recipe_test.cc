@@ -1,6 +1,12 @@
-// The recipe's reward section (actor/recipe.h RewardOf): one built-in with params, a weighted
-// list of components, plug-ins, and the errors that name the key.
-#include "actor/recipe.h"
+// The recipe (recipe/recipe.h) and each role's builder: the reward section (one built-in with
+// params, a weighted list of components, plug-ins, and the errors that name the key), the rollout's
+// and actor's options, and the schema's defaults against each role's own.
+#include "recipe/recipe.h"
+
+#include "actor/actor_recipe.h"
+#include "reward/reward_recipe.h"
+#include "rollout/manager/manager_recipe.h"
+#include "rollout/worker/worker_recipe.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +22,7 @@ namespace {
 
 StatusOr<Config> Recipe(const std::string& reward_yaml) {
   return Config::FromString("model: {path: m.gguf}\ndata: {path: d.jsonl}\n" + reward_yaml,
-                            "recipe.yaml", {}, actor::RecipeSchema());
+                            "recipe.yaml", {}, recipe::RecipeSchema());
 }
 
 double Score(const reward::RewardFn& fn, const std::string& response, const std::string& truth) {
@@ -29,7 +35,7 @@ double Score(const reward::RewardFn& fn, const std::string& response, const std:
 TEST(RecipeRewardTest, DefaultIsExactMatch) {
   auto r = Recipe("");
   ASSERT_TRUE(r.ok()) << r.status();
-  auto fn = actor::RewardOf(*r);
+  auto fn = reward::RewardOf(*r);
   ASSERT_TRUE(fn.ok()) << fn.status();
   EXPECT_EQ(Score(*fn, " 42 ", "42"), 1);
   EXPECT_EQ(Score(*fn, "43", "42"), 0);
@@ -38,7 +44,7 @@ TEST(RecipeRewardTest, DefaultIsExactMatch) {
 TEST(RecipeRewardTest, ABuiltinTakesItsParams) {
   auto r = Recipe("reward: {name: format, params: {pattern: 'A+', partial_credit: 0.25}}\n");
   ASSERT_TRUE(r.ok()) << r.status();
-  auto fn = actor::RewardOf(*r);
+  auto fn = reward::RewardOf(*r);
   ASSERT_TRUE(fn.ok()) << fn.status();
   EXPECT_EQ(Score(*fn, "AAA", ""), 1);
   EXPECT_EQ(Score(*fn, "xAx", ""), 0.25);
@@ -50,7 +56,7 @@ TEST(RecipeRewardTest, ComponentsAreAWeightedSumWithEachScoreReported) {
       "reward:\n  components:\n    - gsm8k\n"
       "    - {name: format, weight: 0.5, pattern: '.*####.*'}\n");
   ASSERT_TRUE(r.ok()) << r.status();
-  auto fn = actor::RewardOf(*r);
+  auto fn = reward::RewardOf(*r);
   ASSERT_TRUE(fn.ok()) << fn.status();
   auto out = (*fn)({.data_source = "",
                     .solution_str = "so #### 12",
@@ -66,7 +72,7 @@ TEST(RecipeRewardTest, ComponentsAreAWeightedSumWithEachScoreReported) {
 TEST(RecipeRewardTest, FailureScoreReachesTheRollouts) {
   auto r = Recipe("reward: {failure_score: -1.0}\n");
   ASSERT_TRUE(r.ok()) << r.status();
-  auto w = actor::RolloutWorkerOptionsOf(*r, 1024);
+  auto w = rollout::RolloutWorkerOptionsOf(*r, 1024);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->reward_failure_score, -1.0);
 }
@@ -76,9 +82,9 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
       "rollout: {speculative: {drafter: layer_skip, max_draft_tokens: 5, "
       "layer_skip_keep: 3, adaptive: false}}\n");
   ASSERT_TRUE(r.ok()) << r.status();
-  auto w = actor::RolloutWorkerOptionsOf(*r, 1024);
+  auto w = rollout::RolloutWorkerOptionsOf(*r, 1024);
   ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_EQ(w->engine.speculative.drafter, "layer_skip");
+  EXPECT_EQ(w->engine.speculative.drafter, rollout::DrafterKind::kLayerSkip);
   EXPECT_EQ(w->engine.speculative.max_draft_tokens, 5);
   EXPECT_EQ(w->engine.speculative.layer_skip_keep, 3);
   EXPECT_FALSE(w->engine.speculative.adaptive);
@@ -89,7 +95,7 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
       "rollout: {weight_dtype: bf16, speculative: {draft_weight_dtype: w4a8, "
       "min_confidence: 0.25}}\n");
   ASSERT_TRUE(quantized.ok()) << quantized.status();
-  auto q = actor::RolloutWorkerOptionsOf(*quantized, 1024);
+  auto q = rollout::RolloutWorkerOptionsOf(*quantized, 1024);
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->weight_format, engine::WeightFormat::kBF16);
   EXPECT_EQ(q->draft_weight_format, engine::WeightFormat::kW4A8);
@@ -100,7 +106,7 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
       "rollout: {weight_dtype: q8_0, speculative: {drafter: draft_model, draft_model: policy, "
       "draft_weight_dtype: q4_1}}\n");
   ASSERT_TRUE(self.ok()) << self.status();
-  auto s = actor::RolloutWorkerOptionsOf(*self, 1024);
+  auto s = rollout::RolloutWorkerOptionsOf(*self, 1024);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->weight_format, engine::WeightFormat::kQ8_0);
   EXPECT_EQ(s->draft_weight_format, engine::WeightFormat::kQ4_1);
@@ -110,7 +116,7 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
   // draft_model without its checkpoint; an unknown drafter; a size out of range.
   auto no_model = Recipe("rollout: {speculative: {drafter: draft_model}}\n");
   ASSERT_TRUE(no_model.ok());
-  auto bad = actor::RolloutWorkerOptionsOf(*no_model, 1024);
+  auto bad = rollout::RolloutWorkerOptionsOf(*no_model, 1024);
   EXPECT_NE(bad.status().message().find("rollout.speculative.draft_model"), std::string::npos)
       << bad.status();
   EXPECT_FALSE(Recipe("rollout: {speculative: {drafter: medusa}}\n").ok());
@@ -124,21 +130,21 @@ TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {
       "rollout: {speculative: {drafter: suffix, suffix: {max_match: 12, min_share: 0.25, "
       "recent_responses: 0}}}\n");
   ASSERT_TRUE(suffix.ok()) << suffix.status();
-  auto sx = actor::RolloutWorkerOptionsOf(*suffix, 1024);
+  auto sx = rollout::RolloutWorkerOptionsOf(*suffix, 1024);
   ASSERT_TRUE(sx.ok()) << sx.status();
   EXPECT_EQ(sx->engine.speculative.suffix.max_match, 12);
   EXPECT_DOUBLE_EQ(sx->engine.speculative.suffix.min_share, 0.25);
   EXPECT_EQ(sx->engine.speculative.suffix.recent_responses, 0);
   auto crossed = Recipe("rollout: {speculative: {suffix: {max_match: 3, min_match: 4}}}\n");
   ASSERT_TRUE(crossed.ok()) << crossed.status();
-  auto crossed_opts = actor::RolloutWorkerOptionsOf(*crossed, 1024);
+  auto crossed_opts = rollout::RolloutWorkerOptionsOf(*crossed, 1024);
   EXPECT_NE(crossed_opts.status().message().find("rollout.speculative.suffix"), std::string::npos)
       << crossed_opts.status();
   EXPECT_FALSE(Recipe("rollout: {speculative: {suffix: {min_share: 1.5}}}\n").ok());
   // Drafting ahead is for the model drafters.
   auto async_suffix = Recipe("rollout: {speculative: {drafter: suffix, async_draft: true}}\n");
   ASSERT_TRUE(async_suffix.ok());
-  auto refused = actor::RolloutWorkerOptionsOf(*async_suffix, 1024);
+  auto refused = rollout::RolloutWorkerOptionsOf(*async_suffix, 1024);
   EXPECT_NE(refused.status().message().find("async_draft"), std::string::npos) << refused.status();
 }
 
@@ -156,7 +162,7 @@ TEST(RecipeRewardTest, BadSpecsNameTheKey) {
   for (const auto& [yaml, needle] : cases) {
     auto r = Recipe(yaml);
     ASSERT_TRUE(r.ok()) << yaml << r.status();
-    auto fn = actor::RewardOf(*r);
+    auto fn = reward::RewardOf(*r);
     ASSERT_FALSE(fn.ok()) << yaml;
     EXPECT_NE(fn.status().message().find(needle), std::string::npos)
         << yaml << " -> " << fn.status();
@@ -179,11 +185,11 @@ TEST(RecipeReferenceTest, ReferenceYamlMatchesTheSchema) {
   const std::filesystem::path committed =
       std::filesystem::path(LAMINAR_SOURCE_DIR) / "configs" / "reference.yaml";
   const std::string header =
-      "# Every recipe key with its type, default and meaning (actor/recipe.cc RecipeSchema).\n"
+      "# Every recipe key with its type, default and meaning (recipe/recipe.cc RecipeSchema).\n"
       "# Dotted paths here; in a recipe write nested sections (actor: {lr: 1e-6}), and on the\n"
       "# command line dotted overrides (actor.lr=1e-6). tests/cli/recipe_test.cc keeps this file\n"
       "# in sync with the parser.\n";
-  const std::string want = header + actor::RecipeSchema().ReferenceYaml();
+  const std::string want = header + recipe::RecipeSchema().ReferenceYaml();
   std::ifstream in(committed);
   std::stringstream got;
   got << in.rdbuf();
@@ -211,18 +217,75 @@ TEST(RecipeReferenceTest, EveryShippedRecipeIsValid) {
       continue;
     }
     SCOPED_TRACE(entry.path().string());
-    auto r = actor::LoadRecipe(entry.path().string(), {});
+    auto r = recipe::LoadRecipe(entry.path().string(), {});
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(actor::RewardOf(*r).ok()) << actor::RewardOf(*r).status();
-    auto data = actor::PromptDatasetOptionsOf(*r, std::nullopt);
+    EXPECT_TRUE(reward::RewardOf(*r).ok()) << reward::RewardOf(*r).status();
+    auto data = manager::PromptDatasetOptionsOf(*r, std::nullopt);
     EXPECT_TRUE(data.ok()) << data.status();
-    auto worker = actor::RolloutWorkerOptionsOf(*r, /*kv_bytes_per_token=*/4096);
+    auto worker = rollout::RolloutWorkerOptionsOf(*r, /*kv_bytes_per_token=*/4096);
     EXPECT_TRUE(worker.ok()) << worker.status();
     auto actor_options = actor::ActorOptionsOf(*r);
     EXPECT_TRUE(actor_options.ok()) << actor_options.status();
     ++recipes;
   }
   EXPECT_GE(recipes, 5);  // quickstart, grpo_gsm8k, grpo_gsm8k_qwen2.5_0.5b, countdown, stories
+}
+
+// The schema's defaults are written out in recipe/recipe.cc (reading a recipe links no role), so a
+// recipe that sets nothing must give each role the defaults of its own options structs.
+TEST(RecipeDefaultsTest, EmptyRecipeGivesEachRoleItsOwnDefaults) {
+  auto r = Recipe("");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto t = actor::TrainerConfigOf(*r);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const trainer::TrainerConfig td;
+  EXPECT_EQ(t->optimizer.name, td.optimizer.name);
+  EXPECT_EQ(t->optimizer.lr, td.optimizer.lr);
+  EXPECT_EQ(t->optimizer.weight_decay, td.optimizer.weight_decay);
+  EXPECT_EQ(t->optimizer.grad_clip, td.optimizer.grad_clip);
+  EXPECT_EQ(t->optimizer.lr_schedule, td.optimizer.lr_schedule);
+  EXPECT_EQ(t->optimizer.warmup_steps, td.optimizer.warmup_steps);
+  EXPECT_EQ(t->loss.loss, td.loss.loss);
+  EXPECT_EQ(t->loss.agg, td.loss.agg);
+  EXPECT_EQ(t->loss.clip_ratio_low, td.loss.clip_ratio_low);
+  EXPECT_EQ(t->loss.clip_ratio_high, td.loss.clip_ratio_high);
+  EXPECT_EQ(t->loss.is_level, td.loss.is_level);
+  EXPECT_EQ(t->loss.is_cap, td.loss.is_cap);
+  EXPECT_EQ(t->loss.kl_coef, td.loss.kl_coef);
+  EXPECT_EQ(t->loss.kl_estimator, td.loss.kl_estimator);
+  EXPECT_EQ(t->loss.entropy_coef, td.loss.entropy_coef);
+  EXPECT_EQ(t->advantage.estimator, td.advantage.estimator);
+  EXPECT_EQ(t->mini_batch_size, td.mini_batch_size);
+  EXPECT_EQ(t->micro_batch_tokens, td.micro_batch_tokens);
+  EXPECT_EQ(t->ppo_epochs, td.ppo_epochs);
+  EXPECT_EQ(t->share_prompts, td.share_prompts);
+
+  auto w = rollout::RolloutWorkerOptionsOf(*r, /*kv_bytes_per_token=*/1024);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const rollout::RolloutWorkerOptions wd;
+  EXPECT_EQ(w->max_groups, wd.max_groups);
+  EXPECT_EQ(w->engine.block_size, wd.engine.block_size);
+  EXPECT_EQ(w->engine.scheduler.max_num_seqs, wd.engine.scheduler.max_num_seqs);
+  EXPECT_EQ(w->engine.scheduler.max_num_batched_tokens,
+            wd.engine.scheduler.max_num_batched_tokens);
+  EXPECT_EQ(w->partial_every_tokens, wd.partial_every_tokens);
+  EXPECT_EQ(w->heartbeat_interval_ms, wd.heartbeat_interval_ms);
+  EXPECT_EQ(w->manager_timeout_s, wd.manager_timeout_s);
+  EXPECT_EQ(w->relay_timeout_s, wd.relay_timeout_s);
+  const rollout::SpeculativeConfig& s = w->engine.speculative;
+  const rollout::SpeculativeConfig& sd = wd.engine.speculative;
+  EXPECT_EQ(s.drafter, sd.drafter);
+  EXPECT_EQ(s.max_draft_tokens, sd.max_draft_tokens);
+  EXPECT_EQ(s.adaptive, sd.adaptive);
+  EXPECT_EQ(s.async_draft, sd.async_draft);
+  EXPECT_EQ(s.layer_skip_keep, sd.layer_skip_keep);
+  EXPECT_EQ(s.min_confidence, sd.min_confidence);
+  EXPECT_EQ(s.draft_vocab, sd.draft_vocab);
+  EXPECT_EQ(s.suffix.max_match, sd.suffix.max_match);
+  EXPECT_EQ(s.suffix.min_match, sd.suffix.min_match);
+  EXPECT_EQ(s.suffix.max_continuations, sd.suffix.max_continuations);
+  EXPECT_EQ(s.suffix.recent_responses, sd.suffix.recent_responses);
+  EXPECT_EQ(s.suffix.min_share, sd.suffix.min_share);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The asynchronous RL loop as real processes (issue 8): `laminar relay`, `laminar manager`, two
+// The asynchronous RL loop as real processes: `laminar relay`, `laminar manager`, two
 // `laminar rollout`s and `laminar actor` on the stories260K policy, in each mode; faults by
 // SIGKILL of a rollout and of the actor (then --resume).
 #include <gtest/gtest.h>

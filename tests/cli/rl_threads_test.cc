@@ -1,4 +1,4 @@
-// The RL loop's roles as threads of one process (DESIGN.md §2: every role can run as a thread
+// The RL loop's roles as threads of one process (docs/architecture.md: every role can run as a thread
 // for tests): a master relay, the manager server, two rollout workers (one drafting with a draft
 // model the actor publishes) and the actor, on the stories260K policy, in async mode with repack
 // on.
@@ -18,12 +18,12 @@
 #include "actor/actor.h"
 #include "core/zmq_transport.h"
 #include "model/checkpoint.h"
-#include "model/tokenizer_loader.h"
+#include "model/tokenizer/tokenizer_loader.h"
 #include "proto/codec.h"
 #include "relay/relay.h"
 #include "reward/reward.h"
 #include "rollout/manager/manager_server.h"
-#include "rollout/worker.h"
+#include "rollout/worker/worker.h"
 #include "tests/test_util.h"
 #include "trainer/parameters.h"
 
@@ -96,7 +96,7 @@ ThreadsRun RunAllRolesAsThreads(
     if (i == 0) {
       // rollout/0 drafts with a separate draft model (here the policy's checkpoint) whose weights
       // the actor publishes with every version.
-      wo.engine.speculative.drafter = "draft_model";
+      wo.engine.speculative.drafter = rollout::DrafterKind::kDraftModel;
       wo.engine.speculative.adaptive = false;  // always draft
       wo.draft_model_path = "stories260K";
       wo.draft_model_config = ckpt.config;

@@ -10,7 +10,7 @@
 #include "kernels/reference/ops.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
-#include "model/tokenizer_loader.h"
+#include "model/tokenizer/tokenizer_loader.h"
 
 namespace laminar::engine {
 namespace {

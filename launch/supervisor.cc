@@ -1,0 +1,161 @@
+// The supervisor of `laminar run`; see supervisor.h.
+#include "launch/supervisor.h"
+
+#include <ctime>
+#include <fstream>
+#include <utility>
+
+namespace laminar::launch {
+
+namespace fs = std::filesystem;
+
+std::string LogTail(const fs::path& path, int n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string out;
+  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size();
+       ++i) {
+    out += "\n  " + lines[i];
+  }
+  return out;
+}
+
+StatusOr<nlohmann::json> StartRole(SupervisedRole* role, int timeout_ms) {
+  LAMINAR_ASSIGN_OR_RETURN(
+      role->process,
+      Process::Spawn(role->argv, Process::SpawnOptions{.stderr_path = role->log.string(),
+                                                       .new_session = true}));
+  auto line = role->process.ReadLine(timeout_ms);
+  if (!line.ok()) {
+    // It stopped (a bad recipe, dataset or model: its log says why), or it hangs.
+    auto code = role->process.Wait(2000);
+    const std::string what =
+        code.ok() ? " stopped (exit " + std::to_string(*code) + ") before it was ready"
+                  : " did not start (" + std::string(line.status().message()) + ")";
+    return UnavailableError(role->name + what + "; " + role->log.string() + ":" +
+                            LogTail(role->log, 5));
+  }
+  nlohmann::json ready = nlohmann::json::parse(*line, nullptr, false);
+  if (!ready.is_object()) {
+    return UnavailableError(role->name + " printed '" + *line + "' instead of its ready line");
+  }
+  return ready;
+}
+
+StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
+  auto role_argv = [&](const std::string& command, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {launch.self, command};
+    argv.insert(argv.end(), launch.recipe_args.begin(), launch.recipe_args.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  auto log_of = [&](std::string name) {
+    for (char& c : name) c = c == '/' ? '_' : c;
+    return launch.log_dir / (name + ".log");
+  };
+  const int timeout = launch.start_timeout_ms;
+  RunRoles roles;
+  roles.relay = SupervisedRole(
+      "relay", {launch.self, "relay", "--id", "master", "--shm-prefix", launch.shm_prefix},
+      log_of("relay"));
+  LAMINAR_ASSIGN_OR_RETURN(nlohmann::json relay_ready, StartRole(&roles.relay, timeout));
+  roles.relay_endpoint = relay_ready["control"].get<std::string>();
+  roles.manager = SupervisedRole("manager", role_argv("manager", {}), log_of("manager"));
+  LAMINAR_ASSIGN_OR_RETURN(nlohmann::json manager_ready, StartRole(&roles.manager, timeout));
+  roles.manager_endpoint = manager_ready["endpoint"].get<std::string>();
+  std::vector<std::string> actor_extra = {"--manager", roles.manager_endpoint, "--relay",
+                                          roles.relay_endpoint};
+  if (launch.resume) actor_extra.push_back("--resume");
+  roles.actor = SupervisedRole("actor", role_argv("actor", actor_extra), log_of("actor"));
+  LAMINAR_RETURN_IF_ERROR(StartRole(&roles.actor, timeout).status());
+  roles.rollouts.resize(static_cast<size_t>(launch.num_rollouts));
+  for (int i = 0; i < launch.num_rollouts; ++i) {
+    SupervisedRole& r = roles.rollouts[static_cast<size_t>(i)];
+    r.name = "rollout/" + std::to_string(i);
+    r.argv = role_argv("rollout", {"--id", r.name, "--manager", roles.manager_endpoint, "--relay",
+                                   roles.relay_endpoint});
+    r.log = log_of(r.name);
+    LAMINAR_RETURN_IF_ERROR(StartRole(&r, timeout).status());
+  }
+  return roles;
+}
+
+namespace {
+
+// Restarts the dead rollouts (each up to max_restarts times); returns how many are running.
+int KeepRolloutsUp(RunRoles& roles, int max_restarts, int start_timeout_ms,
+                   const std::function<void(const std::string&)>& say) {
+  int alive = 0;
+  for (SupervisedRole& r : roles.rollouts) {
+    if (r.gone) continue;
+    if (r.process.Running()) {
+      ++alive;
+      continue;
+    }
+    auto code = r.process.Wait(1000);
+    const std::string exit = std::to_string(code.ok() ? *code : -1);
+    if (r.restarts >= max_restarts) {
+      say("[run] " + r.name + " exited (" + exit + ") after " + std::to_string(r.restarts) +
+          " restarts; giving up on it. " + r.log.string() + ":" + LogTail(r.log, 3));
+      r.gone = true;
+      continue;
+    }
+    ++r.restarts;
+    say("[run] " + r.name + " exited (" + exit + "); restarting it (" +
+        std::to_string(r.restarts) + " of " + std::to_string(max_restarts) + ")");
+    if (auto st = StartRole(&r, start_timeout_ms); !st.ok()) {
+      say("[run] " + std::string(st.status().message()));
+      continue;  // its Process is not running: the next round counts another restart
+    }
+    ++alive;
+  }
+  return alive;
+}
+
+}  // namespace
+
+WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, int max_restarts,
+                     const std::function<void()>& tick,
+                     const std::function<void(const std::string&)>& say) {
+  constexpr int kStartTimeoutMs = 120000;
+  while (true) {
+    const timespec wait = {.tv_sec = 0, .tv_nsec = 200'000'000};
+    if (sigtimedwait(&stop_signals, nullptr, &wait) > 0) return {RunEnd::kInterrupted, 130};
+    tick();
+    if (!roles.actor.process.Running()) {
+      auto code = roles.actor.process.Wait(1000);
+      return {RunEnd::kActorExited, code.ok() ? *code : 1};
+    }
+    bool down = false;
+    for (SupervisedRole* r : {&roles.relay, &roles.manager}) {
+      if (!r->process.Running()) {
+        say("[run] the " + r->name + " exited; " + r->log.string() + ":" + LogTail(r->log, 5));
+        down = true;
+      }
+    }
+    if (down) return {RunEnd::kRoleDown, 1};
+    if (KeepRolloutsUp(roles, max_restarts, kStartTimeoutMs, say) == 0) {
+      say("[run] every rollout is gone; nothing can generate");
+      return {RunEnd::kNoRollouts, 1};
+    }
+  }
+}
+
+void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say,
+             const std::function<void()>& after_actor, int actor_timeout_ms) {
+  if (roles.actor.process.Running()) {
+    say("[run] stopping: the actor saves a checkpoint first");
+    roles.actor.process.Signal(SIGTERM);
+    if (!roles.actor.process.Wait(actor_timeout_ms).ok()) {
+      roles.actor.process.Signal(SIGKILL);
+      (void)roles.actor.process.Wait(5000);
+    }
+  }
+  after_actor();
+  for (SupervisedRole& r : roles.rollouts) r.process.Signal(SIGTERM);
+  roles.manager.process.Signal(SIGTERM);
+  roles.relay.process.Signal(SIGTERM);
+}
+
+}  // namespace laminar::launch

@@ -1,0 +1,91 @@
+// The supervisor of `laminar run`: the roles of one RL job as child processes of this binary on
+// this machine (master relay, manager, actor, rollouts), each in its own session with its log, and
+// the watch over them: a rollout that dies is started again under its id (the manager re-issues
+// what it held), a dead actor, manager or relay ends the run; stopping stops the actor first,
+// which saves a checkpoint while the manager still answers, then the rest.
+#pragma once
+
+#include <signal.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/process.h"
+#include "core/status.h"
+
+namespace laminar::launch {
+
+// One supervised role: its command line, log and process.
+struct SupervisedRole {
+  SupervisedRole() = default;
+  SupervisedRole(std::string n, std::vector<std::string> a, std::filesystem::path l)
+      : name(std::move(n)), argv(std::move(a)), log(std::move(l)) {}
+  std::string name;  // "relay", "manager", "actor", "rollout/0", ...
+  std::vector<std::string> argv;
+  std::filesystem::path log;
+  Process process;
+  int restarts = 0;
+  bool gone = false;  // a rollout past its restarts
+};
+
+// The last `n` lines of `path`, each on a new indented line, for error messages.
+std::string LogTail(const std::filesystem::path& path, int n);
+
+// Starts `role` (stderr to its log, a new session) and waits up to `timeout_ms` for its ready
+// line, a JSON object, which it returns. Errors: Unavailable naming the role, whether it exited
+// or hangs, and the tail of its log.
+StatusOr<nlohmann::json> StartRole(SupervisedRole* role, int timeout_ms);
+
+// The roles of one run, as StartRunRoles started them.
+struct RunRoles {
+  SupervisedRole relay, manager, actor;
+  std::vector<SupervisedRole> rollouts;
+  std::string relay_endpoint, manager_endpoint;
+};
+
+// How a run is started: `self` is this binary; every role but the relay gets `recipe_args`
+// (--recipe FILE and the overrides); logs go to `log_dir`/<role>.log.
+struct RunLaunch {
+  std::string self;
+  std::vector<std::string> recipe_args;
+  std::filesystem::path log_dir;
+  int num_rollouts = 1;
+  bool resume = false;  // the actor continues from its newest checkpoint
+  std::string shm_prefix;  // the master relay's shared-memory names
+  int start_timeout_ms = 120000;  // loading a model can take a while
+};
+
+// Starts the master relay, the manager, the actor and the rollouts, in that order, each once the
+// one before it is ready. Errors: StartRole's for the first role that fails (the ones started
+// are stopped when the returned roles, or the error's, go out of scope).
+StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch);
+
+// Why WatchRun returned.
+enum class RunEnd {
+  kActorExited,   // exit_code is the actor's (0: it finished its steps)
+  kRoleDown,      // the relay or manager exited
+  kNoRollouts,    // every rollout is gone past its restarts
+  kInterrupted,   // a signal of `stop_signals` arrived
+};
+struct WatchResult {
+  RunEnd end = RunEnd::kActorExited;
+  int exit_code = 0;  // the actor's exit code, 1 for kRoleDown and kNoRollouts, 130 interrupted
+};
+
+// Watches `roles` until the run ends (RunEnd), every 200 ms taking a pending signal of
+// `stop_signals` (blocked by the caller), calling `tick`, and restarting each dead rollout up to
+// `max_restarts` times. Each event is told to `say` as one line.
+WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, int max_restarts,
+                     const std::function<void()>& tick,
+                     const std::function<void(const std::string&)>& say);
+
+// Stops a run: the actor first with SIGTERM (it saves a checkpoint, which needs the manager's
+// snapshot; killed after `actor_timeout_ms`), `after_actor` is called, then the rollouts, manager
+// and relay get SIGTERM (each Process's destructor waits, then kills what is left).
+void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say,
+             const std::function<void()>& after_actor, int actor_timeout_ms = 600000);
+
+}  // namespace laminar::launch

@@ -1,0 +1,610 @@
+// Rollout worker loop; see worker.h.
+#include "rollout/worker/worker.h"
+
+#include <future>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "core/logging.h"
+#include "proto/codec.h"
+#include "relay/policy_weights.h"
+#include "rollout/worker/wire.h"
+
+namespace laminar::rollout {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+proto::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return proto::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return proto::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort:
+      return proto::FINISH_REASON_ABORT;
+    case FinishReason::kNone:
+      break;
+  }
+  return proto::FINISH_REASON_UNSPECIFIED;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Status RolloutWorkerOptions::Validate() const {
+  if (id.empty()) return InvalidArgumentError("rollout worker: id is empty");
+  if (manager.empty()) return InvalidArgumentError("rollout worker: manager endpoint is empty");
+  if (relays.empty()) return InvalidArgumentError("rollout worker: no relay endpoint");
+  if (max_groups < 1) {
+    return InvalidArgumentError("rollout worker: max_groups must be >= 1, got " +
+                                std::to_string(max_groups));
+  }
+  if (!std::isfinite(reward_failure_score)) {
+    return InvalidArgumentError("rollout worker: reward.failure_score must be finite");
+  }
+  if (engine.speculative.drafter == DrafterKind::kDraftModel && draft_model_path != kPolicyDraftModel &&
+      !draft_model_config.has_value()) {
+    return InvalidArgumentError(
+        "rollout worker: the draft_model drafter needs draft_model_config "
+        "(rollout.speculative.draft_model)");
+  }
+  if (partial_every_tokens < 0) {
+    return InvalidArgumentError("rollout worker: partial_every_tokens must be >= 0");
+  }
+  if (heartbeat_interval_ms < 1 || idle_poll_ms < 0 || request_timeout_ms < 1 ||
+      request_attempts < 1) {
+    return InvalidArgumentError(
+        "rollout worker: heartbeat_interval_ms, request_timeout_ms and request_attempts must be "
+        ">= 1 and idle_poll_ms >= 0");
+  }
+  if (!(manager_timeout_s > 0) || !(relay_timeout_s > 0)) {
+    return InvalidArgumentError(
+        "rollout worker: rollout.manager_timeout_s and rollout.relay_timeout_s must be > 0");
+  }
+  return engine.Validate();
+}
+
+StatusOr<std::unique_ptr<RolloutWorker>> RolloutWorker::Create(const model::ModelConfig& config,
+                                                               const model::Tokenizer* tokenizer,
+                                                               reward::RewardFn reward,
+                                                               RolloutWorkerOptions options) {
+  LAMINAR_CHECK(tokenizer != nullptr && reward) << "RolloutWorker needs a tokenizer and a reward";
+  LAMINAR_RETURN_IF_ERROR(options.Validate());
+  if (options.engine.speculative.drafter == DrafterKind::kDraftModel &&
+      options.draft_model_path == kPolicyDraftModel &&
+      options.draft_weight_format == options.weight_format) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options.id
+                               << ": the draft model is the policy in its own format ("
+                               << engine::WeightFormatName(options.weight_format)
+                               << "): it drafts as slowly as the policy verifies; set "
+                                  "rollout.speculative.draft_weight_dtype to a cheaper one (q8_0)";
+  }
+  std::unique_ptr<RolloutWorker> w(
+      new RolloutWorker(config, tokenizer, std::move(reward), std::move(options)));
+  relay::RelayClientOptions ro;
+  ro.id = w->options_.id;
+  ro.relays = w->options_.relays;
+  ro.request_timeout_ms = w->options_.request_timeout_ms;
+  LAMINAR_ASSIGN_OR_RETURN(w->relay_, relay::RelayClient::Create(std::move(ro)));
+  w->manager_ = std::make_unique<ZmqRequestClient>(w->options_.manager);
+  return w;
+}
+
+RolloutWorker::RolloutWorker(const model::ModelConfig& config, const model::Tokenizer* tokenizer,
+                             reward::RewardFn reward, RolloutWorkerOptions options)
+    : config_(config),
+      tokenizer_(tokenizer),
+      reward_(std::move(reward)),
+      options_(std::move(options)) {
+  const model::Tokenizer* tok = tokenizer_;
+  options_.engine.token_bytes = [tok](int32_t id) { return tok->TokenBytes(id, true); };
+  options_.engine.strips_leading_space = tok->strips_leading_space();
+}
+
+RolloutWorkerStats RolloutWorker::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request) {
+  request.mutable_header()->set_sender(options_.id);
+  request.mutable_header()->set_seq(++seq_);
+  auto bytes = manager_->Call(proto::Encode(request), options_.request_timeout_ms,
+                              options_.request_attempts);
+  if (!bytes.ok()) {
+    return bytes.status();
+  }
+  last_manager_ok_ = Clock::now();
+  LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply,
+                           proto::Decode<proto::ManagerReply>(*bytes, "manager"));
+  if (!reply.error().empty()) {
+    return FailedPreconditionError("the manager refused the request: " + reply.error());
+  }
+  actor_version_ = std::max(actor_version_, reply.actor_version());
+  for (proto::RepackCommand& c : *reply.mutable_repack()) pending_repack_.push_back(std::move(c));
+  for (proto::MigratedSample& m : *reply.mutable_imports()) {
+    pending_imports_.push_back(std::move(m));
+  }
+  reply.clear_repack();
+  reply.clear_imports();
+  return reply;
+}
+
+Status RolloutWorker::MaybeUpdateWeights() {
+  const auto start = Clock::now();
+  const int64_t held = engine_ ? engine_->weight_version() : -1;
+  auto pulled = relay_->PullLatest(held);
+  if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
+    relay_unreachable_since_.reset();
+  } else if (!relay_unreachable_since_) {
+    relay_unreachable_since_ = start;
+  }
+  if (pulled.status().code() == StatusCode::kNotFound) return OkStatus();  // nothing newer
+  if (!pulled.ok()) {
+    if (Seconds(start - *relay_unreachable_since_) > options_.relay_timeout_s) {
+      return UnavailableError(
+          options_.id + ": no relay answered for " + std::to_string(options_.relay_timeout_s) +
+          " s (rollout.relay_timeout_s): " + std::string(pulled.status().message()));
+    }
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id
+                               << ": no version from the relays: " << pulled.status();
+    return OkStatus();  // try again later
+  }
+  const relay::PulledVersion& v = **pulled;
+  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors, relay::WeightStoreOf(v),
+                           options_.id + ": version " + std::to_string(v.version()));
+  auto store = std::make_unique<model::WeightStore>(std::move(tensors));
+  const auto build_start = Clock::now();
+  LAMINAR_ASSIGN_OR_RETURN(
+      std::unique_ptr<engine::LlamaModel> model,
+      engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_format),
+      options_.id + ": version " + std::to_string(v.version()));
+  const bool draft_model = options_.engine.speculative.drafter == DrafterKind::kDraftModel;
+  // The policy as its own draft (kPolicyDraftModel): rebuilt from every version, so it follows
+  // the policy.
+  std::unique_ptr<engine::LlamaModel> policy_draft;
+  if (draft_model && options_.draft_model_path == kPolicyDraftModel) {
+    LAMINAR_ASSIGN_OR_RETURN(policy_draft,
+                             engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu,
+                                                        options_.draft_weight_format),
+                             options_.id + ": version " + std::to_string(v.version()) +
+                                 ": the policy as draft model in " +
+                                 engine::WeightFormatName(options_.draft_weight_format));
+  } else if (draft_model && draft_model_ == nullptr) {
+    LAMINAR_RETURN_IF_ERROR(BuildDraftModel(v), options_.id);
+  }
+  if (!engine_) {
+    RolloutEngineConfig c = options_.engine;
+    c.weight_version = v.version();
+    c.speculative.draft_model = policy_draft ? policy_draft.get() : draft_model_.get();
+    LAMINAR_ASSIGN_OR_RETURN(engine_, RolloutEngine::Create(model.get(), std::move(c)));
+  } else {
+    LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version(), policy_draft.get()),
+                            options_.id);
+  }
+  const double build_s = Seconds(Clock::now() - build_start);
+  LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": version " << v.version() << " built as "
+                             << engine::WeightFormatName(options_.weight_format)
+                             << (policy_draft
+                                     ? ", its draft model as " +
+                                           engine::WeightFormatName(options_.draft_weight_format)
+                                     : std::string())
+                             << " in " << build_s << " s";
+  // The engine now uses the new models; the old ones and their weights can go (models first).
+  model_ = std::move(model);
+  if (policy_draft) draft_model_ = std::move(policy_draft);
+  weights_ = std::move(store);
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.versions_loaded;
+  stats_.version = v.version();
+  stats_.pull_wait_s += Seconds(Clock::now() - start);
+  stats_.weight_build_s += build_s;
+  return OkStatus();
+}
+
+Status RolloutWorker::BuildDraftModel(const relay::PulledVersion& v) {
+  const std::string what = "version " + std::to_string(v.version());
+  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors,
+                           relay::WeightStoreOf(v, relay::kDraftModelPrefix), what);
+  if (tensors.size() == 0) {
+    return FailedPreconditionError(
+        what +
+        " carries no draft model: the drafter is draft_model, so the actor must publish "
+        "one (the actor's recipe sets rollout.speculative.draft_model)");
+  }
+  auto store = std::make_unique<model::WeightStore>(std::move(tensors));
+  LAMINAR_ASSIGN_OR_RETURN(
+      draft_model_,
+      engine::LlamaModel::Create(*options_.draft_model_config, *store, engine::Backend::kCpu,
+                                 options_.draft_weight_format),
+      what + ": the draft model (rollout.speculative.draft_model " + options_.draft_model_path +
+          ")");
+  draft_weights_ = std::move(store);
+  return OkStatus();
+}
+
+int32_t RolloutWorker::num_groups_in_flight() const {
+  std::set<std::string> groups;
+  for (const auto& [id, r] : requests_) groups.insert(r.prompt_id);
+  return static_cast<int32_t>(groups.size());
+}
+
+Status RolloutWorker::RequestWork() {
+  const int32_t room = options_.max_groups - num_groups_in_flight();
+  if (room <= 0 || Clock::now() < next_work_) return OkStatus();
+  // A newer version exists: start nothing more under this one, so the rollout drains, becomes
+  // idle and pulls it (Laminar §4: rollouts update between trajectories, never during one).
+  if (actor_version_ > engine_->weight_version()) return OkStatus();
+  proto::ManagerRequest req;
+  proto::WorkRequest* w = req.mutable_work();
+  w->set_rollout_id(options_.id);
+  w->set_version(engine_->weight_version());
+  w->set_max_groups(room);
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": work request failed: " << reply.status();
+    return OkStatus();
+  }
+  if (reply->work().groups_size() == 0) {
+    // Nothing to do now (pool empty, or the manager waits for a newer version): ask less often.
+    next_work_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1);
+  }
+  for (const proto::PromptGroup& g : reply->work().groups()) {
+    RolloutRequest r;
+    r.prompt_ids.assign(g.prompt_ids().begin(), g.prompt_ids().end());
+    r.sampling = SamplingFromProto(g.sampling());
+    r.stop = StopFromProto(g.sampling());
+    r.n = g.num_samples();
+    auto id = engine_->Add(std::move(r));
+    if (!id.ok()) {
+      // A prompt this engine cannot run (too long for the context or the KV pool): give it back.
+      LAMINAR_LOG(ERROR, ROLLOUT) << options_.id << ": cannot run prompt group " << g.prompt_id()
+                                  << ": " << id.status();
+      GiveBack(g.prompt_id(), std::string(id.status().message()));
+      continue;
+    }
+    requests_[*id] = Request{.prompt_id = g.prompt_id(),
+                             .data_source = g.data_source(),
+                             .ground_truth = g.ground_truth(),
+                             .extra_info_json = g.extra_info_json(),
+                             .start = Clock::now()};
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.groups_received;
+  }
+  return OkStatus();
+}
+
+Status RolloutWorker::SendHeartbeat() {
+  proto::ManagerRequest req;
+  proto::Heartbeat* h = req.mutable_heartbeat();
+  h->set_role("rollout");
+  h->set_id(options_.id);
+  h->set_version(engine_ ? engine_->weight_version() : -1);
+  if (engine_) {
+    const SchedulerStats s = engine_->scheduler().stats();
+    h->set_running(static_cast<int32_t>(s.num_running));
+    h->set_waiting(static_cast<int32_t>(s.num_waiting));
+    h->set_kv_blocks_used(s.num_kv_blocks_used);
+    h->set_kv_blocks_capacity(s.num_kv_blocks_total);
+    h->set_kv_blocks_used_previous(kv_blocks_previous_);
+    h->set_kv_block_size(options_.engine.block_size);
+    kv_blocks_previous_ = s.num_kv_blocks_used;
+    const int64_t bs = options_.engine.block_size;
+    for (const auto& f : engine_->InFlight()) {
+      const Request& r = requests_.at(f.request_id);
+      proto::RunningSample* rs = h->add_running_samples();
+      rs->set_prompt_id(r.prompt_id);
+      rs->set_sample_index(f.sample_index);
+      // KV after a re-prefill: the prompt and what was generated, in whole blocks.
+      rs->set_kv_tokens((f.num_tokens + bs - 1) / bs * bs);
+    }
+    for (const auto& [prompt_id, sample_index] : scoring_) {
+      proto::RunningSample* rs = h->add_running_samples();
+      rs->set_prompt_id(prompt_id);
+      rs->set_sample_index(sample_index);
+      rs->set_kv_tokens(0);
+    }
+  }
+  {
+    // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    auto& c = *h->mutable_counters();
+    c["reward/error_count"] = static_cast<double>(stats_.reward_errors);
+    c["reward/timeout_count"] = static_cast<double>(stats_.reward_timeouts);
+    c["relay/pull_wait_s"] = stats_.pull_wait_s;
+    c["rollout/weight_build_s"] = stats_.weight_build_s;
+  }
+  if (engine_) {
+    const SpecStats& sp = engine_->spec_stats();
+    auto& c = *h->mutable_counters();
+    c["rollout/spec_decode_steps"] = static_cast<double>(sp.decode_steps);
+    c["rollout/spec_verify_steps"] = static_cast<double>(sp.verify_steps);
+    c["rollout/spec_drafted_tokens"] = static_cast<double>(sp.drafted_tokens);
+    c["rollout/spec_accepted_tokens"] = static_cast<double>(sp.accepted_tokens);
+  }
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": heartbeat failed: " << reply.status();
+  }
+  return OkStatus();
+}
+
+Status RolloutWorker::HandleOrders() {
+  // Carrying out an order calls the manager, whose reply may bring more: take them in turns.
+  while (!pending_repack_.empty()) {
+    std::vector<proto::RepackCommand> orders = std::move(pending_repack_);
+    pending_repack_.clear();
+    for (const proto::RepackCommand& c : orders) LAMINAR_RETURN_IF_ERROR(CarryOutRepack(c));
+  }
+  if (pending_imports_.empty()) return OkStatus();
+  std::vector<proto::MigratedSample> imports = std::move(pending_imports_);
+  pending_imports_.clear();
+  // A sample this rollout cannot continue (it changed version since the plan) sends its group
+  // back to the pool, once per group.
+  std::map<std::string, std::string> failed;
+  for (const proto::MigratedSample& m : imports) {
+    if (failed.contains(m.prompt_id())) continue;
+    if (Status st = ImportSample(m); !st.ok()) failed[m.prompt_id()] = std::string(st.message());
+  }
+  for (const auto& [prompt_id, why] : failed) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": cannot continue " << prompt_id << ": " << why;
+    GiveBack(prompt_id, why);
+  }
+  return OkStatus();
+}
+
+Status RolloutWorker::CarryOutRepack(const proto::RepackCommand& command) {
+  if (!engine_ || command.version() != engine_->weight_version()) {
+    LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": repack order for version " << command.version()
+                               << " is stale (holding "
+                               << (engine_ ? engine_->weight_version() : -1) << ")";
+    return OkStatus();
+  }
+  const std::set<std::string> wanted(command.request_ids().begin(), command.request_ids().end());
+  proto::ManagerRequest req;
+  proto::MigratedBatch* batch = req.mutable_migrated();
+  batch->set_source(options_.id);
+  batch->set_destination(command.destination());
+  std::vector<int64_t> exported;
+  for (const auto& [id, r] : requests_) {
+    if (!wanted.contains(r.prompt_id)) continue;
+    auto states = engine_->Export(id);
+    if (!states.ok()) continue;  // finished meanwhile: its trajectories went to the manager
+    for (const SampleState& st : *states) {
+      proto::MigratedSample m = ToProto(st, r.prompt_id);
+      m.set_data_source(r.data_source);
+      m.set_ground_truth(r.ground_truth);
+      m.set_extra_info_json(r.extra_info_json);
+      *batch->add_samples() = std::move(m);
+    }
+    exported.push_back(id);
+  }
+  for (int64_t id : exported) requests_.erase(id);
+  if (batch->samples_size() == 0) {
+    LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": repack order to " << command.destination()
+                               << ": its groups finished before it arrived";
+    return OkStatus();
+  }
+  const int64_t n = batch->samples_size();
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) {
+    // The samples are gone from here; the manager re-issues their groups when it notices.
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
+                               << " migrated samples failed: " << reply.status();
+    return OkStatus();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.samples_exported += n;
+  return OkStatus();
+}
+
+Status RolloutWorker::ImportSample(const proto::MigratedSample& m) {
+  LAMINAR_ASSIGN_OR_RETURN(SampleState st, SampleStateFromProto(m), options_.id);
+  if (!engine_) return FailedPreconditionError(options_.id + ": import before any version");
+  auto id = engine_->Import(std::move(st));
+  if (!id.ok()) return id.status();
+  requests_[*id] = Request{.prompt_id = m.prompt_id(),
+                           .data_source = m.data_source(),
+                           .ground_truth = m.ground_truth(),
+                           .extra_info_json = m.extra_info_json(),
+                           .start = Clock::now()};
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.samples_imported;
+  return OkStatus();
+}
+
+Status RolloutWorker::Generate() {
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<FinishedSample> finished, engine_->Step(), options_.id);
+  if (finished.empty()) return OkStatus();
+  proto::ManagerRequest req;
+  proto::TrajectoryBatch* batch = req.mutable_trajectories();
+  int64_t tokens = 0, reward_errors = 0, reward_timeouts = 0;
+  // Scores, computed on a thread of their own while this one keeps the manager's heartbeats
+  // going: a reward that takes seconds (a Python plug-in may take up to its timeout_s) must not
+  // read as a dead rollout whose groups are re-issued. One thread, in order, as before: a C
+  // plug-in need not be thread-safe.
+  std::vector<double> scores(finished.size(), options_.reward_failure_score);
+  std::vector<double> reward_s(finished.size(), 0.0);
+  std::vector<std::map<std::string, double>> extras(finished.size());
+  // Samples being scored still count as running in the heartbeats (the manager re-issues a group
+  // a live rollout stops listing); their KV is already freed.
+  scoring_.clear();
+  for (const FinishedSample& f : finished) {
+    scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
+  }
+  const auto scoring_start = Clock::now();
+  auto score_all = std::async(std::launch::async, [&] {
+    for (size_t i = 0; i < finished.size(); ++i) {
+      const FinishedSample& f = finished[i];
+      const Request& r = requests_.at(f.request_id);
+      const auto reward_start = Clock::now();
+      auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
+      Status failed = text.status();
+      if (text.ok()) {
+        auto result = reward_({.data_source = r.data_source,
+                               .solution_str = *text,
+                               .ground_truth = r.ground_truth,
+                               .extra_info_json = r.extra_info_json});
+        if (result.ok() && std::isfinite(result->score)) {
+          scores[i] = result->score;
+          extras[i] = std::move(result->extra);
+        } else if (result.ok()) {
+          failed = InvalidArgumentError("the reward is not a finite number");
+        } else {
+          failed = result.status();
+        }
+      }
+      reward_s[i] = Seconds(Clock::now() - reward_start);
+      if (failed.ok()) continue;
+      const bool timeout = failed.code() == StatusCode::kDeadlineExceeded;
+      ++(timeout ? reward_timeouts : reward_errors);
+      // The first failures in full, then one in a hundred, so that a reward failing on every
+      // sample says why without flooding the log.
+      const int64_t seen = ++reward_failures_logged_;
+      if (seen <= 5 || seen % 100 == 0) {
+        LAMINAR_LOG(WARN, ROLLOUT)
+            << options_.id << ": reward of " << r.prompt_id << "/" << f.sample_index
+            << " failed (failure " << seen << "; it scores reward.failure_score): " << failed;
+      }
+    }
+  });
+  while (score_all.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
+         std::future_status::ready) {
+    if (Clock::now() >= next_heartbeat_) {
+      LAMINAR_RETURN_IF_ERROR(SendHeartbeat());
+      next_heartbeat_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+    }
+  }
+  score_all.get();
+  scoring_.clear();
+  for (size_t i = 0; i < finished.size(); ++i) {
+    FinishedSample& f = finished[i];
+    const Request& r = requests_.at(f.request_id);
+    const double score = scores[i];
+    proto::Trajectory* t = batch->add_trajectories();
+    t->set_prompt_id(r.prompt_id);
+    t->set_sample_index(f.sample_index);
+    t->mutable_prompt_ids()->Add(f.prompt_ids.begin(), f.prompt_ids.end());
+    t->mutable_response_ids()->Add(f.generated_ids.begin(), f.generated_ids.end());
+    t->mutable_logprobs()->Add(f.logprobs.begin(), f.logprobs.end());
+    t->set_version(f.version);
+    t->set_finish_reason(ToProto(f.finish_reason));
+    t->set_reward(static_cast<float>(score));
+    t->mutable_timings()->set_generate_s(Seconds(scoring_start - r.start));
+    t->mutable_timings()->set_reward_s(reward_s[i]);
+    t->set_rollout_id(options_.id);
+    for (const auto& [name, value] : extras[i]) {
+      if (std::isfinite(value)) (*t->mutable_reward_extra())[name] = value;
+    }
+    tokens += static_cast<int64_t>(f.generated_ids.size());
+    partial_sent_.erase({f.request_id, f.sample_index});
+  }
+  // A request whose samples have all finished is done.
+  std::set<int64_t> live;
+  for (const auto& f : engine_->InFlight()) live.insert(f.request_id);
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    it = live.contains(it->first) ? std::next(it) : requests_.erase(it);
+  }
+  const int64_t n = batch->trajectories_size();
+  auto reply = Call(std::move(req));
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.tokens_generated += tokens;
+  stats_.reward_errors += reward_errors;
+  stats_.reward_timeouts += reward_timeouts;
+  if (!reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
+                               << " trajectories failed: " << reply.status();
+    return OkStatus();  // the manager re-issues the groups it does not get
+  }
+  stats_.trajectories_sent += n - reply->dropped();
+  stats_.trajectories_dropped += reply->dropped();
+  return OkStatus();
+}
+
+Status RolloutWorker::SendPartials() {
+  if (options_.partial_every_tokens == 0) return OkStatus();
+  proto::ManagerRequest req;
+  proto::PartialBatch* batch = req.mutable_partials();
+  for (const auto& f : engine_->InFlight()) {
+    size_t& sent = partial_sent_[{f.request_id, f.sample_index}];
+    if (f.generated_ids.size() < sent + static_cast<size_t>(options_.partial_every_tokens)) {
+      continue;
+    }
+    // Only the tokens not streamed yet, at their offset in the response.
+    proto::PartialResponse* p = batch->add_partials();
+    p->set_prompt_id(requests_.at(f.request_id).prompt_id);
+    p->set_sample_index(f.sample_index);
+    p->set_version(engine_->weight_version());
+    p->set_rollout_id(options_.id);
+    p->set_offset(static_cast<int32_t>(sent));
+    p->mutable_response_ids()->Add(f.generated_ids.begin() + static_cast<std::ptrdiff_t>(sent),
+                                   f.generated_ids.end());
+    p->mutable_logprobs()->Add(f.logprobs.begin() + static_cast<std::ptrdiff_t>(sent),
+                               f.logprobs.end());
+    sent = f.generated_ids.size();
+  }
+  if (batch->partials_size() == 0) return OkStatus();
+  auto reply = Call(std::move(req));
+  if (!reply.ok()) LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": partials: " << reply.status();
+  return OkStatus();
+}
+
+void RolloutWorker::GiveBack(const std::string& prompt_id, const std::string& reason) {
+  proto::ManagerRequest req;
+  proto::ReturnedGroups* r = req.mutable_returned();
+  r->set_rollout_id(options_.id);
+  r->add_prompt_ids(prompt_id);
+  r->set_reason(reason);
+  if (auto reply = Call(std::move(req)); !reply.ok()) {
+    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": giving back " << prompt_id
+                               << " failed: " << reply.status();
+  }
+}
+
+Status RolloutWorker::Run(const std::atomic<bool>& stop) {
+  last_manager_ok_ = Clock::now();
+  // A rollout restarted under the same id: whatever its earlier incarnation held is gone.
+  {
+    proto::ManagerRequest req;
+    req.mutable_returned()->set_rollout_id(options_.id);
+    req.mutable_returned()->set_reason(kRestartReason);
+    if (auto reply = Call(std::move(req)); !reply.ok()) {
+      LAMINAR_LOG(WARN, ROLLOUT) << options_.id
+                                 << ": the manager did not answer yet: " << reply.status();
+    }
+  }
+  while (!stop.load()) {
+    if (Seconds(Clock::now() - last_manager_ok_) > options_.manager_timeout_s) {
+      return UnavailableError(options_.id + ": the manager at " + options_.manager +
+                              " did not answer for " + std::to_string(options_.manager_timeout_s) +
+                              " s (rollout.manager_timeout_s)");
+    }
+    // Samples sent here are taken in before an idle engine would move to a newer version.
+    if (engine_) LAMINAR_RETURN_IF_ERROR(HandleOrders());
+    if (!engine_ || engine_->idle()) LAMINAR_RETURN_IF_ERROR(MaybeUpdateWeights());
+    const auto now = Clock::now();
+    if (now >= next_heartbeat_) {
+      LAMINAR_RETURN_IF_ERROR(SendHeartbeat());
+      next_heartbeat_ = now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+    }
+    if (!engine_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.idle_poll_ms));
+      continue;
+    }
+    LAMINAR_RETURN_IF_ERROR(RequestWork());
+    if (engine_->idle()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.idle_poll_ms));
+      continue;
+    }
+    LAMINAR_RETURN_IF_ERROR(Generate());
+    LAMINAR_RETURN_IF_ERROR(SendPartials());
+    LAMINAR_RETURN_IF_ERROR(HandleOrders());
+  }
+  return OkStatus();
+}
+
+}  // namespace laminar::rollout

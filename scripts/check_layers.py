@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Checks laminar's library layering: every #include "folder/..." in a library's sources names a
+folder that the library may use, as docs/architecture.md declares it between the markers
+<!-- layers:begin --> and <!-- layers:end --> (one line per library: `folder : deps...`; a folder
+may include itself and everything its deps may include, transitively). A lower library that
+includes a higher one fails with the file, line and both folders.
+
+  scripts/check_layers.py                 # check the source tree (exit 1 on a violation)
+  scripts/check_layers.py --self-test     # also prove that a planted upward include is caught
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SOURCE_SUFFIXES = {".h", ".cc", ".cu", ".cuh", ".c"}
+
+
+def read_layers(doc: pathlib.Path):
+    """{folder: [direct deps]} from the doc's marked block."""
+    text = doc.read_text()
+    begin, end = text.find("<!-- layers:begin -->"), text.find("<!-- layers:end -->")
+    if begin < 0 or end < begin:
+        sys.exit(f"check_layers: {doc}: no <!-- layers:begin --> ... <!-- layers:end --> block")
+    layers = {}
+    for n, line in enumerate(text[begin:end].splitlines(), start=text[:begin].count("\n") + 1):
+        line = line.split("#", 1)[0].strip()
+        if ":" not in line or line.startswith("<!--"):
+            continue
+        folder, deps = line.split(":", 1)
+        folder = folder.strip()
+        if folder in layers:
+            sys.exit(f"check_layers: {doc}:{n}: library '{folder}' is listed twice")
+        layers[folder] = deps.split()
+    for folder, deps in layers.items():
+        for dep in deps:
+            if dep not in layers:
+                sys.exit(f"check_layers: {doc}: '{folder}' depends on '{dep}', which is not listed")
+    return layers
+
+
+def closure(layers):
+    """{folder: set of folders it may include}; exits on a cycle."""
+    allowed = {}
+
+    def visit(folder, path):
+        if folder in path:
+            sys.exit("check_layers: dependency cycle: " + " -> ".join(path + [folder]))
+        if folder not in allowed:
+            reach = {folder}
+            for dep in layers[folder]:
+                reach |= visit(dep, path + [folder])
+            allowed[folder] = reach
+        return allowed[folder]
+
+    for folder in layers:
+        visit(folder, [])
+    return allowed
+
+
+def owner(path: str, folders):
+    """The listed folder that holds `path` (the longest prefix), or None."""
+    best = None
+    for folder in folders:
+        if path.startswith(folder + "/") and (best is None or len(folder) > len(best)):
+            best = folder
+    return best
+
+
+def violations(layers, files):
+    """[(file, line, from folder, to folder, include)] for `files`: {relative path: text}."""
+    allowed = closure(layers)
+    found = []
+    for rel, text in sorted(files.items()):
+        src = owner(rel, layers)
+        if src is None:
+            continue
+        for n, line in enumerate(text.splitlines(), start=1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            dst = owner(m.group(1), layers)
+            if dst is not None and dst not in allowed[src]:
+                found.append((rel, n, src, dst, m.group(1)))
+    return found
+
+
+def source_files(root: pathlib.Path, layers):
+    files = {}
+    for folder in layers:
+        for p in (root / folder).glob("*"):
+            if p.suffix in SOURCE_SUFFIXES and p.is_file():
+                files[p.relative_to(root).as_posix()] = p.read_text(errors="replace")
+    return files
+
+
+def report(found):
+    for rel, n, src, dst, inc in found:
+        print(f"{rel}:{n}: {src} includes \"{inc}\" of {dst}, which is not below it "
+              f"(docs/architecture.md, Libraries)", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", default=str(ROOT / "docs" / "architecture.md"))
+    ap.add_argument("--self-test", action="store_true",
+                    help="also check that an include of a higher library is reported")
+    args = ap.parse_args()
+    layers = read_layers(pathlib.Path(args.doc))
+    files = source_files(ROOT, layers)
+    found = violations(layers, files)
+    report(found)
+    if args.self_test:
+        # Each library's first source, made to include a header of every library above it.
+        allowed = closure(layers)
+        planted = 0
+        for low in layers:
+            mine = sorted(r for r in files if owner(r, layers) == low)
+            for high in layers:
+                if not mine or high == low or low not in allowed[high] or high in allowed[low]:
+                    continue
+                if not violations(layers, {mine[0]: f'#include "{high}/probe.h"\n'}):
+                    print(f"check_layers: self-test: {low} including {high} went unnoticed",
+                          file=sys.stderr)
+                    return 1
+                planted += 1
+        if planted == 0:
+            print("check_layers: self-test: nothing to plant", file=sys.stderr)
+            return 1
+        print(f"check_layers: self-test: {planted} planted upward includes all reported")
+    if found:
+        print(f"check_layers: {len(found)} include(s) against the layering", file=sys.stderr)
+        return 1
+    print(f"check_layers: {len(files)} files in {len(layers)} libraries follow the layering")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
