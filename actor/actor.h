@@ -118,8 +118,8 @@ class Actor {
   std::unique_ptr<relay::Publisher> publisher_;
   std::unique_ptr<ZmqRequestClient> manager_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // set by Run when tensorboard_dir is
-  std::ofstream metrics_file_;     // metrics_path, open during Run
-  std::ofstream trajectory_file_;  // trajectory_log, open during Run
+  std::ofstream metrics_file_;                      // metrics_path, open during Run
+  std::ofstream trajectory_file_;                   // trajectory_log, open during Run
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;

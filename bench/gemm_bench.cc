@@ -145,6 +145,7 @@ std::vector<GemmShape> SmolLM2GemmShapes() {
           {"lm_head", 49152, 576}};
 }
 
+// Kept whole: one table row per (shape, M, format), each measured and printed where it is made.
 StatusOr<nlohmann::json> BenchGemm(const std::vector<GemmShape>& shapes,
                                    const std::vector<int64_t>& ms, double dram_bytes_per_s,
                                    double min_seconds, int num_threads) {

@@ -1,5 +1,6 @@
-// Measured hardware limits that benchmarks report against (docs/architecture.md: a fraction of a measured
-// limit, not of a datasheet number): DRAM read bandwidth and oneDNN's f32 and bf16 GEMM peaks.
+// Measured hardware limits that benchmarks report against (docs/architecture.md: a fraction of a
+// measured limit, not of a datasheet number): DRAM read bandwidth and oneDNN's f32 and bf16 GEMM
+// peaks.
 #pragma once
 
 #include <cstdint>

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "cli/command.h"
-#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/gguf.h"
 #include "model/model_path.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer_loader.h"
 
 namespace laminar::cli {

@@ -1,5 +1,5 @@
 // `laminar cluster-plan --recipe R [key=value ...]`: where each role instance of a multi-machine
-// launch goes (the recipe's cluster: section, cli/cluster.h), for launchers such as
+// launch goes (the recipe's cluster: section, launch/cluster.h), for launchers such as
 // scripts/launch_slurm.sh, so that no script parses YAML. --format json prints one object;
 // --format lines prints "nodes N", "coordinator_port P", "connect_timeout_s T", then one
 // "role ROLE RANK NODE" line per instance, in launch order, for `while read` in a shell.
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "recipe/recipe.h"
-#include "launch/cluster.h"
 #include "cli/command.h"
+#include "launch/cluster.h"
+#include "recipe/recipe.h"
 
 namespace laminar::cli {
 namespace {

@@ -18,21 +18,21 @@
 #include <string>
 #include <vector>
 
-#include "recipe/recipe.h"
-#include "reward/reward_recipe.h"
-#include "rollout/manager/manager_recipe.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "engine/llama_model.h"
-#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer_loader.h"
+#include "recipe/recipe.h"
 #include "reward/pass_at_k.h"
 #include "reward/reward.h"
-#include "rollout/manager/data_order.h"
-#include "rollout/manager/prompt_dataset.h"
+#include "reward/reward_recipe.h"
 #include "rollout/engine/rollout_engine.h"
+#include "rollout/manager/data_order.h"
+#include "rollout/manager/manager_recipe.h"
+#include "rollout/manager/prompt_dataset.h"
 
 namespace laminar::cli {
 namespace {

@@ -16,9 +16,9 @@
 #include "engine/llama2c_sampler.h"
 #include "engine/llama_model.h"
 #include "engine/sampler.h"
-#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer_loader.h"
 #include "rollout/engine/rollout_engine.h"
 
@@ -181,6 +181,8 @@ int RunDefault(const model::Checkpoint& ckpt, const engine::LlamaModel& lm,
   return 0;
 }
 
+// Kept whole: the batched path of `laminar generate`, read top to bottom as the steps it runs
+// (requests, engine loop, output lines); its parts share the request table.
 // Batch mode: every prompt of `a.input` (one JSON object a line; blank lines skipped) becomes one
 // RolloutRequest of a.n samples with seed a.seed + the prompt's 0-based index, stopping on the
 // model's EOS ids; all run together through the RolloutEngine. One JSON line per finished sample

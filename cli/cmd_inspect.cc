@@ -5,11 +5,11 @@
 #include <string>
 
 #include "cli/command.h"
-#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/ggml_quants.h"
 #include "model/gguf.h"
 #include "model/model_path.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer_loader.h"
 
 namespace laminar::cli {

@@ -1,6 +1,6 @@
-// `laminar relay`: one relay process (docs/architecture.md). Without --master it is the master relay,
-// the chain's head that the actor publishes to; with --master it joins that master's chain.
-// With --recipe R --rank K --coordinator tcp://HEAD:PORT (a multi-machine launch, cli/cluster.h)
+// `laminar relay`: one relay process (docs/architecture.md). Without --master it is the master
+// relay, the chain's head that the actor publishes to; with --master it joins that master's chain.
+// With --recipe R --rank K --coordinator tcp://HEAD:PORT (a multi-machine launch, launch/cluster.h)
 // relay 0 is the master and relay K > 0 finds the master there and joins its chain; each
 // registers its control endpoint for the actor and the rollouts to look up. Prints one JSON line
 // on stdout once it serves ({"id","control","bulk","host","pid"}), then runs until SIGTERM or
@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "recipe/recipe.h"
-#include "launch/cluster.h"
 #include "cli/command.h"
 #include "core/bulk_transport.h"
 #include "core/logging.h"
+#include "launch/cluster.h"
+#include "recipe/recipe.h"
 #include "relay/relay.h"
 
 namespace laminar::cli {
@@ -36,7 +36,7 @@ struct RelayArgs {
   int join_timeout_ms = 5000;
   double fault_corrupt = 0;
   double fault_drop = 0;
-  // A multi-machine launch (cli/cluster.h).
+  // A multi-machine launch (launch/cluster.h).
   std::string recipe;
   std::vector<std::string> overrides;
   int rank = 0;
@@ -48,15 +48,16 @@ int Fail(const std::string& message) { return CommandFail("relay", message); }
 
 // With --coordinator: fills in the master, the id and the addresses of relay `a->rank` from the
 // recipe's cluster plan, and returns the client to register with once the relay serves.
-StatusOr<std::unique_ptr<launch::CoordinatorClient>> JoinAsRelay(RelayArgs* a, sigset_t stop_signals,
-                                                         int* node) {
+StatusOr<std::unique_ptr<launch::CoordinatorClient>> JoinAsRelay(RelayArgs* a,
+                                                                 sigset_t stop_signals, int* node) {
   if (a->recipe.empty()) {
     return InvalidArgumentError("--coordinator needs --recipe (its cluster: section)");
   }
   LAMINAR_ASSIGN_OR_RETURN(Config recipe, recipe::LoadRecipe(a->recipe, a->overrides));
   LAMINAR_ASSIGN_OR_RETURN(launch::ClusterPlan plan, launch::ClusterPlanOf(recipe));
-  LAMINAR_ASSIGN_OR_RETURN(auto client, launch::JoinCluster(plan, "relay", a->rank, a->coordinator,
-                                                    launch::StopSignalPending(stop_signals)));
+  LAMINAR_ASSIGN_OR_RETURN(auto client,
+                           launch::JoinCluster(plan, "relay", a->rank, a->coordinator,
+                                               launch::StopSignalPending(stop_signals)));
   *node = plan.relay_node[static_cast<size_t>(a->rank)];
   if (a->rank == 0) {
     LAMINAR_RETURN_IF_ERROR(client->WaitReady());

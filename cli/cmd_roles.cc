@@ -2,7 +2,7 @@
 // rollout` and `laminar actor`, each reading the same recipe (YAML plus dotted overrides) and
 // finding the others by endpoint: given explicitly (--listen, --manager, --relay), or for a
 // multi-machine launch through the coordinator (--rank i --coordinator tcp://HOST:PORT; the
-// manager serves it, cli/cluster.h). Each prints one JSON line on stdout once it serves or runs
+// manager serves it, launch/cluster.h). Each prints one JSON line on stdout once it serves or runs
 // ({"role","id","endpoint","pid"}), logs to stderr, and stops cleanly on SIGTERM or SIGINT.
 #include <signal.h>
 #include <unistd.h>
@@ -19,23 +19,23 @@
 #include <vector>
 
 #include "actor/actor.h"
-#include "actor/console.h"
-#include "recipe/recipe.h"
-#include "rollout/worker/worker_recipe.h"
-#include "reward/reward_recipe.h"
-#include "rollout/manager/manager_recipe.h"
 #include "actor/actor_recipe.h"
-#include "launch/cluster.h"
+#include "actor/console.h"
 #include "cli/command.h"
 #include "core/host.h"
 #include "core/logging.h"
-#include "model/tokenizer/chat_format.h"
+#include "launch/cluster.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer_loader.h"
+#include "recipe/recipe.h"
+#include "reward/reward_recipe.h"
+#include "rollout/manager/manager_recipe.h"
 #include "rollout/manager/manager_server.h"
 #include "rollout/manager/prompt_dataset.h"
 #include "rollout/worker/worker.h"
+#include "rollout/worker/worker_recipe.h"
 #include "trainer/parameters.h"
 
 namespace laminar::cli {
@@ -147,9 +147,9 @@ int RunManager(const RoleArgs& a) {
     advertise_host = a.host.empty() ? address->host : a.host;
     if (a.listen.empty()) {
       listen = "tcp://" +
-               (!a.host.empty()                 ? a.host
+               (!a.host.empty()                         ? a.host
                 : launch::IsLoopbackHost(address->host) ? std::string("127.0.0.1")
-                                                : std::string("0.0.0.0")) +
+                                                        : std::string("0.0.0.0")) +
                ":*";
     }
   }
@@ -163,50 +163,19 @@ int RunManager(const RoleArgs& a) {
   }
   auto dataset = manager::LoadPromptDataset(r.GetString("data.path"), *policy->tokenizer, *d);
   if (!dataset.ok()) return fail("recipe data.path: " + std::string(dataset.status().message()));
-  // Every prompt with its response budget must fit the policy's context, or no rollout could
-  // ever run it.
-  const int64_t context = policy->checkpoint.config.max_position_embeddings;
-  for (const manager::PromptRow& row : dataset->rows) {
-    const int64_t budget = row.max_tokens > 0 ? row.max_tokens : r.GetInt("rollout.max_tokens");
-    if (static_cast<int64_t>(row.prompt_ids.size()) + budget - 1 > context) {
-      return fail(row.source + ": a prompt of " + std::to_string(row.prompt_ids.size()) +
-                  " tokens with max_tokens " + std::to_string(budget) +
-                  " does not fit the model's context of " + std::to_string(context) +
-                  " positions (lower rollout.max_tokens or set data.max_prompt_tokens)");
-    }
+  if (Status fits =
+          manager::CheckPromptsFit(*dataset, policy->checkpoint.config.max_position_embeddings,
+                                   r.GetInt("rollout.max_tokens"));
+      !fits.ok()) {
+    return fail(fits.message());
   }
-  manager::ManagerConfig mc;
-  mc.num_samples = static_cast<int32_t>(r.GetInt("rollout.n"));
-  mc.shuffle = r.GetBool("data.shuffle");
-  mc.num_epochs = r.GetInt("data.num_epochs");
-  mc.sampling.set_temperature(static_cast<float>(r.GetFloat("rollout.temperature")));
-  mc.sampling.set_top_p(static_cast<float>(r.GetFloat("rollout.top_p")));
-  mc.sampling.set_top_k(static_cast<int32_t>(r.GetInt("rollout.top_k")));
-  mc.sampling.set_min_p(static_cast<float>(r.GetFloat("rollout.min_p")));
-  mc.sampling.set_max_tokens(static_cast<int32_t>(r.GetInt("rollout.max_tokens")));
-  mc.sampling.set_seed(static_cast<uint64_t>(r.GetInt("data.seed")));
-  for (const std::string& s : r.GetStringList("rollout.stop")) mc.sampling.add_stop(s);
-  if (r.GetBool("rollout.stop_at_eos")) {
-    for (int64_t id : policy->checkpoint.config.eos_token_ids) {
-      mc.sampling.add_stop_token_ids(static_cast<int32_t>(id));
-    }
-  }
-  const int64_t b = r.GetInt("actor.groups_per_step");
-  // Generation may run ahead of training by what the rollouts hold plus two batches.
-  mc.max_outstanding_groups =
-      r.GetInt("rollout.num_workers") * r.GetInt("rollout.max_groups") + 2 * b;
-  manager::ManagerServerOptions so;
-  so.endpoint = listen;
-  auto mode = manager::ParseRunMode(r.GetString("mode"));
-  if (!mode.ok()) return fail(mode.status().message());
-  so.mode = *mode;
-  so.groups_per_step = static_cast<int32_t>(b);
-  so.heartbeat_timeout_s = r.GetFloat("rollout.heartbeat_timeout_s");
-  so.repack.enabled = r.GetBool("repack.enabled") && *mode == manager::RunMode::kAsync;
-  so.repack.max_batch = static_cast<int32_t>(r.GetInt("repack.max_batch"));
-  so.repack_interval_s = r.GetFloat("repack.interval_s");
+  const manager::ManagerConfig mc =
+      manager::ManagerConfigOf(r, policy->checkpoint.config.eos_token_ids);
+  auto so = manager::ManagerServerOptionsOf(r);
+  if (!so.ok()) return fail(so.status().message());
+  so->endpoint = listen;
   auto server = manager::ManagerServer::Start(
-      std::make_shared<const manager::PromptDataset>(std::move(*dataset)), mc, so);
+      std::make_shared<const manager::PromptDataset>(std::move(*dataset)), mc, *so);
   if (!server.ok()) return fail(server.status().message());
   std::string endpoint = (*server)->endpoint();
   if (coordinator) {
@@ -245,7 +214,8 @@ int RunRollout(const RoleArgs& a) {
   if (!a.coordinator.empty()) {
     auto plan = launch::ClusterPlanOf(*recipe);
     if (!plan.ok()) return fail(plan.status().message());
-    auto client = launch::JoinCluster(*plan, "rollout", a.rank, a.coordinator, launch::StopSignalPending(signals));
+    auto client = launch::JoinCluster(*plan, "rollout", a.rank, a.coordinator,
+                                      launch::StopSignalPending(signals));
     if (!client.ok()) return fail(client.status().message());
     // The actor registers once it has started (with --resume: restored the manager's snapshot,
     // which the manager refuses after handing out work), so rollouts ask for work only after.
@@ -309,7 +279,8 @@ int RunActor(const RoleArgs& a) {
                   ": there is one actor (0); data-parallel actor ranks in separate processes are "
                   "not supported yet");
     }
-    auto client = launch::JoinCluster(*plan, "actor", a.rank, a.coordinator, launch::StopSignalPending(signals));
+    auto client = launch::JoinCluster(*plan, "actor", a.rank, a.coordinator,
+                                      launch::StopSignalPending(signals));
     if (!client.ok()) return fail(client.status().message());
     coordinator = std::move(*client);
     auto manager = coordinator->Lookup("manager", 0);

@@ -151,26 +151,27 @@ struct RunFolder {
 };
 
 StatusOr<RunFolder> PrepareRunFolder(const RunArgs& a, const Config& recipe) {
-  RunFolder f;
-  f.dir = !a.run_dir.empty()                       ? fs::path(a.run_dir)
-          : !recipe.GetString("run.dir").empty() ? fs::path(recipe.GetString("run.dir"))
-                                                   : fs::path("runs") / fs::path(a.recipe).stem();
+  fs::path dir = !a.run_dir.empty() ? fs::path(a.run_dir)
+                 : !recipe.GetString("run.dir").empty()
+                     ? fs::path(recipe.GetString("run.dir"))
+                     : fs::path("runs") / fs::path(a.recipe).stem();
   std::error_code ec;
-  fs::create_directories(f.dir / "logs", ec);
-  if (ec) return InternalError("cannot create " + (f.dir / "logs").string() + ": " + ec.message());
-  f.overrides = a.overrides;
-  if (a.rollouts > 0) f.overrides.push_back("rollout.num_workers=" + std::to_string(a.rollouts));
+  fs::create_directories(dir / "logs", ec);
+  if (ec) return InternalError("cannot create " + (dir / "logs").string() + ": " + ec.message());
+  std::vector<std::string> overrides = a.overrides;
+  if (a.rollouts > 0) overrides.push_back("rollout.num_workers=" + std::to_string(a.rollouts));
   auto default_path = [&](const std::string& key, const fs::path& value) {
-    if (!recipe.IsSet(key)) f.overrides.push_back(key + "=" + value.string());
+    if (!recipe.IsSet(key)) overrides.push_back(key + "=" + value.string());
   };
-  default_path("actor.metrics", f.dir / "metrics.jsonl");
-  default_path("actor.progress_file", f.dir / "progress.json");
-  default_path("actor.checkpoint_dir", f.dir / "checkpoints");
-  default_path("actor.export_dir", f.dir / "model");
+  default_path("actor.metrics", dir / "metrics.jsonl");
+  default_path("actor.progress_file", dir / "progress.json");
+  default_path("actor.checkpoint_dir", dir / "checkpoints");
+  default_path("actor.export_dir", dir / "model");
   if (recipe::RecipeSchema().Find("actor.tensorboard_dir") != nullptr) {
-    default_path("actor.tensorboard_dir", f.dir / "tensorboard");
+    default_path("actor.tensorboard_dir", dir / "tensorboard");
   }
-  LAMINAR_ASSIGN_OR_RETURN(f.effective, recipe::LoadRecipe(a.recipe, f.overrides));
+  LAMINAR_ASSIGN_OR_RETURN(Config effective, recipe::LoadRecipe(a.recipe, overrides));
+  RunFolder f{std::move(dir), std::move(overrides), std::move(effective)};
   // A finished or interrupted run is continued with --resume, never silently mixed with a new one.
   const fs::path checkpoints = f.effective.GetString("actor.checkpoint_dir");
   if (!a.resume && !checkpoints.empty() && fs::exists(checkpoints / "latest")) {
@@ -247,9 +248,9 @@ int RunJob(const RunArgs& a) {
   launch.shm_prefix = "laminar-run-" + std::to_string(getpid());
   auto roles = launch::StartRunRoles(launch);
   if (!roles.ok()) return Fail(roles.status().message());
-  std::fprintf(stderr, "[run] %d rollouts, manager %s, relay %s; logs in %s\n",
-               launch.num_rollouts, roles->manager_endpoint.c_str(),
-               roles->relay_endpoint.c_str(), launch.log_dir.string().c_str());
+  std::fprintf(stderr, "[run] %d rollouts, manager %s, relay %s; logs in %s\n", launch.num_rollouts,
+               roles->manager_endpoint.c_str(), roles->relay_endpoint.c_str(),
+               launch.log_dir.string().c_str());
 
   Console console(metrics_path, metrics_offset, folder->effective.GetString("actor.progress_file"));
   auto say = [&console](const std::string& line) { console.SayLine(line); };

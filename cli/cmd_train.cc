@@ -93,6 +93,7 @@ Status CheckOutputs(const TrainArgs& a) {
   return OkStatus();
 }
 
+// Kept whole: `laminar train` from flags to the last step, in the order a user reads its output.
 int Run(TrainArgs a) {
   if (Status st = CheckOutputs(a); !st.ok()) return Fail(st.message());
   auto path = model::ResolveModelPath(a.model);

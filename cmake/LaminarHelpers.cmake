@@ -13,6 +13,24 @@ function(laminar_placeholder_library name)
   add_library(${name} INTERFACE)
 endfunction()
 
+# laminar_slow_test_filter(OUT): the gtest filter (patterns joined by ':') of the slow tests listed
+# in tests/slow_tests.txt, one pattern a line, '#' starting a comment.
+function(laminar_slow_test_filter out)
+  file(STRINGS "${PROJECT_SOURCE_DIR}/tests/slow_tests.txt" lines)
+  set(patterns "")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "#.*" "" line "${line}")
+    string(STRIP "${line}" line)
+    if(line)
+      list(APPEND patterns "${line}")
+    endif()
+  endforeach()
+  list(JOIN patterns ":" joined)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+               "${PROJECT_SOURCE_DIR}/tests/slow_tests.txt")
+  set(${out} "${joined}" PARENT_SCOPE)
+endfunction()
+
 # laminar_test(NAME LABEL l SOURCES ... DEPS ...): one GoogleTest binary; each test is a CTest test
 # carrying the label (unit, integration, e2e, gpu).
 function(laminar_test name)
@@ -30,7 +48,22 @@ function(laminar_test name)
     set(env ENVIRONMENT UCX_MEM_EVENTS=no)
   endif()
   include(GoogleTest)
-  gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} ${env} DISCOVERY_TIMEOUT 60)
+  # Tests over ~5 s (tests/slow_tests.txt) also carry the label `slow`: scripts/test.sh --fast
+  # leaves them out. Each test is discovered once, by one of the two complementary filters.
+  laminar_slow_test_filter(slow)
+  gtest_discover_tests(${name} TEST_FILTER "-${slow}" DISCOVERY_MODE PRE_TEST
+                       PROPERTIES LABELS ${ARG_LABEL} ${env} DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(${name} TEST_FILTER "${slow}" DISCOVERY_MODE PRE_TEST
+                       TEST_LIST ${name}_SLOW_TESTS
+                       PROPERTIES LABELS ${ARG_LABEL} ${env} DISCOVERY_TIMEOUT 60)
+  # gtest_discover_tests writes properties space-separated, so a list of labels cannot pass
+  # through it: the slow ones get both labels here, after discovery has listed them.
+  set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_slow_labels.cmake")
+  file(WRITE "${labels_file}"
+       "foreach(t IN LISTS ${name}_SLOW_TESTS)\n"
+       "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${ARG_LABEL};slow\")\n"
+       "endforeach()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()
 
 # laminar_hot_path(TARGET): the libraries that run the model (kernels, engine, trainer) build at -O3

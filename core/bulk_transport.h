@@ -1,7 +1,7 @@
 // BulkTransport: point-to-point delivery of large tagged buffers (weight chunks), the interface
-// the relay tier sends through (docs/architecture.md). UcxBulkTransport (core/ucx_transport.h) is the fast
-// implementation, ZmqBulkTransport the ZeroMQ fallback; CreateBulkTransport picks one by name.
-// FaultyTransport wraps any implementation to drop, corrupt, delay, reorder or kill traffic.
+// the relay tier sends through (docs/architecture.md). UcxBulkTransport (core/ucx_transport.h) is
+// the fast implementation, ZmqBulkTransport the ZeroMQ fallback; CreateBulkTransport picks one by
+// name. FaultyTransport wraps any implementation to drop, corrupt, delay, reorder or kill traffic.
 #pragma once
 
 #include <cstdint>

@@ -32,22 +32,22 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::Submit(std::function<void()> task) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(task));
     queued_.fetch_add(1, std::memory_order_release);
     wake = sleepers_ > 0;  // spinning workers see queued_ without a wake-up
   }
-  if (wake) cv_.notify_one();
+  if (wake) cv_.NotifyOne();
 }
 
 void ThreadPool::WorkerLoop() {
@@ -55,10 +55,10 @@ void ThreadPool::WorkerLoop() {
     std::function<void()> task;
     SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; }, kSpinUs);
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!stop_ && queue_.empty()) {
         ++sleepers_;
-        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
         --sleepers_;
       }
       if (queue_.empty()) return;  // stop_ and drained
@@ -69,16 +69,16 @@ void ThreadPool::WorkerLoop() {
     }
     task();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       --active_;
-      if (active_ == 0 && queue_.empty()) idle_cv_.notify_all();
+      if (active_ == 0 && queue_.empty()) idle_cv_.NotifyAll();
     }
   }
 }
 
 void ThreadPool::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [this] { return active_ == 0 && queue_.empty(); });
+  MutexLock lock(&mu_);
+  while (active_ != 0 || !queue_.empty()) idle_cv_.Wait(&mu_);
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
@@ -95,8 +95,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
   // The completion state lives on the heap, owned by every task: a worker may still be inside
   // unlock/notify after the caller has seen the count reach zero and returned.
   struct Completion {
-    std::mutex mu;
-    std::condition_variable cv;
+    Mutex mu;
+    CondVar cv;
     std::atomic<int64_t> remaining{0};
   };
   auto done = std::make_shared<Completion>();
@@ -106,16 +106,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
     Submit([done, &fn, b, e] {
       if (b < e) fn(b, e);
       if (done->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(done->mu);  // a waiter checks under the lock
-        done->cv.notify_all();
+        MutexLock lock(&done->mu);  // a waiter checks under the lock
+        done->cv.NotifyAll();
       }
     });
   }
   fn(0, std::min(n, per));
   auto finished = [&] { return done->remaining.load(std::memory_order_acquire) == 0; };
   if (SpinUntil(finished, kSpinUs)) return;
-  std::unique_lock<std::mutex> lock(done->mu);
-  done->cv.wait(lock, finished);
+  MutexLock lock(&done->mu);
+  while (!finished()) done->cv.Wait(&done->mu);
 }
 
 }  // namespace laminar

@@ -2,13 +2,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace laminar {
 
@@ -27,25 +27,26 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()); }
-  void Submit(std::function<void()> task);
+  void Submit(std::function<void()> task) LAMINAR_EXCLUDES(mu_);
   // Runs fn(begin, end) over [0, n) split into at most num_threads()+1 contiguous chunks (the
   // caller runs one); returns when all are done. Chunks have at least `min_chunk` items.
-  void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+  void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn)
+      LAMINAR_EXCLUDES(mu_);
   // Blocks until the queue is empty and no task is running.
-  void Wait();
+  void Wait() LAMINAR_EXCLUDES(mu_);
 
  private:
   static constexpr int64_t kSpinUs = 100;
-  void WorkerLoop();
+  void WorkerLoop() LAMINAR_EXCLUDES(mu_);
   std::vector<std::thread> workers_;
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the lock
-  int sleepers_ = 0;                // workers waiting on cv_ (under mu_)
-  std::deque<std::function<void()>> queue_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable idle_cv_;
-  int active_ = 0;
-  bool stop_ = false;
+  Mutex mu_;
+  int sleepers_ LAMINAR_GUARDED_BY(mu_) = 0;  // workers waiting on cv_
+  std::deque<std::function<void()>> queue_ LAMINAR_GUARDED_BY(mu_);
+  CondVar cv_;       // a task was queued, or stop_
+  CondVar idle_cv_;  // active_ == 0 and queue_ empty
+  int active_ LAMINAR_GUARDED_BY(mu_) = 0;
+  bool stop_ LAMINAR_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace laminar

@@ -213,6 +213,10 @@ class LlamaModel {
   static int64_t WeightBytes(const Weight& w);
   // Quantizes every projection to w8a8 / w4a8 over the pool (Bind leaves them in f32 first).
   Status Quantize();
+  // Quantizes `w` [n, k] to format_ in place, its f32 data dropped (*replaced says which); under
+  // q8_0/q4_1 a K that is not whole ggml blocks stays f32. `threads` sizes the many-row packing.
+  Status QuantizeWeight(Weight& w, int64_t n, int64_t k, int64_t threads,
+                        const void** replaced) const;
   // Positions [T] of the packed batch from `spans`, after checking ids and span sums (errors as
   // Forward; per-span cache checks are the caller's).
   StatusOr<std::vector<int32_t>> PackedPositions(std::span<const int32_t> tokens,

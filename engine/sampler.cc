@@ -83,6 +83,8 @@ int64_t TokenDistribution::IndexOf(int32_t id) const {
   return -1;
 }
 
+// Kept whole: the per-token hot path, with its early returns (non-finite logits, greedy, no
+// truncation) before the general sorted path.
 void Sampler::Distribution(std::span<const float> logits, TokenDistribution* out) {
   const int64_t v = static_cast<int64_t>(logits.size());
   out->ids.clear();

@@ -1,9 +1,9 @@
 // Token sampling with exact logprobs: temperature, top-k, top-p (nucleus) and min-p, with a seed
 // per request so a request's tokens do not depend on what else shares the batch. The logprob
 // recorded for a sampled token is under the exact distribution it was drawn from (after temperature
-// and truncation), as the off-policy correction needs (docs/architecture.md). Temperature 0 is greedy
-// (logprob of the argmax under the untruncated temperature-1 distribution, and top logprobs of
-// that distribution).
+// and truncation), as the off-policy correction needs (docs/architecture.md). Temperature 0 is
+// greedy (logprob of the argmax under the untruncated temperature-1 distribution, and top logprobs
+// of that distribution).
 #pragma once
 
 #include <array>
@@ -61,7 +61,7 @@ class Xoshiro256 {
 
 // The exact distribution a Sampler draws a token from, for one row of logits: the tokens kept
 // after temperature and truncation with their probabilities. Speculative decoding verifies drafted
-// tokens against it (rollout/speculative.h).
+// tokens against it (rollout/speculation/draft_tree.h).
 struct TokenDistribution {
   bool greedy = false;        // temperature 0: a point mass on ids[0], the argmax
   std::vector<int32_t> ids;   // kept tokens; when `dense`, every token with ids[i] == i

@@ -1,7 +1,7 @@
 // Multi-machine launches: the recipe's cluster: section as a plan (which role
 // instance runs on which node), and the coordinator, a small rendezvous served by the manager at
 // one well-known address (`--coordinator tcp://HOST:PORT`) where relays, the manager and the actor
-// register their endpoints and every role looks up the peers it needs (README.md, Multi-machine).
+// register their endpoints and every role looks up the peers it needs (docs/multi-machine.md).
 #pragma once
 
 #include <csignal>

@@ -102,8 +102,8 @@ int KeepRolloutsUp(RunRoles& roles, int max_restarts, int start_timeout_ms,
       continue;
     }
     ++r.restarts;
-    say("[run] " + r.name + " exited (" + exit + "); restarting it (" +
-        std::to_string(r.restarts) + " of " + std::to_string(max_restarts) + ")");
+    say("[run] " + r.name + " exited (" + exit + "); restarting it (" + std::to_string(r.restarts) +
+        " of " + std::to_string(max_restarts) + ")");
     if (auto st = StartRole(&r, start_timeout_ms); !st.ok()) {
       say("[run] " + std::string(st.status().message()));
       continue;  // its Process is not running: the next round counts another restart

@@ -53,8 +53,8 @@ struct RunLaunch {
   std::vector<std::string> recipe_args;
   std::filesystem::path log_dir;
   int num_rollouts = 1;
-  bool resume = false;  // the actor continues from its newest checkpoint
-  std::string shm_prefix;  // the master relay's shared-memory names
+  bool resume = false;            // the actor continues from its newest checkpoint
+  std::string shm_prefix;         // the master relay's shared-memory names
   int start_timeout_ms = 120000;  // loading a model can take a while
 };
 
@@ -65,10 +65,10 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch);
 
 // Why WatchRun returned.
 enum class RunEnd {
-  kActorExited,   // exit_code is the actor's (0: it finished its steps)
-  kRoleDown,      // the relay or manager exited
-  kNoRollouts,    // every rollout is gone past its restarts
-  kInterrupted,   // a signal of `stop_signals` arrived
+  kActorExited,  // exit_code is the actor's (0: it finished its steps)
+  kRoleDown,     // the relay or manager exited
+  kNoRollouts,   // every rollout is gone past its restarts
+  kInterrupted,  // a signal of `stop_signals` arrived
 };
 struct WatchResult {
   RunEnd end = RunEnd::kActorExited;

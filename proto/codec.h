@@ -17,6 +17,10 @@
 namespace laminar::proto {
 
 inline constexpr uint32_t kProtocolVersion = 1;
+
+// ReturnedGroups.reason (with no prompt ids) of the message a rollout sends when it starts: the
+// manager forgets what an earlier process with the same id held (its groups go back to the pool).
+inline constexpr char kRestartReason[] = "restart";
 // The largest policy version a manifest may describe (4 TiB): anything above is a bad message,
 // not a model, and must not reach an allocation.
 inline constexpr uint64_t kMaxVersionBytes = uint64_t{1} << 42;

@@ -8,6 +8,8 @@
 namespace laminar::recipe {
 namespace {
 
+// One statement per recipe key, in the order configs/reference.yaml lists them: kept as one
+// table (the reference reader and the schema are the same text).
 ConfigSchema BuildSchema() {
   ConfigSchema s;
   s.AddString("mode", "async",
@@ -145,8 +147,7 @@ ConfigSchema BuildSchema() {
   s.AddFloat("actor.lr", 1e-6, "peak learning rate", 0.0, 10.0);
   s.AddFloat("actor.weight_decay", 0.01, "decoupled weight decay", 0.0);
   s.AddFloat("actor.grad_clip", 1.0, "max global gradient norm (0: off)", 0.0);
-  s.AddString("actor.lr_schedule", "constant",
-              "constant, constant_with_warmup or cosine");
+  s.AddString("actor.lr_schedule", "constant", "constant, constant_with_warmup or cosine");
   s.AddInt("actor.warmup_steps", 0, "linear warm-up steps", 0);
   s.AddString("actor.loss", "vanilla", "policy loss: vanilla (PPO clip), gspo or pg");
   s.AddString("actor.loss_agg_mode", "token-mean",
@@ -159,8 +160,7 @@ ConfigSchema BuildSchema() {
   s.AddFloat("actor.kl_coef", 0.0, "KL to the initial policy (0: off)", 0.0);
   s.AddString("actor.kl_estimator", "k3", "k1, k2 or k3");
   s.AddFloat("actor.entropy_coef", 0.0, "entropy bonus");
-  s.AddString("actor.adv_estimator", "grpo",
-              "grpo, dr_grpo, rloo, reinforce_pp or gae");
+  s.AddString("actor.adv_estimator", "grpo", "grpo, dr_grpo, rloo, reinforce_pp or gae");
   s.AddInt("actor.mini_batch_size", 0, "samples per update (0: all)", 0);
   s.AddInt("actor.micro_batch_tokens", 8192, "tokens per forward/backward", 1);
   s.AddInt("actor.ppo_epochs", 1, "passes over each step's samples", 1);
@@ -182,7 +182,8 @@ ConfigSchema BuildSchema() {
               "write TensorBoard event files of the per-step metrics here (empty: none)");
   s.AddString("actor.trajectory_log", "",
               "append one JSON line per trained sample (ids, versions, reward) to this file");
-  s.AddBool("repack.enabled", true, "move long-tail trajectories to free rollouts (docs/architecture.md)");
+  s.AddBool("repack.enabled", true,
+            "move long-tail trajectories to free rollouts (docs/architecture.md)");
   s.AddInt("repack.max_batch", 64,
            "running sequences per rollout beyond which decode stops "
            "getting faster",

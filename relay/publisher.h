@@ -1,6 +1,6 @@
-// The actor's side of the relay tier (docs/architecture.md; Laminar §4.2): Publish copies a new policy
-// version into host memory, which is the only time the actor waits (relay/publish_stall_s), and
-// a background thread checksums it and sends it to the master relay as a manifest plus chunks.
+// The actor's side of the relay tier (docs/architecture.md; Laminar §4.2): Publish copies a new
+// policy version into host memory, which is the only time the actor waits (relay/publish_stall_s),
+// and a background thread checksums it and sends it to the master relay as a manifest plus chunks.
 // A newer version supersedes one still being sent. The publisher answers the master's resend
 // requests for chunks that arrived corrupted.
 #pragma once

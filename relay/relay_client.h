@@ -1,6 +1,6 @@
-// The rollout's side of the relay tier (docs/architecture.md; Laminar §4.2): ask a relay for its newest
-// complete version and pull it, from shared memory when the relay runs on this machine and over
-// the bulk transport otherwise. Relays are tried in order (the local one first); one that does
+// The rollout's side of the relay tier (docs/architecture.md; Laminar §4.2): ask a relay for its
+// newest complete version and pull it, from shared memory when the relay runs on this machine and
+// over the bulk transport otherwise. Relays are tried in order (the local one first); one that does
 // not answer is skipped for the next, so a dead relay never stalls a rollout.
 #pragma once
 

@@ -1,6 +1,6 @@
 // One policy version in a POSIX shared-memory segment (shm_open + mmap), the host-memory copy a
-// relay keeps and that rollouts on the same machine map read-only (docs/architecture.md, Laminar §4.2).
-// Layout: [ShmHeader (4 KiB) | encoded WeightManifest | pad to 4 KiB | data (total_bytes)].
+// relay keeps and that rollouts on the same machine map read-only (docs/architecture.md, Laminar
+// §4.2). Layout: [ShmHeader (4 KiB) | encoded WeightManifest | pad to 4 KiB | data (total_bytes)].
 // The writer fills the data, then MarkComplete() publishes it (a release store the reader's
 // acquire load pairs with). Unlinking removes the name only: the kernel frees the pages when the
 // last process unmaps them, so a rollout still reading an old version keeps it intact.

@@ -1,5 +1,5 @@
-// The relay tier's bulk-plane framing (docs/architecture.md): what the 64-bit BulkTransport tag of each
-// message means, and how a version's flat buffer is cut into checksummed chunks.
+// The relay tier's bulk-plane framing (docs/architecture.md): what the 64-bit BulkTransport tag of
+// each message means, and how a version's flat buffer is cut into checksummed chunks.
 //   tag = kind (4 bits) | version (36 bits) | chunk index (24 bits)
 // kind kBroadcast carries an encoded proto::RelayBroadcast; kind kChunk carries the raw bytes of
 // chunk `index` of `version`, checked against the manifest's chunk_xxhash64[index].

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/host.h"
+#include "core/mutex.h"
 #include "core/process.h"
 
 namespace laminar::reward {
@@ -138,20 +139,20 @@ class PythonWorkerPool {
   }
 
  private:
-  int Acquire() {
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [&] { return !idle_.empty(); });
+  int Acquire() LAMINAR_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (idle_.empty()) idle_cv_.Wait(&mu_);
     const int index = idle_.back();
     idle_.pop_back();
     return index;
   }
 
-  void Release(int index) {
+  void Release(int index) LAMINAR_EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       idle_.push_back(index);
     }
-    idle_cv_.notify_one();
+    idle_cv_.NotifyOne();
   }
 
   // Waits up to `grace_ms` for `w` to exit, then kills it; reaps it either way.
@@ -257,9 +258,9 @@ class PythonWorkerPool {
   const PythonRewardOptions options_;
   const std::string tag_;
   std::vector<Process> workers_;  // workers_[i] belongs to whoever took i off idle_
-  std::mutex mu_;
-  std::condition_variable idle_cv_;
-  std::vector<int> idle_;  // guarded by mu_
+  Mutex mu_;
+  CondVar idle_cv_;  // idle_ is not empty
+  std::vector<int> idle_ LAMINAR_GUARDED_BY(mu_);
 };
 
 }  // namespace

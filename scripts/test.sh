@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Configures, builds and runs the test suite (CTest labels unit, integration, gpu; gpu tests skip
-# without a device). Extra arguments go to ctest, e.g. scripts/test.sh -L unit.
+# Configures, builds and runs the test suite (CTest labels unit, integration, gpu, slow; gpu tests
+# skip without a device). --fast leaves out the tests labelled slow (each over ~5 s; the rest run
+# in about a minute after the build). Other arguments go to ctest, e.g. scripts/test.sh -L unit.
 # Environment: BUILD_DIR (default build), LAMINAR_WERROR (default ON), JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
+args=()
+for a in "$@"; do
+  if [ "$a" = "--fast" ]; then args+=(-LE slow); else args+=("$a"); fi
+done
 # Let ccache hit across clones in different folders (CI builds a fresh clone each time).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAMINAR_WERROR="${LAMINAR_WERROR:-ON}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300 "$@"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300 "${args[@]}"

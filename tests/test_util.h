@@ -1,4 +1,5 @@
-// Helpers shared by the tests: locating ../shared/data, temporary folders, polling.
+// Helpers shared by the tests: locating ../shared/data, temporary folders, polling, and the one
+// source of random tensors and raw GGML blocks.
 #pragma once
 
 #include <arpa/inet.h>
@@ -9,12 +10,48 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "core/dtype.h"
 
 namespace laminar::testing {
+
+// `n` values drawn from N(0, stddev²), the same for the same seed: every test's random tensor.
+inline std::vector<float> RandomNormal(size_t n, uint64_t seed, float stddev = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Random raw GGML blocks of `type` (2: Q4_0, 3: Q4_1, 8: Q8_0; 32 elements each) for an [n, k]
+// tensor, k a multiple of 32, with f16 scales of a realistic size (and Q4_1's minimum), the same
+// for the same seed.
+inline std::vector<uint8_t> RandomGgmlBlocks(uint32_t type, int64_t n, int64_t k, uint64_t seed) {
+  const size_t block_bytes = type == 2 ? 18 : type == 3 ? 20 : 34;
+  std::vector<uint8_t> out(static_cast<size_t>(n * k / 32) * block_bytes);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f), min(-0.1f, 0.f);
+  for (size_t b = 0; b < out.size() / block_bytes; ++b) {
+    uint8_t* p = out.data() + b * block_bytes;
+    const uint16_t d = FloatToHalf(scale(rng)), m = FloatToHalf(min(rng));
+    std::memcpy(p, &d, 2);
+    size_t header = 2;
+    if (type == 3) {
+      std::memcpy(p + 2, &m, 2);
+      header = 4;
+    }
+    for (size_t i = header; i < block_bytes; ++i) p[i] = static_cast<uint8_t>(rng());
+  }
+  return out;
+}
 
 // Root of the shared test data: $LAMINAR_SHARED_DATA, else <repo>/../shared/data.
 inline std::filesystem::path SharedDataDir() {

@@ -71,8 +71,8 @@ LlamaGraph<T>::LlamaGraph(const model::ModelConfig& config, const std::vector<Pa
     layer_params_.push_back(lp);
   }
   inv_freq_.resize(static_cast<size_t>(config.head_dim / 2));
-  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta, kernels::RopeScalingFrom(config.rope_scaling),
-                            inv_freq_);
+  kernels::ref::RopeInvFreq(config.head_dim, config.rope_theta,
+                            kernels::RopeScalingFrom(config.rope_scaling), inv_freq_);
 }
 
 template <typename T>
@@ -316,6 +316,8 @@ void LlamaGraph<T>::HeadBackward(std::span<const T> g_lp, std::span<const T> g_e
   }
 }
 
+// Kept whole: the layer loop of the training forward, each activation saved for the backward in
+// the order Backward reads them back.
 template <typename T>
 Status LlamaGraph<T>::Forward(const TrainBatch& batch, std::span<const T> values,
                               std::vector<T>* logprobs, std::vector<T>* entropy) {

@@ -1,7 +1,8 @@
 // The trainer's ops, forward and backward, templated on the scalar type: f32 is what training
 // runs (dense products through oneDNN, softmax through the vectorized row ops); f64 runs the
 // same code through the reference loops so that gradients can be checked against central finite
-// differences (docs/architecture.md, tests). Shape letters: kernels/README.md. All buffers row-major.
+// differences (docs/architecture.md, tests). Shape letters: kernels/README.md. All buffers
+// row-major.
 #pragma once
 
 #include <cstdint>

@@ -131,6 +131,8 @@ Status Trainer::CheckRanksAgree() {
   return OkStatus();
 }
 
+// Kept whole: one packing pass (first-fit by tokens, shared prompts placed with their samples)
+// whose bookkeeping every branch updates together.
 std::vector<Trainer::Packed> Trainer::MicroBatches(std::span<const TrainSample> samples,
                                                    std::span<const size_t> idx) const {
   std::vector<Packed> out;
@@ -270,6 +272,8 @@ StatusOr<std::vector<std::vector<float>>> Trainer::ResponseLogprobs(
   return out;
 }
 
+// Kept whole: one optimizer update (micro-batches, all-reduce, step) whose metrics every part adds
+// to.
 StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSample> samples,
                                                         std::span<const size_t> idx,
                                                         bool old_from_forward) {
@@ -519,8 +523,7 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
 
   const auto update_start = std::chrono::steady_clock::now();
   LAMINAR_RETURN_IF_ERROR(CheckRanksAgree(num_minibatches, HasBehaviorLogprobs(samples)));
-  LAMINAR_ASSIGN_OR_RETURN(std::map<std::string, double> metrics,
-                           RunUpdates(samples, idx, mb, old_from_forward));
+  LAMINAR_ASSIGN_OR_RETURN(auto metrics, RunUpdates(samples, idx, mb, old_from_forward));
   const double update_s = Since(update_start);
   LAMINAR_RETURN_IF_ERROR(AddRolloutMismatch(samples, metrics));
   ++global_step_;

@@ -1,5 +1,5 @@
-// Trainer: the policy update of one actor rank (docs/architecture.md). Given completed trajectories it
-// computes advantages, recomputes pi_old under the current weights, and runs the configured
+// Trainer: the policy update of one actor rank (docs/architecture.md). Given completed trajectories
+// it computes advantages, recomputes pi_old under the current weights, and runs the configured
 // mini-batch updates (gradient accumulation over token-budgeted micro-batches, gradients
 // all-reduced across data-parallel ranks, AdamW), then bumps the policy version. Also computes
 // response logprobs (pi_old, the lr = 0 check), saves/loads checkpoints and exports HF folders.

@@ -44,6 +44,6 @@ inline void AddModelOption(CLI::App* app, std::string* model) {
 }  // namespace laminar::cli
 
 // LAMINAR_REGISTER_BENCH("gemm", "quantized matmuls vs oneDNN", SetupGemm);
-#define LAMINAR_REGISTER_BENCH(name, description, setup)                                      \
+#define LAMINAR_REGISTER_BENCH(name, description, setup)                                        \
   static ::laminar::cli::BenchRegistrar LAMINAR_CLI_CONCAT(laminar_bench_registrar_, __LINE__)( \
       name, description, setup)

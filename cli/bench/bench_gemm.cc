@@ -13,7 +13,7 @@ namespace {
 
 struct GemmArgs {
   std::vector<int64_t> batches = {1, 8, 32, 64};  // the M rows
-  int64_t dram_mb = 1024;  // buffer of the DRAM bandwidth measurement
+  int64_t dram_mb = 1024;                         // buffer of the DRAM bandwidth measurement
 };
 
 std::function<int()> SetupGemm(CLI::App* app) {

@@ -22,7 +22,7 @@ namespace {
 struct ModelBenchArgs {
   std::string what;  // hw, decode or prefill
   std::string model = "smollm2-135m-instruct";
-  std::string weights = "f32";  // engine::WeightFormat name
+  std::string weights = "f32";                    // engine::WeightFormat name
   std::vector<int64_t> batches = {1, 8, 32, 64};  // decode
   int64_t steps = 16;                             // decode
   int64_t prompt_tokens = 512;                    // prefill

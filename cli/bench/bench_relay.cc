@@ -128,8 +128,7 @@ int RunPublish(const PublishArgs& a) {
 std::function<int()> SetupPublish(CLI::App* app) {
   auto a = std::make_shared<PublishArgs>();
   AddModelOption(app, &a->model);
-  app->add_option("--transport", a->transport, "zmq or ucx")
-      ->check(CLI::IsMember({"zmq", "ucx"}));
+  app->add_option("--transport", a->transport, "zmq or ucx")->check(CLI::IsMember({"zmq", "ucx"}));
   app->add_option("--repeats", a->repeats, "repetitions")->check(CLI::Range(1, 1000));
   return [a] { return RunPublish(*a); };
 }

@@ -123,7 +123,8 @@ StatusOr<nlohmann::json> RunRolloutPeer(const RolloutBenchArgs& a, const std::st
 
 // The engine sized by the flags: KV blocks from --num-blocks or --kv-cache-mb, else enough for the
 // whole load; every sample running at once unless --max-num-seqs.
-rollout::RolloutEngineConfig RolloutConfigFor(const RolloutBenchArgs& a, const bench::RolloutLoad& load,
+rollout::RolloutEngineConfig RolloutConfigFor(const RolloutBenchArgs& a,
+                                              const bench::RolloutLoad& load,
                                               const model::ModelConfig& mc) {
   rollout::RolloutEngineConfig config;
   config.block_size = a.block_size;

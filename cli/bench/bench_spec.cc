@@ -71,11 +71,10 @@ StatusOr<bench::SpecLoad> LoadSpecLoad(const SpecArgs& a, const std::string& pat
   const int64_t warmup_prompts = (std::ranges::max(a.batches) + a.n - 1) / a.n;
   const int64_t tail_prompts = a.tail_tokens > 0 ? 1 : 0;
   if (std::ssize(set.rows) < a.prompts + warmup_prompts + tail_prompts) {
-    return InvalidArgumentError(a.data + " has " + std::to_string(set.rows.size()) +
-                                " prompts, fewer than --prompts " + std::to_string(a.prompts) +
-                                " and the " + std::to_string(warmup_prompts) +
-                                " of the warm-up pass" +
-                                (tail_prompts > 0 ? " and the tail sample's" : ""));
+    return InvalidArgumentError(
+        a.data + " has " + std::to_string(set.rows.size()) + " prompts, fewer than --prompts " +
+        std::to_string(a.prompts) + " and the " + std::to_string(warmup_prompts) +
+        " of the warm-up pass" + (tail_prompts > 0 ? " and the tail sample's" : ""));
   }
   bench::SpecLoad load;
   for (int32_t i = 0; i < a.prompts; ++i) load.prompts.push_back(set.rows[i].prompt_ids);
@@ -100,9 +99,8 @@ StatusOr<bench::SpecLoad> LoadSpecLoad(const SpecArgs& a, const std::string& pat
 // checkpoint, or the policy's own (`policy`) in --draft-weights.
 StatusOr<std::unique_ptr<engine::LlamaModel>> LoadDraft(const SpecArgs& a,
                                                         const model::Checkpoint& policy) {
-  if (std::ranges::none_of(a.drafters, [](const std::string& name) {
-        return name.starts_with("draft_model");
-      })) {
+  if (std::ranges::none_of(
+          a.drafters, [](const std::string& name) { return name.starts_with("draft_model"); })) {
     return std::unique_ptr<engine::LlamaModel>();
   }
   std::optional<model::Checkpoint> draft_ckpt;
@@ -151,8 +149,8 @@ nlohmann::json SpecRow(const SpecArgs& a, const std::string& drafter, float t, i
                "T=%.1f batch %3lld %-17s %7.1f tok/s (x%.2f [%s])  accepted len %.2f  "
                "enabled %.2f  tail %7.1f tok/s (%s)  step %.1f + %.2f/token ms, "
                "draft %.2f + %.2f/row ms\n",
-               t, static_cast<long long>(b), drafter.c_str(), r.tokens_per_s, speedup,
-               each.c_str(), r.mean_accepted_len, r.enabled_frac, r.tail_tokens_per_s, tail_ratio,
+               t, static_cast<long long>(b), drafter.c_str(), r.tokens_per_s, speedup, each.c_str(),
+               r.mean_accepted_len, r.enabled_frac, r.tail_tokens_per_s, tail_ratio,
                1e3 * r.step_fixed_s, 1e3 * r.step_per_token_s, 1e3 * r.draft_fixed_s,
                1e3 * r.draft_per_row_s);
   return {{"drafter", drafter},
@@ -184,9 +182,8 @@ nlohmann::json SpecRow(const SpecArgs& a, const std::string& drafter, float t, i
 
 // One (temperature, batch) cell: `rounds` rounds, each running off and every drafter in lockstep
 // (bench::RunSpecCases); appends a row per lane to *rows.
-Status RunSpecCell(const SpecArgs& a, const engine::LlamaModel& lm,
-                   const engine::LlamaModel* draft, const bench::SpecLoad& load, float t, int64_t b,
-                   nlohmann::json* rows) {
+Status RunSpecCell(const SpecArgs& a, const engine::LlamaModel& lm, const engine::LlamaModel* draft,
+                   const bench::SpecLoad& load, float t, int64_t b, nlohmann::json* rows) {
   std::vector<std::string> drafters = {"off"};
   for (const std::string& name : a.drafters) {  // each once (a repeat would double its rounds)
     if (std::ranges::find(drafters, name) == drafters.end()) drafters.push_back(name);
@@ -220,10 +217,13 @@ Status RunSpecCell(const SpecArgs& a, const engine::LlamaModel& lm,
 
 int RunSpec(const SpecArgs& a) {
   if (a.data.empty()) {
-    return CommandFail("bench", "bench spec needs --data PROMPTS.jsonl (e.g. GSM8K's test.jsonl, "
-                                "field 'question')", 2);
+    return CommandFail("bench",
+                       "bench spec needs --data PROMPTS.jsonl (e.g. GSM8K's test.jsonl, "
+                       "field 'question')",
+                       2);
   }
-  if (std::ranges::any_of(a.drafters, [](const std::string& d) { return d.starts_with("draft_model"); }) &&
+  if (std::ranges::any_of(a.drafters,
+                          [](const std::string& d) { return d.starts_with("draft_model"); }) &&
       a.draft_model.empty()) {
     return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
   }

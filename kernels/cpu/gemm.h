@@ -1,6 +1,6 @@
 // General row-major f32 GEMM with transposes and accumulation, through oneDNN's BLAS-like
-// dnnl_sgemm (docs/architecture.md): what the trainer's backward pass needs (dX = dY·W, dW += dYᵀ·X).
-// Reference: kernels/reference/ops.h Gemm; tolerance kMatMulF32 (kernels/tolerance.h).
+// dnnl_sgemm (docs/architecture.md): what the trainer's backward pass needs (dX = dY·W, dW +=
+// dYᵀ·X). Reference: kernels/reference/ops.h Gemm; tolerance kMatMulF32 (kernels/tolerance.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Dense matmul on the CPU (docs/architecture.md): out[M, N] = x[M, K] · w[N, K]^T (+ bias), batch-invariant
-// in f32, through oneDNN otherwise. The reference is kernels/reference/ops.h MatMul; tolerances in
-// kernels/tolerance.h.
+// Dense matmul on the CPU (docs/architecture.md): out[M, N] = x[M, K] · w[N, K]^T (+ bias),
+// batch-invariant in f32, through oneDNN otherwise. The reference is kernels/reference/ops.h
+// MatMul; tolerances in kernels/tolerance.h.
 #pragma once
 
 #include <cstddef>

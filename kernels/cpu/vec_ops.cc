@@ -229,6 +229,8 @@ void AttendTransposed(const VecOps& ops, const float* q, int64_t g, int64_t d, c
     ops.dot_rows(scores + hh * np, 1, vt, ld, d, n, 1.0f, out + hh * d, d);
 }
 
+// Kept whole: an inner kernel (dot products, online softmax and value accumulation per segment)
+// whose registers-held state a split would spill.
 // Grouped-query attention of each query i over the key/value rows that segments(i, body) lists:
 // body(p0, row0, n) names n consecutive slots p0.. of the query's visible set (p0 the index in
 // the score vector, in order) stored at rows row0.. of k_rows / v_rows. `num_visible(i)` is the

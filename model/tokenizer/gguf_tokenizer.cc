@@ -1,7 +1,7 @@
 // LoadGgufTokenizer: a tokenizer from GGUF tokenizer.ggml.* metadata (llama.cpp's conventions):
 // model "llama" → SentencePiece-style BPE, model "gpt2" → byte-level BPE with tokenizer.ggml.pre.
-#include "model/tokenizer/bpe_tokenizer.h"
 #include "model/gguf.h"
+#include "model/tokenizer/bpe_tokenizer.h"
 #include "model/tokenizer/spm_tokenizer.h"
 #include "model/tokenizer/tokenizer_loader.h"
 

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
-#include "model/tokenizer/bpe_tokenizer.h"
 #include "model/checkpoint.h"
+#include "model/tokenizer/bpe_tokenizer.h"
 #include "model/tokenizer/spm_tokenizer.h"
 
 namespace laminar::model {

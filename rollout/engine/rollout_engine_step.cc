@@ -154,9 +154,8 @@ StatusOr<double> RolloutEngine::RunForward(StepBatch& batch, std::vector<float>*
   // SwiftSpec's asynchronous drafting: the drafter drafts past each tree on its own thread while
   // the target verifies; joined before anything else touches the drafter.
   DraftAheadTask drafting(drafter_.get(), std::move(batch.ahead));
-  const Status forward =
-      model_->Forward(batch.tokens, batch.spans, batch.tables, &cache_,
-                      engine::LogitsFor::kLastTokenOfEachSequence, logits);
+  const Status forward = model_->Forward(batch.tokens, batch.spans, batch.tables, &cache_,
+                                         engine::LogitsFor::kLastTokenOfEachSequence, logits);
   const double forward_s = SecondsSince(start);  // the policy's forward alone
   drafting.Join();  // the wait for drafting ahead is on the critical path
   LAMINAR_RETURN_IF_ERROR(forward, "rollout step");

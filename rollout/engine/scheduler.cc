@@ -209,6 +209,8 @@ bool Scheduler::TryAdmit(size_t index) {
   return true;
 }
 
+// Kept whole: one admission pass (decodes, then prefill chunks, then preemption) over a token
+// budget that every phase spends.
 StatusOr<Plan> Scheduler::Schedule(const DraftWanted& draft_wanted) {
   if (step_in_flight_) {
     return FailedPreconditionError("scheduler: Schedule() before OnTokens() of the previous plan");

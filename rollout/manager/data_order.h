@@ -1,8 +1,8 @@
-// The rollout manager's data order (docs/architecture.md: a resumed run hands out prompts in the same
-// order as an uninterrupted one): epoch-wise Fisher-Yates shuffles and per-group sampling seeds
-// from SplitMix64, so the order depends only on (seed, epoch, number of rows) and never on the
-// standard library's distributions; and the prompt ids that keep (prompt id, sample index) unique
-// across epochs.
+// The rollout manager's data order (docs/architecture.md: a resumed run hands out prompts in the
+// same order as an uninterrupted one): epoch-wise Fisher-Yates shuffles and per-group sampling
+// seeds from SplitMix64, so the order depends only on (seed, epoch, number of rows) and never on
+// the standard library's distributions; and the prompt ids that keep (prompt id, sample index)
+// unique across epochs.
 #pragma once
 
 #include <compare>

@@ -72,12 +72,12 @@ double ManagerServer::Now() const {
 }
 
 int64_t ManagerServer::actor_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return actor_version_;
 }
 
 std::map<std::string, double> ManagerServer::Metrics() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::map<std::string, double> m = state_->Metrics();
   for (const auto& [k, v] : totals_) m[k] = v;
   for (const auto& [k, v] : counter_totals_) m[k] = v;
@@ -90,7 +90,7 @@ std::string ManagerServer::Handle(std::string_view request, std::string_view pee
   if (!decoded.ok()) {
     reply.set_error(std::string(decoded.status().message()));
   } else {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     reply = Dispatch(*decoded, Now());
     reply.set_actor_version(actor_version_);
   }
@@ -143,7 +143,7 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
       OnMigrated(r.migrated());
       break;
     case proto::ManagerRequest::kReturned:
-      if (r.returned().reason() == rollout::kRestartReason && r.returned().prompt_ids_size() == 0) {
+      if (r.returned().reason() == proto::kRestartReason && r.returned().prompt_ids_size() == 0) {
         // A rollout (re)started under this id: an earlier process's groups go back to the pool.
         auto requeued = state_->DeclareDead(r.returned().rollout_id());
         if (requeued.ok() && *requeued > 0) {
@@ -430,9 +430,9 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   for (const char* k : {"reward/error_count", "reward/timeout_count"}) m[k] = counter_totals_[k];
   m["relay/pull_wait_s"] = window_.counter_growth["relay/pull_wait_s"];
   m["rollout/weight_build_s"] = window_.counter_growth["rollout/weight_build_s"];
-  // Speculative decoding over the step (rollout/speculative.h SpecStats): the enabled fraction is
-  // 0 when nothing was drafted, and the acceptance metrics are then absent (a 0 would read as
-  // every draft rejected).
+  // Speculative decoding over the step (rollout/speculation/cost_model.h SpecStats): the enabled
+  // fraction is 0 when nothing was drafted, and the acceptance metrics are then absent (a 0 would
+  // read as every draft rejected).
   auto& g = window_.counter_growth;
   const double decodes = g["rollout/spec_decode_steps"], verifies = g["rollout/spec_verify_steps"];
   const double drafted = g["rollout/spec_drafted_tokens"];

@@ -10,10 +10,10 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
 #include "proto/control.pb.h"
@@ -50,60 +50,69 @@ class ManagerServer {
 
   const std::string& endpoint() const { return server_->endpoint(); }
   // The state's metrics plus the server's (repack/*, rollout/kv_util_*, rollouter/idle_ratio).
-  std::map<std::string, double> Metrics() const;
-  int64_t actor_version() const;
+  std::map<std::string, double> Metrics() const LAMINAR_EXCLUDES(mu_);
+  int64_t actor_version() const LAMINAR_EXCLUDES(mu_);
   // Handles one encoded request; what the server thread runs (public for tests).
-  std::string Handle(std::string_view request, std::string_view peer);
+  std::string Handle(std::string_view request, std::string_view peer) LAMINAR_EXCLUDES(mu_);
   void Stop();
 
  private:
   ManagerServer(std::unique_ptr<ManagerState> state, ManagerServerOptions options);
   double Now() const;
   // The reply for one decoded request (the lock is held).
-  proto::ManagerReply Dispatch(const proto::ManagerRequest& request, double now);
-  void OnWork(const proto::WorkRequest& work, double now, proto::ManagerReply* reply);
-  void OnHeartbeat(const proto::Heartbeat& heartbeat, double now, proto::ManagerReply* reply);
-  void OnMigrated(const proto::MigratedBatch& batch);
-  void OnTakeBatch(const proto::TakeBatchRequest& take, proto::ManagerReply* reply);
+  proto::ManagerReply Dispatch(const proto::ManagerRequest& request, double now)
+      LAMINAR_REQUIRES(mu_);
+  void OnWork(const proto::WorkRequest& work, double now, proto::ManagerReply* reply)
+      LAMINAR_REQUIRES(mu_);
+  void OnHeartbeat(const proto::Heartbeat& heartbeat, double now, proto::ManagerReply* reply)
+      LAMINAR_REQUIRES(mu_);
+  void OnMigrated(const proto::MigratedBatch& batch) LAMINAR_REQUIRES(mu_);
+  void OnTakeBatch(const proto::TakeBatchRequest& take, proto::ManagerReply* reply)
+      LAMINAR_REQUIRES(mu_);
   // One repack round over the rollouts' last heartbeats.
-  void Repack(double now);
+  void Repack(double now) LAMINAR_REQUIRES(mu_);
   // Moves the repack orders and imports waiting for `rollout_id` (the request's sender) into
   // `reply`: whatever a rollout calls next carries them, not only its heartbeat.
-  void DeliverOrders(const std::string& rollout_id, proto::ManagerReply* reply);
-  void ExpireDead(double now);
+  void DeliverOrders(const std::string& rollout_id, proto::ManagerReply* reply)
+      LAMINAR_REQUIRES(mu_);
+  void ExpireDead(double now) LAMINAR_REQUIRES(mu_);
 
   ManagerServerOptions options_;
   std::chrono::steady_clock::time_point start_;
-  mutable std::mutex mu_;
-  std::unique_ptr<ManagerState> state_;
-  int64_t actor_version_ = -1;
-  double last_repack_s_ = 0;
-  bool repack_due_ = false;  // a new version arrived since the last round
-  std::map<std::string, std::vector<proto::RunningSample>> running_;  // last heartbeat's
+  mutable Mutex mu_;  // guards everything below but server_
+  std::unique_ptr<ManagerState> state_ LAMINAR_GUARDED_BY(mu_);
+  int64_t actor_version_ LAMINAR_GUARDED_BY(mu_) = -1;
+  double last_repack_s_ LAMINAR_GUARDED_BY(mu_) = 0;
+  bool repack_due_ LAMINAR_GUARDED_BY(mu_) = false;  // a new version arrived since the last round
+  std::map<std::string, std::vector<proto::RunningSample>> running_
+      LAMINAR_GUARDED_BY(mu_);  // last heartbeat's
   // Groups handed to each rollout (work or imports), with how many of its heartbeats in a row
   // have not listed them. A group a live rollout does not run (a reply it never got, trajectories
   // it could not send) is re-issued after kOrphanHeartbeats such heartbeats, so a prompt handed
   // out is always completed or handed out again (docs/architecture.md).
-  std::map<std::string, std::map<std::string, int>> placed_;
+  std::map<std::string, std::map<std::string, int>> placed_ LAMINAR_GUARDED_BY(mu_);
   // Re-issues the groups placed on heartbeat.id() that it stopped running.
-  void ReissueOrphans(const proto::Heartbeat& heartbeat);
-  std::map<std::string, int32_t> block_size_;
-  std::map<std::string, int64_t> kv_at_last_round_;  // KV tokens used at the last repack round
-  std::map<std::string, std::vector<proto::RepackCommand>> orders_;    // per source
-  std::map<std::string, std::vector<proto::MigratedSample>> imports_;  // per destination
+  void ReissueOrphans(const proto::Heartbeat& heartbeat) LAMINAR_REQUIRES(mu_);
+  std::map<std::string, int32_t> block_size_ LAMINAR_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> kv_at_last_round_
+      LAMINAR_GUARDED_BY(mu_);  // KV tokens used at the last repack round
+  std::map<std::string, std::vector<proto::RepackCommand>> orders_
+      LAMINAR_GUARDED_BY(mu_);  // per source
+  std::map<std::string, std::vector<proto::MigratedSample>> imports_
+      LAMINAR_GUARDED_BY(mu_);  // per destination
   // Metrics since the last batch.
   struct Window {
     double kv_util_sum = 0, kv_util_peak = 0;
     int64_t heartbeats = 0, idle_heartbeats = 0;
     int64_t version_spread_max = 0;  // max over heartbeats of (newest - oldest version held)
     std::map<std::string, double> counter_growth;  // heartbeat counters' growth in the window
-  } window_;
+  } window_ LAMINAR_GUARDED_BY(mu_);
   // The heartbeat counters (reward/error_count, ...) last seen from each rollout, and their growth
   // over the run (a restarted rollout counts from 0 again).
-  std::map<std::string, std::map<std::string, double>> last_counters_;
-  std::map<std::string, double> counter_totals_;
+  std::map<std::string, std::map<std::string, double>> last_counters_ LAMINAR_GUARDED_BY(mu_);
+  std::map<std::string, double> counter_totals_ LAMINAR_GUARDED_BY(mu_);
   // Run totals of repack/* and manager/orphans_reissued.
-  std::map<std::string, double> totals_;
+  std::map<std::string, double> totals_ LAMINAR_GUARDED_BY(mu_);
   std::unique_ptr<ZmqReplyServer> server_;
 };
 

@@ -1,6 +1,6 @@
-// ManagerState::Snapshot and ::Restore: the manager's part of the actor's checkpoint (docs/architecture.md).
-// Trajectories are stored in Protobuf's JSON mapping, so new proto fields travel without code
-// here; every field read on restore is checked and errors name its JSON path.
+// ManagerState::Snapshot and ::Restore: the manager's part of the actor's checkpoint
+// (docs/architecture.md). Trajectories are stored in Protobuf's JSON mapping, so new proto fields
+// travel without code here; every field read on restore is checked and errors name its JSON path.
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
@@ -199,6 +199,8 @@ StatusOr<Restored::Key> ReadKey(const At& at, const PromptDataset& ds, const Dat
 
 }  // namespace
 
+// Kept whole: reads the snapshot field by field in the order Snapshot writes it, each checked
+// where it is read, so the two stay side by side.
 Status ManagerState::Restore(const json& snapshot) {
   if (cursor_ != DataCursor{} || !in_flight_.empty() || !buffer_.empty() || !rollouts_.empty() ||
       counters_.num_taken != 0) {

@@ -70,7 +70,8 @@ struct CompletedGroup {
   double completed_s = 0;  // caller's clock when the last sample arrived
 };
 
-// What one rollout last reported (docs/architecture.md's repack inputs) and what the manager gave it.
+// What one rollout last reported (docs/architecture.md's repack inputs) and what the manager gave
+// it.
 struct RolloutHealth {
   std::string id;
   int64_t version = -1;  // -1 until a heartbeat or a work request tells it
@@ -111,9 +112,9 @@ struct ManagerStats {
 // once, only from the rollout it is assigned to and only with the version it was handed out with;
 // when all n samples are in, it leaves the pool for the buffer and accepts nothing more. A group
 // whose rollout dies goes back to the pool whole: the samples that arrived are discarded, so every
-// group in the buffer has one version and comes from one assignment (docs/architecture.md would resume the
-// partial responses on a rollout of the same version; a PartialResponse carries tokens but not the
-// sampler's RNG and stop state, so the group restarts, with the same seed, instead).
+// group in the buffer has one version and comes from one assignment (docs/architecture.md would
+// resume the partial responses on a rollout of the same version; a PartialResponse carries tokens
+// but not the sampler's RNG and stop state, so the group restarts, with the same seed, instead).
 //
 // Owns its state; shares the dataset read-only. Not thread-safe: one thread calls everything.
 class ManagerState {

@@ -1,6 +1,6 @@
-// The rollout manager's prompt dataset (docs/architecture.md: "the prompt dataset (JSONL)"): one JSON
-// object a line with the prompt, its ground truth and its data source under field names the recipe
-// chooses (verl's RLHFDataset keys by default), chat-formatted and tokenized once at load.
+// The rollout manager's prompt dataset (docs/architecture.md: "the prompt dataset (JSONL)"): one
+// JSON object a line with the prompt, its ground truth and its data source under field names the
+// recipe chooses (verl's RLHFDataset keys by default), chat-formatted and tokenized once at load.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
-// Repack placement (Laminar's Algorithm 1, docs/architecture.md) as a pure function over plain data: which
-// rollouts are sources, and into which destination each source's in-flight requests move so the
-// source is freed to pull the newest version. The migration itself (RolloutEngine::Export/Import)
-// and the schedule (every repack.interval_s, after each new version) belong to the manager.
+// Repack placement (Laminar's Algorithm 1, docs/architecture.md) as a pure function over plain
+// data: which rollouts are sources, and into which destination each source's in-flight requests
+// move so the source is freed to pull the newest version. The migration itself
+// (RolloutEngine::Export/Import) and the schedule (every repack.interval_s, after each new version)
+// belong to the manager.
 #pragma once
 
 #include <cstdint>
@@ -89,10 +90,10 @@ struct RepackPlan {
 // below the throughput it could reach.
 bool IsRepackSource(const RepackRollout& rollout, const RepackConfig& config);
 
-// Plans one repack round (Laminar's Algorithm 1 as docs/architecture.md states it). Within each version
-// group, sources are taken in ascending KV footprint (the sum of their requests' kv_tokens; ties by
-// id), smallest first because they are the cheapest to move and the likeliest to fit. Each source
-// moves whole into the one destination that ends most densely packed, (kv_used + moved) /
+// Plans one repack round (Laminar's Algorithm 1 as docs/architecture.md states it). Within each
+// version group, sources are taken in ascending KV footprint (the sum of their requests' kv_tokens;
+// ties by id), smallest first because they are the cheapest to move and the likeliest to fit. Each
+// source moves whole into the one destination that ends most densely packed, (kv_used + moved) /
 // capacity, ties by the smaller id, among the rollouts of its version that
 //   - are not the source, were not freed this round, and have nothing waiting (a queue means
 //     they already have more work than they admit) and at least one running sequence (moving a

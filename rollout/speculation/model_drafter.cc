@@ -266,6 +266,8 @@ DraftTree ModelDrafter::Proposal(SeqCache& cache, std::span<const int32_t> token
   return tree;
 }
 
+// Kept whole: the lockstep of one batched drafting pass (cold catch-ups, warm feed, one forward
+// per depth); the chains' state is shared by every phase.
 std::vector<DraftTree> ModelDrafter::ProposeBatch(std::span<const DraftContext> ctxs,
                                                   int64_t warm_catch_up) {
   std::vector<DraftTree> trees(ctxs.size());

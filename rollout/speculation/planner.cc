@@ -7,12 +7,14 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <unordered_map>
 #include <utility>
 
 #include "core/check.h"
 
 namespace laminar::rollout {
 
+// Kept whole: one greedy search over chain depths whose running totals every step of it reads.
 std::vector<int64_t> PlanDraftBudgets(std::span<const AcceptanceStats> alpha,
                                       const StepCostModel& cost, int64_t base_tokens,
                                       int64_t max_nodes, int64_t explore_nodes,

@@ -14,8 +14,4 @@
 #include "rollout/speculation/speculative_config.h"
 #include "rollout/speculation/suffix_drafter.h"
 
-namespace laminar::rollout {
-
-
-
-}  // namespace laminar::rollout
+namespace laminar::rollout {}  // namespace laminar::rollout

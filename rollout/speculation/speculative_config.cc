@@ -1,6 +1,7 @@
 // The speculative configuration and the drafter registry; see speculative_config.h.
 #include "rollout/speculation/speculative_config.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -93,6 +94,11 @@ Status SpeculativeConfig::Validate() const {
   if (!(min_confidence >= 0 && min_confidence < 1)) {
     return InvalidArgumentError("rollout.speculative.min_confidence must be in [0, 1), got " +
                                 std::to_string(min_confidence));
+  }
+  if (std::ranges::none_of(kRegistry, [&](const DrafterEntry& e) { return e.kind == drafter; })) {
+    return InvalidArgumentError("rollout.speculative.drafter: kind " +
+                                std::to_string(static_cast<int>(drafter)) +
+                                " is not a registered drafter");
   }
   // (async_draft with drafter off is ignored: turning speculation off keeps the rest valid.)
   if (async_draft && enabled() && !DrafterEntryOf(drafter).runs_model) {

@@ -1,5 +1,5 @@
-// The suffix drafter: training-free and model-free, it drafts from n-grams of the sequence, its GRPO
-// group and recent responses (SuffixDecoding, Oliaro et al., arXiv 2411.04975).
+// The suffix drafter: training-free and model-free, it drafts from n-grams of the sequence, its
+// GRPO group and recent responses (SuffixDecoding, Oliaro et al., arXiv 2411.04975).
 #pragma once
 
 #include <cstdint>

@@ -13,10 +13,6 @@
 
 namespace laminar::rollout {
 
-// ReturnedGroups.reason (with no prompt ids) of the message a rollout sends when it starts: the
-// manager forgets what an earlier process with the same id held (its groups go back to the pool).
-inline constexpr char kRestartReason[] = "restart";
-
 // proto::SamplingParams <-> the engine's sampling parameters and stop options. The proto's
 // `stop` strings are StopOptions::stop_strings; keep_special_tokens is !skip_special_tokens.
 proto::SamplingParams ToProto(const engine::SamplingParams& sampling, const StopOptions& stop);

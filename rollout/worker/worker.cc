@@ -46,8 +46,8 @@ Status RolloutWorkerOptions::Validate() const {
   if (!std::isfinite(reward_failure_score)) {
     return InvalidArgumentError("rollout worker: reward.failure_score must be finite");
   }
-  if (engine.speculative.drafter == DrafterKind::kDraftModel && draft_model_path != kPolicyDraftModel &&
-      !draft_model_config.has_value()) {
+  if (engine.speculative.drafter == DrafterKind::kDraftModel &&
+      draft_model_path != kPolicyDraftModel && !draft_model_config.has_value()) {
     return InvalidArgumentError(
         "rollout worker: the draft_model drafter needs draft_model_config "
         "(rollout.speculative.draft_model)");
@@ -106,7 +106,7 @@ RolloutWorker::RolloutWorker(const model::ModelConfig& config, const model::Toke
 }
 
 RolloutWorkerStats RolloutWorker::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   return stats_;
 }
 
@@ -132,99 +132,6 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
   reply.clear_repack();
   reply.clear_imports();
   return reply;
-}
-
-Status RolloutWorker::MaybeUpdateWeights() {
-  const auto start = Clock::now();
-  const int64_t held = engine_ ? engine_->weight_version() : -1;
-  auto pulled = relay_->PullLatest(held);
-  if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
-    relay_unreachable_since_.reset();
-  } else if (!relay_unreachable_since_) {
-    relay_unreachable_since_ = start;
-  }
-  if (pulled.status().code() == StatusCode::kNotFound) return OkStatus();  // nothing newer
-  if (!pulled.ok()) {
-    if (Seconds(start - *relay_unreachable_since_) > options_.relay_timeout_s) {
-      return UnavailableError(
-          options_.id + ": no relay answered for " + std::to_string(options_.relay_timeout_s) +
-          " s (rollout.relay_timeout_s): " + std::string(pulled.status().message()));
-    }
-    LAMINAR_LOG(WARN, ROLLOUT) << options_.id
-                               << ": no version from the relays: " << pulled.status();
-    return OkStatus();  // try again later
-  }
-  const relay::PulledVersion& v = **pulled;
-  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors, relay::WeightStoreOf(v),
-                           options_.id + ": version " + std::to_string(v.version()));
-  auto store = std::make_unique<model::WeightStore>(std::move(tensors));
-  const auto build_start = Clock::now();
-  LAMINAR_ASSIGN_OR_RETURN(
-      std::unique_ptr<engine::LlamaModel> model,
-      engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu, options_.weight_format),
-      options_.id + ": version " + std::to_string(v.version()));
-  const bool draft_model = options_.engine.speculative.drafter == DrafterKind::kDraftModel;
-  // The policy as its own draft (kPolicyDraftModel): rebuilt from every version, so it follows
-  // the policy.
-  std::unique_ptr<engine::LlamaModel> policy_draft;
-  if (draft_model && options_.draft_model_path == kPolicyDraftModel) {
-    LAMINAR_ASSIGN_OR_RETURN(policy_draft,
-                             engine::LlamaModel::Create(config_, *store, engine::Backend::kCpu,
-                                                        options_.draft_weight_format),
-                             options_.id + ": version " + std::to_string(v.version()) +
-                                 ": the policy as draft model in " +
-                                 engine::WeightFormatName(options_.draft_weight_format));
-  } else if (draft_model && draft_model_ == nullptr) {
-    LAMINAR_RETURN_IF_ERROR(BuildDraftModel(v), options_.id);
-  }
-  if (!engine_) {
-    RolloutEngineConfig c = options_.engine;
-    c.weight_version = v.version();
-    c.speculative.draft_model = policy_draft ? policy_draft.get() : draft_model_.get();
-    LAMINAR_ASSIGN_OR_RETURN(engine_, RolloutEngine::Create(model.get(), std::move(c)));
-  } else {
-    LAMINAR_RETURN_IF_ERROR(engine_->SetWeights(model.get(), v.version(), policy_draft.get()),
-                            options_.id);
-  }
-  const double build_s = Seconds(Clock::now() - build_start);
-  LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": version " << v.version() << " built as "
-                             << engine::WeightFormatName(options_.weight_format)
-                             << (policy_draft
-                                     ? ", its draft model as " +
-                                           engine::WeightFormatName(options_.draft_weight_format)
-                                     : std::string())
-                             << " in " << build_s << " s";
-  // The engine now uses the new models; the old ones and their weights can go (models first).
-  model_ = std::move(model);
-  if (policy_draft) draft_model_ = std::move(policy_draft);
-  weights_ = std::move(store);
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  ++stats_.versions_loaded;
-  stats_.version = v.version();
-  stats_.pull_wait_s += Seconds(Clock::now() - start);
-  stats_.weight_build_s += build_s;
-  return OkStatus();
-}
-
-Status RolloutWorker::BuildDraftModel(const relay::PulledVersion& v) {
-  const std::string what = "version " + std::to_string(v.version());
-  LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors,
-                           relay::WeightStoreOf(v, relay::kDraftModelPrefix), what);
-  if (tensors.size() == 0) {
-    return FailedPreconditionError(
-        what +
-        " carries no draft model: the drafter is draft_model, so the actor must publish "
-        "one (the actor's recipe sets rollout.speculative.draft_model)");
-  }
-  auto store = std::make_unique<model::WeightStore>(std::move(tensors));
-  LAMINAR_ASSIGN_OR_RETURN(
-      draft_model_,
-      engine::LlamaModel::Create(*options_.draft_model_config, *store, engine::Backend::kCpu,
-                                 options_.draft_weight_format),
-      what + ": the draft model (rollout.speculative.draft_model " + options_.draft_model_path +
-          ")");
-  draft_weights_ = std::move(store);
-  return OkStatus();
 }
 
 int32_t RolloutWorker::num_groups_in_flight() const {
@@ -272,7 +179,7 @@ Status RolloutWorker::RequestWork() {
                              .ground_truth = g.ground_truth(),
                              .extra_info_json = g.extra_info_json(),
                              .start = Clock::now()};
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     ++stats_.groups_received;
   }
   return OkStatus();
@@ -311,7 +218,7 @@ Status RolloutWorker::SendHeartbeat() {
   }
   {
     // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     auto& c = *h->mutable_counters();
     c["reward/error_count"] = static_cast<double>(stats_.reward_errors);
     c["reward/timeout_count"] = static_cast<double>(stats_.reward_timeouts);
@@ -333,158 +240,84 @@ Status RolloutWorker::SendHeartbeat() {
   return OkStatus();
 }
 
-Status RolloutWorker::HandleOrders() {
-  // Carrying out an order calls the manager, whose reply may bring more: take them in turns.
-  while (!pending_repack_.empty()) {
-    std::vector<proto::RepackCommand> orders = std::move(pending_repack_);
-    pending_repack_.clear();
-    for (const proto::RepackCommand& c : orders) LAMINAR_RETURN_IF_ERROR(CarryOutRepack(c));
-  }
-  if (pending_imports_.empty()) return OkStatus();
-  std::vector<proto::MigratedSample> imports = std::move(pending_imports_);
-  pending_imports_.clear();
-  // A sample this rollout cannot continue (it changed version since the plan) sends its group
-  // back to the pool, once per group.
-  std::map<std::string, std::string> failed;
-  for (const proto::MigratedSample& m : imports) {
-    if (failed.contains(m.prompt_id())) continue;
-    if (Status st = ImportSample(m); !st.ok()) failed[m.prompt_id()] = std::string(st.message());
-  }
-  for (const auto& [prompt_id, why] : failed) {
-    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": cannot continue " << prompt_id << ": " << why;
-    GiveBack(prompt_id, why);
-  }
-  return OkStatus();
-}
-
-Status RolloutWorker::CarryOutRepack(const proto::RepackCommand& command) {
-  if (!engine_ || command.version() != engine_->weight_version()) {
-    LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": repack order for version " << command.version()
-                               << " is stale (holding "
-                               << (engine_ ? engine_->weight_version() : -1) << ")";
-    return OkStatus();
-  }
-  const std::set<std::string> wanted(command.request_ids().begin(), command.request_ids().end());
-  proto::ManagerRequest req;
-  proto::MigratedBatch* batch = req.mutable_migrated();
-  batch->set_source(options_.id);
-  batch->set_destination(command.destination());
-  std::vector<int64_t> exported;
-  for (const auto& [id, r] : requests_) {
-    if (!wanted.contains(r.prompt_id)) continue;
-    auto states = engine_->Export(id);
-    if (!states.ok()) continue;  // finished meanwhile: its trajectories went to the manager
-    for (const SampleState& st : *states) {
-      proto::MigratedSample m = ToProto(st, r.prompt_id);
-      m.set_data_source(r.data_source);
-      m.set_ground_truth(r.ground_truth);
-      m.set_extra_info_json(r.extra_info_json);
-      *batch->add_samples() = std::move(m);
+RolloutWorker::Scores RolloutWorker::ScoreFinished(const std::vector<FinishedSample>& finished) {
+  Scores out;
+  out.score.assign(finished.size(), options_.reward_failure_score);
+  out.seconds.assign(finished.size(), 0.0);
+  out.extra.resize(finished.size());
+  for (size_t i = 0; i < finished.size(); ++i) {
+    const FinishedSample& f = finished[i];
+    const Request& r = requests_.at(f.request_id);
+    const auto reward_start = Clock::now();
+    auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
+    Status failed = text.status();
+    if (text.ok()) {
+      auto result = reward_({.data_source = r.data_source,
+                             .solution_str = *text,
+                             .ground_truth = r.ground_truth,
+                             .extra_info_json = r.extra_info_json});
+      if (result.ok() && std::isfinite(result->score)) {
+        out.score[i] = result->score;
+        out.extra[i] = std::move(result->extra);
+      } else if (result.ok()) {
+        failed = InvalidArgumentError("the reward is not a finite number");
+      } else {
+        failed = result.status();
+      }
     }
-    exported.push_back(id);
+    out.seconds[i] = Seconds(Clock::now() - reward_start);
+    if (failed.ok()) continue;
+    const bool timeout = failed.code() == StatusCode::kDeadlineExceeded;
+    ++(timeout ? out.timeouts : out.errors);
+    // The first failures in full, then one in a hundred, so that a reward failing on every
+    // sample says why without flooding the log.
+    const int64_t seen = ++reward_failures_logged_;
+    if (seen <= 5 || seen % 100 == 0) {
+      LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": reward of " << r.prompt_id << "/"
+                                 << f.sample_index << " failed (failure " << seen
+                                 << "; it scores reward.failure_score): " << failed;
+    }
   }
-  for (int64_t id : exported) requests_.erase(id);
-  if (batch->samples_size() == 0) {
-    LAMINAR_LOG(INFO, ROLLOUT) << options_.id << ": repack order to " << command.destination()
-                               << ": its groups finished before it arrived";
-    return OkStatus();
-  }
-  const int64_t n = batch->samples_size();
-  auto reply = Call(std::move(req));
-  if (!reply.ok()) {
-    // The samples are gone from here; the manager re-issues their groups when it notices.
-    LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
-                               << " migrated samples failed: " << reply.status();
-    return OkStatus();
-  }
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  stats_.samples_exported += n;
-  return OkStatus();
+  return out;
 }
 
-Status RolloutWorker::ImportSample(const proto::MigratedSample& m) {
-  LAMINAR_ASSIGN_OR_RETURN(SampleState st, SampleStateFromProto(m), options_.id);
-  if (!engine_) return FailedPreconditionError(options_.id + ": import before any version");
-  auto id = engine_->Import(std::move(st));
-  if (!id.ok()) return id.status();
-  requests_[*id] = Request{.prompt_id = m.prompt_id(),
-                           .data_source = m.data_source(),
-                           .ground_truth = m.ground_truth(),
-                           .extra_info_json = m.extra_info_json(),
-                           .start = Clock::now()};
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  ++stats_.samples_imported;
-  return OkStatus();
+StatusOr<RolloutWorker::Scores> RolloutWorker::ScoreWithHeartbeats(
+    const std::vector<FinishedSample>& finished) {
+  // Scores, computed on a thread of their own while this one keeps the manager's heartbeats
+  // going: a reward that takes seconds (a Python plug-in may take up to its timeout_s) must not
+  // read as a dead rollout whose groups are re-issued. One thread, in order: a C plug-in need not
+  // be thread-safe. Samples being scored still count as running in the heartbeats (the manager
+  // re-issues a group a live rollout stops listing); their KV is already freed.
+  scoring_.clear();
+  for (const FinishedSample& f : finished) {
+    scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
+  }
+  auto score_all = std::async(std::launch::async, [&] { return ScoreFinished(finished); });
+  Status heartbeat = OkStatus();
+  while (score_all.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
+         std::future_status::ready) {
+    if (heartbeat.ok() && Clock::now() >= next_heartbeat_) {
+      heartbeat = SendHeartbeat();
+      next_heartbeat_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+    }
+  }
+  Scores scores = score_all.get();
+  scoring_.clear();
+  LAMINAR_RETURN_IF_ERROR(heartbeat);
+  return scores;
 }
 
 Status RolloutWorker::Generate() {
   LAMINAR_ASSIGN_OR_RETURN(std::vector<FinishedSample> finished, engine_->Step(), options_.id);
   if (finished.empty()) return OkStatus();
+  const auto scoring_start = Clock::now();
+  LAMINAR_ASSIGN_OR_RETURN(Scores scores, ScoreWithHeartbeats(finished));
   proto::ManagerRequest req;
   proto::TrajectoryBatch* batch = req.mutable_trajectories();
-  int64_t tokens = 0, reward_errors = 0, reward_timeouts = 0;
-  // Scores, computed on a thread of their own while this one keeps the manager's heartbeats
-  // going: a reward that takes seconds (a Python plug-in may take up to its timeout_s) must not
-  // read as a dead rollout whose groups are re-issued. One thread, in order, as before: a C
-  // plug-in need not be thread-safe.
-  std::vector<double> scores(finished.size(), options_.reward_failure_score);
-  std::vector<double> reward_s(finished.size(), 0.0);
-  std::vector<std::map<std::string, double>> extras(finished.size());
-  // Samples being scored still count as running in the heartbeats (the manager re-issues a group
-  // a live rollout stops listing); their KV is already freed.
-  scoring_.clear();
-  for (const FinishedSample& f : finished) {
-    scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
-  }
-  const auto scoring_start = Clock::now();
-  auto score_all = std::async(std::launch::async, [&] {
-    for (size_t i = 0; i < finished.size(); ++i) {
-      const FinishedSample& f = finished[i];
-      const Request& r = requests_.at(f.request_id);
-      const auto reward_start = Clock::now();
-      auto text = tokenizer_->Decode(f.generated_ids, /*skip_special=*/true);
-      Status failed = text.status();
-      if (text.ok()) {
-        auto result = reward_({.data_source = r.data_source,
-                               .solution_str = *text,
-                               .ground_truth = r.ground_truth,
-                               .extra_info_json = r.extra_info_json});
-        if (result.ok() && std::isfinite(result->score)) {
-          scores[i] = result->score;
-          extras[i] = std::move(result->extra);
-        } else if (result.ok()) {
-          failed = InvalidArgumentError("the reward is not a finite number");
-        } else {
-          failed = result.status();
-        }
-      }
-      reward_s[i] = Seconds(Clock::now() - reward_start);
-      if (failed.ok()) continue;
-      const bool timeout = failed.code() == StatusCode::kDeadlineExceeded;
-      ++(timeout ? reward_timeouts : reward_errors);
-      // The first failures in full, then one in a hundred, so that a reward failing on every
-      // sample says why without flooding the log.
-      const int64_t seen = ++reward_failures_logged_;
-      if (seen <= 5 || seen % 100 == 0) {
-        LAMINAR_LOG(WARN, ROLLOUT)
-            << options_.id << ": reward of " << r.prompt_id << "/" << f.sample_index
-            << " failed (failure " << seen << "; it scores reward.failure_score): " << failed;
-      }
-    }
-  });
-  while (score_all.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
-         std::future_status::ready) {
-    if (Clock::now() >= next_heartbeat_) {
-      LAMINAR_RETURN_IF_ERROR(SendHeartbeat());
-      next_heartbeat_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms);
-    }
-  }
-  score_all.get();
-  scoring_.clear();
+  int64_t tokens = 0;
   for (size_t i = 0; i < finished.size(); ++i) {
     FinishedSample& f = finished[i];
     const Request& r = requests_.at(f.request_id);
-    const double score = scores[i];
     proto::Trajectory* t = batch->add_trajectories();
     t->set_prompt_id(r.prompt_id);
     t->set_sample_index(f.sample_index);
@@ -493,11 +326,11 @@ Status RolloutWorker::Generate() {
     t->mutable_logprobs()->Add(f.logprobs.begin(), f.logprobs.end());
     t->set_version(f.version);
     t->set_finish_reason(ToProto(f.finish_reason));
-    t->set_reward(static_cast<float>(score));
+    t->set_reward(static_cast<float>(scores.score[i]));
     t->mutable_timings()->set_generate_s(Seconds(scoring_start - r.start));
-    t->mutable_timings()->set_reward_s(reward_s[i]);
+    t->mutable_timings()->set_reward_s(scores.seconds[i]);
     t->set_rollout_id(options_.id);
-    for (const auto& [name, value] : extras[i]) {
+    for (const auto& [name, value] : scores.extra[i]) {
       if (std::isfinite(value)) (*t->mutable_reward_extra())[name] = value;
     }
     tokens += static_cast<int64_t>(f.generated_ids.size());
@@ -511,10 +344,10 @@ Status RolloutWorker::Generate() {
   }
   const int64_t n = batch->trajectories_size();
   auto reply = Call(std::move(req));
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   stats_.tokens_generated += tokens;
-  stats_.reward_errors += reward_errors;
-  stats_.reward_timeouts += reward_timeouts;
+  stats_.reward_errors += scores.errors;
+  stats_.reward_timeouts += scores.timeouts;
   if (!reply.ok()) {
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": sending " << n
                                << " trajectories failed: " << reply.status();
@@ -571,7 +404,7 @@ Status RolloutWorker::Run(const std::atomic<bool>& stop) {
   {
     proto::ManagerRequest req;
     req.mutable_returned()->set_rollout_id(options_.id);
-    req.mutable_returned()->set_reason(kRestartReason);
+    req.mutable_returned()->set_reason(proto::kRestartReason);
     if (auto reply = Call(std::move(req)); !reply.ok()) {
       LAMINAR_LOG(WARN, ROLLOUT) << options_.id
                                  << ": the manager did not answer yet: " << reply.status();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
 #include "engine/llama_model.h"
@@ -95,7 +96,7 @@ class RolloutWorker {
   // from a relay, a model error) end it with that Status.
   Status Run(const std::atomic<bool>& stop);
 
-  RolloutWorkerStats stats() const;
+  RolloutWorkerStats stats() const LAMINAR_EXCLUDES(stats_mu_);
   const std::string& id() const { return options_.id; }
 
  private:
@@ -117,7 +118,18 @@ class RolloutWorker {
   Status BuildDraftModel(const relay::PulledVersion& v);
   Status RequestWork();
   Status SendHeartbeat();
+  // One engine step; the finished samples are scored and sent to the manager.
   Status Generate();
+  // The rewards of finished samples (failures score reward.failure_score and are counted).
+  struct Scores {
+    std::vector<double> score, seconds;
+    std::vector<std::map<std::string, double>> extra;
+    int64_t errors = 0, timeouts = 0;
+  };
+  Scores ScoreFinished(const std::vector<FinishedSample>& finished);
+  // ScoreFinished on its own thread while this one keeps sending heartbeats. Errors: a
+  // heartbeat's (the manager is gone).
+  StatusOr<Scores> ScoreWithHeartbeats(const std::vector<FinishedSample>& finished);
   Status SendPartials();
   // Carries out the repack orders and imports that came with any manager reply (the manager
   // hands a rollout its orders in whatever reply it gets next, so a source hears of a move within
@@ -154,13 +166,12 @@ class RolloutWorker {
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).
   std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
-  int64_t reward_failures_logged_ = 0;
+  int64_t reward_failures_logged_ = 0;  // reward failures so far (their log lines are sampled)
   // (prompt id, sample index) of the finished samples Generate is scoring, for the heartbeats.
-  std::vector<std::pair<std::string, int32_t>>
-      scoring_;  // reward failures so far (their log lines are sampled)
+  std::vector<std::pair<std::string, int32_t>> scoring_;
   std::chrono::steady_clock::time_point next_work_{};
-  mutable std::mutex stats_mu_;
-  RolloutWorkerStats stats_;
+  mutable Mutex stats_mu_;  // stats() reads stats_ from other threads
+  RolloutWorkerStats stats_ LAMINAR_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace laminar::rollout

@@ -3,17 +3,16 @@
 
 namespace laminar::rollout {
 
-StatusOr<RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r,
-                                                               int64_t kv_bytes_per_token) {
+StatusOr<RolloutWorkerOptions> RolloutWorkerOptionsOf(const Config& r, int64_t kv_bytes_per_token) {
   if (kv_bytes_per_token <= 0) {
     return InvalidArgumentError("recipe: kv_bytes_per_token must be > 0");
   }
   RolloutWorkerOptions w;
   w.engine.block_size = static_cast<int32_t>(r.GetInt("rollout.block_size"));
-  LAMINAR_ASSIGN_OR_RETURN(w.engine.num_blocks,
-                           KvBlocksFor(r.GetInt("rollout.kv_cache_mb"), kv_bytes_per_token,
-                                                w.engine.block_size),
-                           "recipe rollout.kv_cache_mb");
+  LAMINAR_ASSIGN_OR_RETURN(
+      w.engine.num_blocks,
+      KvBlocksFor(r.GetInt("rollout.kv_cache_mb"), kv_bytes_per_token, w.engine.block_size),
+      "recipe rollout.kv_cache_mb");
   w.engine.scheduler.max_num_seqs = r.GetInt("rollout.max_num_seqs");
   w.engine.scheduler.max_num_batched_tokens = r.GetInt("rollout.max_num_batched_tokens");
   LAMINAR_ASSIGN_OR_RETURN(w.weight_format,

@@ -117,9 +117,14 @@ TEST(CliBenchRollout, NoPeerAndUsageErrors) {
   r = RunLaminar(SmallLoad(gguf) + " --no-peer --num-blocks 4 --kv-cache-mb 1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("not both"), std::string::npos) << r.err;
+  // decode takes one weight format (its own options: a list is rollout's).
   r = RunLaminar("bench decode --weights f32,bf16");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("several --weights are for bench rollout"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--weights: f32,bf16 not in"), std::string::npos) << r.err;
+  // Each family takes only its own options.
+  r = RunLaminar("bench train --drafters suffix");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--drafters"), std::string::npos) << r.err;
   r = RunLaminar("bench decode --weights int3");
   EXPECT_EQ(r.exit_code, 2);
 }

@@ -3,11 +3,6 @@
 // and actor's options, and the schema's defaults against each role's own.
 #include "recipe/recipe.h"
 
-#include "actor/actor_recipe.h"
-#include "reward/reward_recipe.h"
-#include "rollout/manager/manager_recipe.h"
-#include "rollout/worker/worker_recipe.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +10,10 @@
 #include <sstream>
 #include <string>
 
+#include "actor/actor_recipe.h"
+#include "reward/reward_recipe.h"
+#include "rollout/manager/manager_recipe.h"
+#include "rollout/worker/worker_recipe.h"
 #include "tests/test_util.h"
 
 namespace laminar::testing {
@@ -266,8 +265,7 @@ TEST(RecipeDefaultsTest, EmptyRecipeGivesEachRoleItsOwnDefaults) {
   EXPECT_EQ(w->max_groups, wd.max_groups);
   EXPECT_EQ(w->engine.block_size, wd.engine.block_size);
   EXPECT_EQ(w->engine.scheduler.max_num_seqs, wd.engine.scheduler.max_num_seqs);
-  EXPECT_EQ(w->engine.scheduler.max_num_batched_tokens,
-            wd.engine.scheduler.max_num_batched_tokens);
+  EXPECT_EQ(w->engine.scheduler.max_num_batched_tokens, wd.engine.scheduler.max_num_batched_tokens);
   EXPECT_EQ(w->partial_every_tokens, wd.partial_every_tokens);
   EXPECT_EQ(w->heartbeat_interval_ms, wd.heartbeat_interval_ms);
   EXPECT_EQ(w->manager_timeout_s, wd.manager_timeout_s);

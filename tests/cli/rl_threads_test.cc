@@ -1,7 +1,7 @@
-// The RL loop's roles as threads of one process (docs/architecture.md: every role can run as a thread
-// for tests): a master relay, the manager server, two rollout workers (one drafting with a draft
-// model the actor publishes) and the actor, on the stories260K policy, in async mode with repack
-// on.
+// The RL loop's roles as threads of one process (docs/architecture.md: every role can run as a
+// thread for tests): a master relay, the manager server, two rollout workers (one drafting with a
+// draft model the actor publishes) and the actor, on the stories260K policy, in async mode with
+// repack on.
 #include <gtest/gtest.h>
 
 #include <algorithm>

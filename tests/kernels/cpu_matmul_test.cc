@@ -12,18 +12,12 @@
 #include "kernels/reference/gemm.h"
 #include "kernels/reference/ops.h"
 #include "kernels/tolerance.h"
+#include "tests/test_util.h"
 
 namespace laminar::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
+using laminar::testing::RandomNormal;
 TEST(CpuMatMulTest, EqualsReference) {
   struct Case {
     int64_t m, n, k;
@@ -31,7 +25,8 @@ TEST(CpuMatMulTest, EqualsReference) {
   };
   for (Case c : {Case{1, 1, 1, false}, Case{1, 7, 13, true}, Case{3, 17, 31, false},
                  Case{8, 576, 576, true}, Case{5, 1536, 576, false}, Case{64, 67, 129, true}}) {
-    auto x = Random(c.m * c.k, 1), w = Random(c.n * c.k, 2), b = Random(c.bias ? c.n : 0, 3);
+    auto x = RandomNormal(c.m * c.k, 1), w = RandomNormal(c.n * c.k, 2),
+         b = RandomNormal(c.bias ? c.n : 0, 3);
     std::vector<float> want(c.m * c.n), got(c.m * c.n);
     ref::MatMul(x, w, b, c.m, c.n, c.k, want);
     ASSERT_TRUE(cpu::MatMul(x, w, b, c.m, c.n, c.k, got).ok());
@@ -71,8 +66,8 @@ TEST(CpuGemmTest, EqualsReferenceForEveryTransposeAndSplit) {
       float beta = (variant & 4) ? 1.f : 0.f;
       // Padded leading dimensions: a row of the stored matrix is followed by 3 unused floats.
       int64_t lda = (ta ? c.m : c.k) + 3, ldb = (tb ? c.k : c.n) + 3, ldc = c.n + 2;
-      auto a = Random((ta ? c.k : c.m) * lda, 1), b = Random((tb ? c.n : c.k) * ldb, 2);
-      auto want = Random(c.m * ldc, 3), got = want;
+      auto a = RandomNormal((ta ? c.k : c.m) * lda, 1), b = RandomNormal((tb ? c.n : c.k) * ldb, 2);
+      auto want = RandomNormal(c.m * ldc, 3), got = want;
       ref::Gemm<float>(c.m, c.n, c.k, 0.5, a.data(), lda, ta, b.data(), ldb, tb, beta, want.data(),
                        ldc);
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {

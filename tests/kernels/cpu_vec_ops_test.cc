@@ -13,9 +13,12 @@
 #include "kernels/cpu/vec_ops.h"
 #include "kernels/reference/ops.h"
 #include "kernels/tolerance.h"
+#include "tests/test_util.h"
 
 namespace laminar::kernels {
 namespace {
+
+using laminar::testing::RandomNormal;
 
 std::vector<cpu::Isa> AvailableIsas() {
   std::vector<cpu::Isa> isas = {cpu::Isa::kScalar};
@@ -23,15 +26,6 @@ std::vector<cpu::Isa> AvailableIsas() {
   if (cpu::GetCpuFeatures().avx512) isas.push_back(cpu::Isa::kAvx512);
   return isas;
 }
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
@@ -47,12 +41,12 @@ TEST(CpuVecOpsTest, RmsNormAndSwiGlu) {
   for (cpu::Isa isa : AvailableIsas()) {
     for (int64_t c : kWidths) {
       std::string what = cpu::IsaName(isa) + " C=" + std::to_string(c);
-      auto x = Random(3 * c, 1, 2.f), w = Random(c, 2, 1.f);
+      auto x = RandomNormal(3 * c, 1, 2.f), w = RandomNormal(c, 2, 1.f);
       std::vector<float> want(3 * c), got(3 * c);
       ref::RmsNorm(x, w, 3, c, 1e-5, want);
       cpu::RmsNorm(x, w, 3, c, 1e-5, got, isa);
       ExpectClose(got, want, kRmsNormF32, "rmsnorm " + what);
-      auto g = Random(c, 3, 6.f), u = Random(c, 4, 1.f);
+      auto g = RandomNormal(c, 3, 6.f), u = RandomNormal(c, 4, 1.f);
       std::vector<float> sw_want(c), sw_got(c);
       ref::SwiGlu(g, u, sw_want);
       cpu::SwiGlu(g, u, sw_got, isa);
@@ -64,7 +58,7 @@ TEST(CpuVecOpsTest, RmsNormAndSwiGlu) {
 TEST(CpuVecOpsTest, EmbeddingEqualsReference) {
   for (int64_t c : {1, 7, 64}) {
     const int64_t v = 13;
-    auto table = Random(v * c, 5, 1.f);
+    auto table = RandomNormal(v * c, 5, 1.f);
     const std::vector<int32_t> ids = {0, 12, 3, 3, 7};
     std::vector<float> want(ids.size() * c), got(want.size());
     ref::Embedding(table, ids, c, want);
@@ -80,7 +74,7 @@ TEST(CpuVecOpsTest, SoftmaxLogSumExpLogprobs) {
   for (cpu::Isa isa : AvailableIsas()) {
     for (int64_t v : kWidths) {
       std::string what = cpu::IsaName(isa) + " V=" + std::to_string(v);
-      auto logits = Random(2 * v, 5, 8.f);
+      auto logits = RandomNormal(2 * v, 5, 8.f);
       logits[0] = 1000.f;  // extreme values must stay finite
       if (v > 1) logits[v + 1] = -1e30f;
       std::vector<float> want(2), got(2), p_want(2 * v), p_got(2 * v);
@@ -151,7 +145,7 @@ TEST(CpuMatMulBF16Test, EqualsReferenceOnRoundedWeights) {
   for (cpu::Isa isa : AvailableIsas()) {
     for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{3, 17, 31}, Case{1, 1536, 576},
                    Case{8, 577, 1536}, Case{64, 67, 129}}) {
-      auto x = Random(c.m * c.k, 1, 1.f), wf = Random(c.n * c.k, 2, 1.f);
+      auto x = RandomNormal(c.m * c.k, 1, 1.f), wf = RandomNormal(c.n * c.k, 2, 1.f);
       std::vector<uint16_t> wb(wf.size());
       for (size_t i = 0; i < wf.size(); ++i) {
         wb[i] = FloatToBF16(wf[i]);
@@ -177,8 +171,8 @@ TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
     for (Case c : {Case{1, 1}, Case{7, 13}, Case{17, 31}, Case{577, 64}, Case{1536, 576}}) {
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
         for (bool with_bias : {false, true}) {
-          auto x = Random(m * c.k, 1, 1.f), w = Random(c.n * c.k, 2, 1.f);
-          auto bias = with_bias ? Random(c.n, 3, 1.f) : std::vector<float>{};
+          auto x = RandomNormal(m * c.k, 1, 1.f), w = RandomNormal(c.n * c.k, 2, 1.f);
+          auto bias = with_bias ? RandomNormal(c.n, 3, 1.f) : std::vector<float>{};
           std::vector<float> want(m * c.n), got(m * c.n);
           ref::MatMul(x, w, bias, m, c.n, c.k, want);
           cpu::MatMulF32BatchInvariant(x, w, bias, m, c.n, c.k, got, c.n > 100 ? &pool : nullptr,
@@ -202,7 +196,7 @@ TEST(CpuMatMulF32BatchInvariantTest, EqualsReferenceAndIsIndependentOfM) {
   // oneDNN's f32 matmul reuses its cached primitives with other pointers: alternate shapes and
   // buffers.
   for (int64_t m : {1, 5, 4, 5, 9, 5}) {
-    auto x = Random(m * 96, static_cast<uint32_t>(m), 1.f), w = Random(67 * 96, 7, 1.f);
+    auto x = RandomNormal(m * 96, static_cast<uint32_t>(m), 1.f), w = RandomNormal(67 * 96, 7, 1.f);
     std::vector<float> want(m * 67), got(m * 67);
     ref::MatMul(x, w, {}, m, 67, 96, want);
     ASSERT_TRUE(cpu::OnednnMatMulF32(x, w, {}, m, 67, 96, got, &pool).ok());
@@ -227,7 +221,7 @@ TEST(CpuRopeTest, EqualsReferenceBitForBit) {
     const cpu::RopeTable table(inv_freq, 100);
     const std::vector<int32_t> positions = {0, 1, 99, 100, 4097};
     for (auto layout : {RopeLayout::kInterleaved, RopeLayout::kRotateHalf}) {
-      auto want = Random(t * h * d, 5, 1.f);
+      auto want = RandomNormal(t * h * d, 5, 1.f);
       auto got = want;
       ref::Rope(want, positions, t, h, d, inv_freq, layout);
       table.Apply(got, positions, t, h, d, layout);
@@ -260,7 +254,7 @@ TEST(CpuRoundToBF16Test, EqualsTheScalarRounding) {
 TEST(CpuMatMulBF16Test, WeightsEntryPointWithBiasAroundTheRowSwitch) {
   ThreadPool pool(2);
   const int64_t n = 70, k = 96;
-  auto wf = Random(n * k, 2, 1.f), bias = Random(n, 3, 1.f);
+  auto wf = RandomNormal(n * k, 2, 1.f), bias = RandomNormal(n, 3, 1.f);
   std::vector<uint16_t> wb(wf.size());
   cpu::RoundToBF16(wf, wb);
   for (size_t i = 0; i < wf.size(); ++i) wf[i] = BF16ToFloat(wb[i]);
@@ -268,7 +262,7 @@ TEST(CpuMatMulBF16Test, WeightsEntryPointWithBiasAroundTheRowSwitch) {
   if (cpu::HasBF16Dot()) modes.push_back(true);
   for (int64_t m : {cpu::kBF16DirectMaxRows, cpu::kBF16DirectMaxRows + 1}) {
     for (bool bf16_x : modes) {
-      auto x = Random(m * k, 1, 1.f);
+      auto x = RandomNormal(m * k, 1, 1.f);
       if (bf16_x) {
         std::vector<uint16_t> xb(x.size());
         cpu::RoundToBF16(x, xb);
@@ -294,7 +288,7 @@ TEST(CpuMatMulBF16DotTest, EqualsReferenceOnRoundedOperands) {
   if (cpu::GetCpuFeatures().avx512_bf16) isas.push_back(cpu::Isa::kAvx512);
   for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{3, 17, 31}, Case{1, 1536, 576}, Case{5, 6, 33},
                  Case{8, 577, 1536}, Case{16, 67, 129}, Case{64, 9, 64}}) {
-    auto xf = Random(c.m * c.k, 1, 1.f), wf = Random(c.n * c.k, 2, 1.f);
+    auto xf = RandomNormal(c.m * c.k, 1, 1.f), wf = RandomNormal(c.n * c.k, 2, 1.f);
     std::vector<uint16_t> xb(xf.size()), wb(wf.size());
     cpu::RoundToBF16(xf, xb);
     cpu::RoundToBF16(wf, wb);
@@ -349,8 +343,8 @@ TEST(CpuAttentionTest, EqualsReference) {
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{3, 4, 2, 7, 5}, Case{5, 9, 3, 64, 37},
                    Case{1, 9, 3, 64, 300}, Case{8, 14, 2, 64, 40}, Case{8, 6, 2, 72, 21},
                    Case{64, 8, 4, 8, 300}, Case{6, 4, 1, 16, 33}}) {
-      auto q = Random(c.t * c.h * c.d, 1, 1.f), k = Random(c.s * c.hkv * c.d, 2, 1.f),
-           v = Random(c.s * c.hkv * c.d, 3, 1.f);
+      auto q = RandomNormal(c.t * c.h * c.d, 1, 1.f), k = RandomNormal(c.s * c.hkv * c.d, 2, 1.f),
+           v = RandomNormal(c.s * c.hkv * c.d, 3, 1.f);
       std::vector<int32_t> pos(c.t);
       for (int64_t i = 0; i < c.t; ++i) pos[i] = static_cast<int32_t>(c.s - c.t + i);  // the last t
       std::vector<float> want(q.size()), got(q.size());

@@ -16,18 +16,12 @@
 #include "kernels/reference/ops.h"
 #include "kernels/reference/paged_attention.h"
 #include "kernels/tolerance.h"
+#include "tests/test_util.h"
 
 namespace laminar::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
+using laminar::testing::RandomNormal;
 // A sequence of S tokens stored contiguously ([S, Hkv, D]) and in a paged pool through a shuffled
 // block table; every pool slot the table does not reach holds NaN, so reading one shows.
 struct PagedSequence {
@@ -39,7 +33,8 @@ struct PagedSequence {
 
 PagedSequence MakeSequence(int64_t s, int64_t hkv, int64_t d, int64_t block_size, uint32_t seed) {
   PagedSequence seq{
-      s, hkv, d, block_size, Random(s * hkv * d, seed), Random(s * hkv * d, seed + 1), {}, {}, {}};
+      s,  hkv, d, block_size, RandomNormal(s * hkv * d, seed), RandomNormal(s * hkv * d, seed + 1),
+      {}, {},  {}};
   const int64_t used = (s + block_size - 1) / block_size, num_blocks = used + 3;
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
@@ -82,7 +77,7 @@ TEST(PagedAttentionTest, ReferenceEqualsContiguousReference) {
   for (const Shape& c : kShapes) {
     for (int64_t bs : kBlockSizes) {
       PagedSequence seq = MakeSequence(c.s, c.hkv, c.d, bs, 10);
-      auto q = Random(c.t * c.h * c.d, 20);
+      auto q = RandomNormal(c.t * c.h * c.d, 20);
       auto pos = LastPositions(c);
       std::vector<float> want(q.size()), got(q.size());
       ref::CausalAttention(q, seq.k, seq.v, pos, c.t, c.h, c.hkv, c.d, c.s, want);
@@ -99,7 +94,7 @@ TEST(PagedAttentionTest, ReferenceEqualsContiguousReference) {
 TEST(PagedAttentionTest, ReferenceAttendsOnlyUpToEachPosition) {
   // Positions not at the end of the cache: query 0 sees position 0 only, so it returns V[0].
   PagedSequence seq = MakeSequence(10, 2, 8, 3, 30);
-  auto q = Random(2 * 6 * 8, 31);
+  auto q = RandomNormal(2 * 6 * 8, 31);
   std::vector<int32_t> pos = {0, 4};
   std::vector<float> want(q.size()), got(q.size());
   ref::CausalAttention(q, seq.k, seq.v, pos, 2, 6, 2, 8, 10, want);
@@ -129,7 +124,7 @@ TEST(PagedAttentionTest, CpuEqualsReference) {
     for (const Shape& c : shapes) {
       for (int64_t bs : kBlockSizes) {
         PagedSequence seq = MakeSequence(c.s, c.hkv, c.d, bs, 40);
-        auto q = Random(c.t * c.h * c.d, 41);
+        auto q = RandomNormal(c.t * c.h * c.d, 41);
         auto pos = LastPositions(c);
         std::vector<float> want(q.size());
         ref::PagedCausalAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, pos, c.t, c.h, c.hkv,
@@ -156,7 +151,7 @@ TEST(PagedAttentionTest, WriteKvThenReadBackThroughTable) {
   std::vector<float> k_pool(num_blocks * bs * row, -1.f), v_pool(num_blocks * bs * row, -2.f);
   // A chunk of 5 new tokens starting mid-block (positions 2..6), written in two calls.
   const std::vector<int32_t> pos = {2, 3, 4, 5, 6};
-  auto k = Random(5 * row, 50), v = Random(5 * row, 51);
+  auto k = RandomNormal(5 * row, 50), v = RandomNormal(5 * row, 51);
   ref::WriteKv(std::span(k).first(2 * row), std::span(v).first(2 * row), table, bs,
                std::span(pos).first(2), 2, hkv, d, k_pool, v_pool);
   ref::WriteKv(std::span(k).subspan(2 * row), std::span(v).subspan(2 * row), table, bs,
@@ -198,7 +193,7 @@ TEST(PagedAttentionTest, TreeEqualsEachRootToLeafChain) {
   ThreadPool pool(2);
   for (int64_t bs : kBlockSizes) {
     PagedSequence seq = MakeSequence(prefix + n, hkv, d, bs, 60);
-    auto q = Random(n * h * d, 61);
+    auto q = RandomNormal(n * h * d, 61);
     const auto anc = Ancestors(parents);
     std::vector<float> tree(q.size());
     ref::PagedTreeAttention(q, seq.k_pool, seq.v_pool, seq.table, bs, prefix, anc, n, h, hkv, d,
@@ -246,7 +241,7 @@ TEST(PagedAttentionTest, TreeEqualsEachRootToLeafChain) {
 TEST(PagedAttentionTest, ChainTreeEqualsCausalOnCpu) {
   const int64_t prefix = 40, n = 5, h = 4, hkv = 4, d = 8, bs = 16;
   PagedSequence seq = MakeSequence(prefix + n, hkv, d, bs, 70);
-  auto q = Random(n * h * d, 71);
+  auto q = RandomNormal(n * h * d, 71);
   const auto anc = Ancestors({-1, 0, 1, 2, 3});
   std::vector<int32_t> pos = {40, 41, 42, 43, 44};
   for (cpu::Isa isa : AvailableIsas()) {

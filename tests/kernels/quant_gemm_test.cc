@@ -17,18 +17,13 @@
 #include "kernels/reference/ops.h"
 #include "kernels/reference/quant.h"
 #include "kernels/tolerance.h"
+#include "tests/test_util.h"
 
 namespace laminar::kernels {
 namespace {
 
-std::vector<float> Gaussian(size_t n, uint32_t seed, float stddev = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, stddev);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
+using laminar::testing::RandomGgmlBlocks;
+using laminar::testing::RandomNormal;
 struct Shape3 {
   int64_t m, n, k;
 };
@@ -111,7 +106,7 @@ TEST(LiquidQuantTest, PackedLanesNeverOverflow) {
 
 TEST(QuantFormatTest, QuantizersStayInsideTheirBounds) {
   for (int64_t group : {64, 128}) {
-    auto w = Gaussian(37 * 300, 5);
+    auto w = RandomNormal(37 * 300, 5);
     w[17] = 40.f;  // an outlier channel
     auto q = QuantizeW4A8(w, 37, 300, group);
     ASSERT_TRUE(q.ok()) << q.status();
@@ -124,13 +119,13 @@ TEST(QuantFormatTest, QuantizersStayInsideTheirBounds) {
       }
     }
   }
-  auto q8 = QuantizeW8A8(Gaussian(11 * 70, 6), 11, 70);
+  auto q8 = QuantizeW8A8(RandomNormal(11 * 70, 6), 11, 70);
   ASSERT_TRUE(q8.ok());
   for (int64_t r = 0; r < 11; ++r) {
     for (int64_t c = 0; c < q8->k_padded; ++c) ASSERT_GE(q8->U(r, c), 1);
   }
   Int8Activations x;
-  QuantizeActivationsPerToken(Gaussian(3 * 45, 7), 3, 45, &x);
+  QuantizeActivationsPerToken(RandomNormal(3 * 45, 7), 3, 45, &x);
   for (int8_t v : x.q) ASSERT_GE(v, -127);
   for (int64_t i = 0; i < 3; ++i) {
     int32_t s = 0;
@@ -148,7 +143,8 @@ TEST(QuantGemmTest, EveryPathEqualsTheReferenceBitForBit) {
   std::vector<Shape3> shapes = Shapes();
   shapes.push_back({20, 1030, 70});
   for (const Shape3& s : shapes) {
-    auto x = Gaussian(s.m * s.k, 11), w = Gaussian(s.n * s.k, 12, 0.05f), bias = Gaussian(s.n, 13);
+    auto x = RandomNormal(s.m * s.k, 11), w = RandomNormal(s.n * s.k, 12, 0.05f),
+         bias = RandomNormal(s.n, 13);
     Int8Activations xq;
     QuantizeActivationsPerToken(x, s.m, s.k, &xq);
     auto w8 = QuantizeW8A8(w, s.n, s.k);
@@ -208,7 +204,7 @@ TEST(QuantGemmTest, MatchesF32WithinTheFormatsError) {
   // Relative Frobenius error of the output against the f32 matmul, Gaussian x and W: int8 per
   // token / per channel costs ~1%, the 4-bit groups ~8%. Stated bounds with margin.
   for (const Shape3& s : {Shape3{1, 576, 576}, Shape3{64, 1536, 576}, Shape3{8, 576, 1536}}) {
-    auto x = Gaussian(s.m * s.k, 21), w = Gaussian(s.n * s.k, 22, 0.05f);
+    auto x = RandomNormal(s.m * s.k, 21), w = RandomNormal(s.n * s.k, 22, 0.05f);
     std::vector<float> want(s.m * s.n), got(s.m * s.n);
     ref::MatMul(x, w, {}, s.m, s.n, s.k, want);
     Int8Activations xq;
@@ -222,27 +218,6 @@ TEST(QuantGemmTest, MatchesF32WithinTheFormatsError) {
   }
 }
 
-// Random raw ggml blocks of `type` (2 q4_0, 3 q4_1, 8 q8_0) for an [n, k] tensor, with f16 scales
-// of a realistic size.
-std::vector<uint8_t> RandomGgmlBlocks(uint32_t type, int64_t n, int64_t k, uint32_t seed) {
-  const size_t block_bytes = type == 2 ? 18 : type == 3 ? 20 : 34;
-  std::vector<uint8_t> out(static_cast<size_t>(n * k / 32) * block_bytes);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(0.001f, 0.02f), min(-0.1f, 0.f);
-  for (size_t b = 0; b < out.size() / block_bytes; ++b) {
-    uint8_t* p = out.data() + b * block_bytes;
-    const uint16_t d = FloatToHalf(scale(rng)), m = FloatToHalf(min(rng));
-    std::memcpy(p, &d, 2);
-    size_t header = 2;
-    if (type == 3) {
-      std::memcpy(p + 2, &m, 2);
-      header = 4;
-    }
-    for (size_t i = header; i < block_bytes; ++i) p[i] = static_cast<uint8_t>(rng());
-  }
-  return out;
-}
-
 TEST(QuantGemmTest, GgufBlocksMatchDequantizeThenF32) {
   for (uint32_t type : {2u, 3u, 8u}) {
     for (const Shape3& s :
@@ -252,7 +227,7 @@ TEST(QuantGemmTest, GgufBlocksMatchDequantizeThenF32) {
       auto raw = RandomGgmlBlocks(type, s.n, s.k, 31);
       auto w = PackGgufWeights(type, raw, s.n, s.k);
       ASSERT_TRUE(w.ok()) << w.status();
-      auto x = Gaussian(s.m * s.k, 32), bias = Gaussian(s.n, 33);
+      auto x = RandomNormal(s.m * s.k, 32), bias = RandomNormal(s.n, 33);
       Q8BlockActivations xq;
       QuantizeActivationsQ8Blocks(x, s.m, s.k, &xq);
       std::vector<float> want(s.m * s.n), f32(s.m * s.n), got(s.m * s.n);
@@ -306,7 +281,7 @@ TEST(QuantFormatTest, GatherRowsKeepsTheRowsBitForBit) {
     }
   };
   for (const int64_t k : {int64_t{96}, int64_t{129}}) {
-    auto w8 = QuantizeW8A8(Gaussian(static_cast<size_t>(n * k), 41), n, k);
+    auto w8 = QuantizeW8A8(RandomNormal(static_cast<size_t>(n * k), 41), n, k);
     ASSERT_TRUE(w8.ok()) << w8.status();
     expect_rows(Dequantize(*w8), Dequantize(GatherRows(*w8, rows)), k,
                 "w8a8 k " + std::to_string(k));
@@ -354,7 +329,7 @@ TEST(QuantGemmTest, BadInputIsRefusedWithClearErrors) {
   ASSERT_FALSE(bad_size.ok());
   EXPECT_NE(bad_size.status().message().find("60 bytes, expected 20"), std::string::npos)
       << bad_size.status();
-  auto w = Gaussian(4 * 64, 41);
+  auto w = RandomNormal(4 * 64, 41);
   auto bad_group = QuantizeW4A8(w, 4, 64, 32);
   ASSERT_FALSE(bad_group.ok());
   EXPECT_NE(bad_group.status().message().find("group size 32"), std::string::npos);
@@ -367,8 +342,8 @@ TEST(QuantGemmTest, BadInputIsRefusedWithClearErrors) {
 }
 
 TEST(QuantGemmTest, NonFiniteActivationsGiveNaNNotGarbage) {
-  auto w = QuantizeW8A8(Gaussian(8 * 64, 51), 8, 64);
-  auto x = Gaussian(3 * 64, 52);
+  auto w = QuantizeW8A8(RandomNormal(8 * 64, 51), 8, 64);
+  auto x = RandomNormal(3 * 64, 52);
   x[3] = INFINITY;
   x[64 + 9] = std::nanf("");
   Int8Activations xq;

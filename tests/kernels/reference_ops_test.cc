@@ -7,18 +7,12 @@
 #include <vector>
 
 #include "kernels/reference/ops.h"
+#include "tests/test_util.h"
 
 namespace laminar::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
+using laminar::testing::RandomNormal;
 TEST(ReferenceOpsTest, MatMulWithBias) {
   std::vector<float> x = {1, 2, 3, 4, 5, 6};         // [2, 3]
   std::vector<float> w = {1, 0, -1, 0.5f, 0.5f, 0};  // [2, 3]
@@ -43,7 +37,7 @@ TEST(ReferenceOpsTest, RopeIsARelativeRotation) {
   EXPECT_DOUBLE_EQ(inv[0], 1.0);
   EXPECT_NEAR(inv[1], std::pow(10000.0, -0.25), 1e-15);
   for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kRotateHalf}) {
-    auto q = Random(d, 1), k = Random(d, 2);
+    auto q = RandomNormal(d, 1), k = RandomNormal(d, 2);
     // q at position m and k at position n: q.k depends only on m - n.
     auto dot_at = [&](int32_t m, int32_t n) {
       std::vector<float> qm = q, kn = k;
@@ -66,7 +60,7 @@ TEST(ReferenceOpsTest, RopeLayoutsDifferByAPermutation) {
   const int64_t d = 6;
   std::vector<double> inv(d / 2);
   ref::RopeInvFreq(d, 500000.0, {}, inv);
-  auto x = Random(d, 3);
+  auto x = RandomNormal(d, 3);
   // Interleaved index 2i <-> rotate-half index i; 2i+1 <-> i + D/2.
   std::vector<float> half(d);
   for (int64_t i = 0; i < d / 2; ++i) {
@@ -125,7 +119,8 @@ TEST(ReferenceOpsTest, SwiGluAndEmbedding) {
 
 TEST(ReferenceOpsTest, CausalGroupedQueryAttention) {
   const int64_t h = 4, hkv = 2, d = 3, s = 3;
-  auto k = Random(s * hkv * d, 4), v = Random(s * hkv * d, 5), q = Random(2 * h * d, 6);
+  auto k = RandomNormal(s * hkv * d, 4), v = RandomNormal(s * hkv * d, 5),
+       q = RandomNormal(2 * h * d, 6);
   std::vector<int32_t> pos = {0, 2};
   std::vector<float> out(2 * h * d);
   ref::CausalAttention(q, k, v, pos, 2, h, hkv, d, s, out);

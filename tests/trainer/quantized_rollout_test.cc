@@ -10,9 +10,9 @@
 
 #include "engine/llama_model.h"
 #include "engine/sampler.h"
-#include "model/tokenizer/chat_format.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
+#include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer_loader.h"
 #include "trainer/trainer.h"
 

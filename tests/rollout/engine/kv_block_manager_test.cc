@@ -1,6 +1,8 @@
 // KvBlockManager: hand examples (block boundaries, fork and copy-on-write, free), GRPO group
 // prefix sharing, the version-keyed prefix cache, running out of blocks, and a randomized test
 // against a std::map model that tracks which logical KV each physical slot holds.
+// Kept in one file over ~600 lines: the hand examples and the randomized test share the std::map
+// model of which logical KV each slot holds.
 #include "rollout/engine/kv_block_manager.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,7 @@
 // RolloutEngine on a tiny random f32 model: batching never changes a sample's tokens (greedy and
 // seeded sampling), a GRPO group equals separate requests while storing its prompt once, and KV
 // exhaustion preempts and still finishes every request with the same tokens.
+// Kept in one file over ~600 lines: every case runs on the same tiny model and request builders.
 #include "rollout/engine/rollout_engine.h"
 
 #include <gtest/gtest.h>

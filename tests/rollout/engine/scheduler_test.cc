@@ -3,6 +3,8 @@
 // completion, a too-large request, contract errors, and randomized simulations driven by a fake
 // engine that stamps every KV slot it writes with its tokens and weight version and checks that
 // each step reads exactly the KV of its own tokens.
+// Kept in one file over ~600 lines: the hand cases and the simulations share the fake engine that
+// stamps and checks every KV slot.
 #include "rollout/engine/scheduler.h"
 
 #include <gtest/gtest.h>

@@ -3,6 +3,8 @@
 // (the same consumed sequence as an uninterrupted run, bad snapshots named by field); and a
 // randomized interleaving of fake rollouts (deaths, zombies, duplicates, moves, version bumps,
 // restores) checked against a model of what was consumed. Time is a number passed in.
+// Kept in one file over ~600 lines: the hand cases and the randomized interleaving share one
+// harness of fake rollouts and one model of what was consumed.
 #include "rollout/manager/manager_state.h"
 
 #include <gtest/gtest.h>

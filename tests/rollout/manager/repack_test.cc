@@ -270,7 +270,7 @@ int64_t Added(const std::map<std::string, int64_t>& m, const std::string& id) {
   return it == m.end() ? 0 : it->second;
 }
 
-// Checks `plan` against the rules of rollout/repack.h.
+// Checks `plan` against the rules of rollout/manager/repack.h.
 CheckResult CheckPlan(const std::vector<RepackRollout>& rollouts, int32_t max_batch,
                       const RepackPlan& plan) {
   std::map<std::string, const RepackRollout*> by_id;
