@@ -47,6 +47,7 @@ double MeasureDramReadBandwidth(int64_t size_bytes, int repeats, int num_threads
     std::vector<uint64_t> partial(static_cast<size_t>(num_threads));
     auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(num_threads));
     int64_t per = (n + num_threads - 1) / num_threads;
     for (int t = 0; t < num_threads; ++t) {
       threads.emplace_back([&, t] {

@@ -181,7 +181,7 @@ StatusOr<std::vector<SpecRun>> RunSpecCases(const engine::LlamaModel& model, con
   std::vector<SpecRun> out;
   for (Lane& lane : lanes) {
     FinishLane(lane);
-    out.push_back(std::move(lane.run));
+    out.push_back(lane.run);
   }
   return out;
 }

@@ -55,6 +55,7 @@ StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
   if (options.new_session) flags |= POSIX_SPAWN_SETSID;
   posix_spawnattr_setflags(&attr, flags);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;

@@ -181,9 +181,9 @@ Status WriteWeights(const std::string& dir, std::vector<SafetensorsWriteItem> it
   for (size_t i = 0; i < shards.size(); ++i) {
     std::string file = ShardName(i, shards.size());
     for (const SafetensorsWriteItem& item : shards[i]) weight_map[item.name] = file;
-    LAMINAR_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + file, std::move(shards[i])));
+    LAMINAR_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + file, shards[i]));
   }
-  index["weight_map"] = std::move(weight_map);
+  index["weight_map"] = weight_map;
   return WriteFileAtomic(dir + "/" + kIndexFile, index.dump(2) + "\n");
 }
 

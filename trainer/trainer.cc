@@ -338,6 +338,7 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
   if (std::isfinite(global_loss[0])) {
     // Then the metrics (every rank has the same keys: same config) and the gradients.
     std::vector<double> reduced;
+    reduced.reserve(sums.size());
     for (const auto& [k, v] : sums) reduced.push_back(v);
     LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(reduced)));
     size_t i = 0;

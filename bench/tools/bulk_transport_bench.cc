@@ -201,6 +201,7 @@ int Main(int argc, char** argv) {
   for (const auto& kind : o.kinds) {
     auto seconds = o.procs ? RunProcs(kind, o, data) : RunThreads(kind, o, data);
     std::vector<double> gbps;
+    gbps.reserve(seconds.size());
     for (double s : seconds) gbps.push_back(static_cast<double>(o.total_bytes) / s / 1e9);
     std::sort(gbps.begin(), gbps.end());
     double med = gbps[gbps.size() / 2];

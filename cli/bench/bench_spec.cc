@@ -196,6 +196,7 @@ Status RunSpecCell(const SpecArgs& a, const engine::LlamaModel& lm, const engine
     std::vector<std::string> order = drafters;
     if (round % 2 == 1) std::ranges::reverse(order);
     std::vector<bench::SpecCase> cases;
+    cases.reserve(order.size());
     for (const std::string& drafter : order) {
       cases.push_back({.drafter = drafter == "off-control" ? "off" : drafter,
                        .batch = b,
@@ -207,7 +208,7 @@ Status RunSpecCell(const SpecArgs& a, const engine::LlamaModel& lm, const engine
                        .draft_model = draft});
     }
     LAMINAR_ASSIGN_OR_RETURN(std::vector<bench::SpecRun> r, bench::RunSpecCases(lm, load, cases));
-    for (size_t i = 0; i < order.size(); ++i) runs[order[i]].push_back(std::move(r[i]));
+    for (size_t i = 0; i < order.size(); ++i) runs[order[i]].push_back(r[i]);
   }
   for (const std::string& drafter : drafters) {
     rows->push_back(SpecRow(a, drafter, t, b, runs.at(drafter), runs.at("off")));

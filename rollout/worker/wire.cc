@@ -75,6 +75,7 @@ StatusOr<SampleState> SampleStateFromProto(const proto::MigratedSample& m) {
   s.logprobs.assign(m.logprobs().begin(), m.logprobs().end());
   for (const proto::TopLogprobs& t : m.top_logprobs()) {
     std::vector<engine::TokenLogprob> top;
+    top.reserve(static_cast<size_t>(t.ids_size()));
     for (int i = 0; i < t.ids_size(); ++i) top.push_back({t.ids(i), t.logprobs(i)});
     s.top_logprobs.push_back(std::move(top));
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "tests/test_util.h"
 
 namespace laminar::model {
 namespace {
@@ -132,11 +133,8 @@ TEST(GgmlQuantsTest, QuantizersRoundTripWithinHalfAStep) {
   EXPECT_EQ(static_cast<int8_t>(q80[2 + 15]), 127);  // the largest magnitude, 6.5
   EXPECT_EQ(static_cast<int8_t>(q80[2 + 0]), -20);   // -1 / (6.5 / 127) = -19.54
 
-  std::mt19937 rng(7);
-  std::normal_distribution<float> gauss(0.0f, 0.02f);
   const int64_t n = 32 * 64;
-  std::vector<float> x(n);
-  for (float& v : x) v = gauss(rng);
+  std::vector<float> x = testing::RandomNormal(n, 7, 0.02f);
   std::fill_n(x.begin(), 32, 0.0f);  // one block of zeros
   for (uint32_t type : {3u, 8u}) {
     SCOPED_TRACE(GgmlTypeName(type));

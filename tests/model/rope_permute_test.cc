@@ -8,14 +8,15 @@
 #include <cstring>
 #include <random>
 
+#include "tests/test_util.h"
+
 namespace laminar::model {
 namespace {
 
 Tensor RandomF32(Shape shape, uint32_t seed) {
   Tensor t(DType::kF32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = dist(rng);
+  const std::vector<float> v = testing::RandomNormal(static_cast<size_t>(t.num_elements()), seed);
+  std::copy(v.begin(), v.end(), t.data_as<float>());
   return t;
 }
 

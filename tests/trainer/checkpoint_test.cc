@@ -55,9 +55,8 @@ std::unique_ptr<Optimizer> MakeOptimizer(const ParameterSet& params, const std::
 }
 
 void SetGrads(ParameterSet* params, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 0.3f);
-  for (float& g : params->grads()) g = dist(rng);
+  const std::vector<float> g = testing::RandomNormal(params->num_elements(), seed, 0.3f);
+  std::copy(g.begin(), g.end(), params->grads().begin());
 }
 
 // A few steps, one of them skipped, so every counter and buffer is non-trivial.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "tests/test_util.h"
 
 namespace laminar::trainer {
 namespace {
@@ -45,16 +46,14 @@ ParameterSet MixedParams(uint32_t seed) {
   set.Add("d.norm", Shape({16}), false);
   set.Add("e.weight", Shape({70001}), true);
   set.Add("f.bias", Shape({5}), false);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  for (float& v : set.values()) v = dist(rng);
+  const std::vector<float> v = testing::RandomNormal(set.num_elements(), seed);
+  std::copy(v.begin(), v.end(), set.values().begin());
   return set;
 }
 
 void RandomGrads(ParameterSet* set, uint32_t seed, float stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, stddev);
-  for (float& g : set->grads()) g = dist(rng);
+  const std::vector<float> g = testing::RandomNormal(set->num_elements(), seed, stddev);
+  std::copy(g.begin(), g.end(), set->grads().begin());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,10 +298,7 @@ TEST(ClipTest, ScalesToTheMaxNormAndReturnsThePreClipNorm) {
 }
 
 TEST(ClipTest, NormIsF64AndTheSameWithThreads) {
-  std::vector<float> g(300007);
-  std::mt19937 rng(9);
-  std::normal_distribution<float> dist(0.f, 1e3f);
-  for (float& x : g) x = dist(rng);
+  const std::vector<float> g = testing::RandomNormal(300007, 9, 1e3f);
   long double exact = 0;
   for (float x : g) exact += static_cast<long double>(x) * x;
   ThreadPool pool(4);
