@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 ANNOTATED = re.compile(r"LAMINAR_(GUARDED_BY|REQUIRES|EXCLUDES|PT_GUARDED_BY)|MutexLock")
 # GCC-only flags, and ones that need more than the headers (OpenMP's runtime).
 DROP = {"-fopenmp"}
@@ -24,14 +25,15 @@ DROP_PREFIX = ("-fvect-cost-model", "-fno-semantic-interposition")
 
 
 def annotated_sources(commands):
-    """The compiled .cc files that use annotated locks, or whose header declares them."""
+    """The compiled .cc files that use annotated locks, or that include (from the same folder) a
+    header declaring them: the files implementing the annotated classes."""
     files = {pathlib.Path(c["file"]).resolve() for c in commands}
     headers = set()
     for h in ROOT.glob("**/*.h"):
         if "build" in h.relative_to(ROOT).parts[:1]:
             continue
         if ANNOTATED.search(h.read_text(errors="replace")):
-            headers.add(h.with_suffix(".cc").resolve())
+            headers.add(h.resolve())
     out = []
     for f in sorted(files):
         if not f.is_relative_to(ROOT) or f.suffix != ".cc":
@@ -39,7 +41,9 @@ def annotated_sources(commands):
         rel = f.relative_to(ROOT)
         if rel.parts[0] in ("build", "tests"):
             continue
-        if f in headers or ANNOTATED.search(f.read_text(errors="replace")):
+        text = f.read_text(errors="replace")
+        own = {(ROOT / inc).resolve() for inc in INCLUDE.findall(text)}
+        if ANNOTATED.search(text) or any(h in headers and h.parent == f.parent for h in own):
             out.append(f)
     return out
 

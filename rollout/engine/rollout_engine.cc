@@ -216,6 +216,7 @@ Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t versio
         "rollout engine: the new weights' shapes (vocab, hidden, layers, kv heads, head dim, "
         "context) differ from the engine's");
   }
+  MutexLock drafter_lock(&drafter_mu_);
   if (drafter_ != nullptr) {
     LAMINAR_RETURN_IF_ERROR(drafter_->OnWeights(model, draft),
                             "rollout engine: speculative drafter");
@@ -228,6 +229,7 @@ Status RolloutEngine::SetWeights(const engine::LlamaModel* model, int64_t versio
 }
 
 StatusOr<std::vector<SampleState>> RolloutEngine::Export(int64_t request_id) {
+  MutexLock drafter_lock(&drafter_mu_);
   std::vector<RequestId> ids;
   for (const auto& [id, s] : samples_) {
     if (s.request_id == request_id) ids.push_back(id);

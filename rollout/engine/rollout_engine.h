@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "engine/llama_model.h"
 #include "engine/paged_kv_cache.h"
@@ -121,7 +122,7 @@ class RolloutEngine {
   // through the stop rules in order; the accepted drafts' KV moves to their positions' slots and
   // the rejected ones' slots are released. Errors: the scheduler's or the model's
   // (a bug in the engine), after which the engine should be dropped.
-  StatusOr<std::vector<FinishedSample>> Step();
+  StatusOr<std::vector<FinishedSample>> Step() LAMINAR_EXCLUDES(drafter_mu_);
 
   // Steps until no request is left; the finished samples in finishing order. Internal error if a
   // step makes no progress while requests are waiting (cannot happen by the scheduler's
@@ -137,12 +138,12 @@ class RolloutEngine {
   // from now on (one built from this version, e.g. the policy's weights in a cheaper format);
   // null keeps the drafter's.
   Status SetWeights(const engine::LlamaModel* model, int64_t version,
-                    const engine::LlamaModel* draft = nullptr);
+                    const engine::LlamaModel* draft = nullptr) LAMINAR_EXCLUDES(drafter_mu_);
 
   // Removes the unfinished samples of request `request_id` from this engine and returns their
   // states, by sample index; their KV blocks are freed. NotFound when the request has no sample in
   // flight (unknown, or all finished).
-  StatusOr<std::vector<SampleState>> Export(int64_t request_id);
+  StatusOr<std::vector<SampleState>> Export(int64_t request_id) LAMINAR_EXCLUDES(drafter_mu_);
   // Export of every request in flight (the engine is idle afterwards), by request id.
   std::vector<SampleState> ExportAll();
   // Continues an exported sample as a new one-sample request (the returned id; its
@@ -203,11 +204,11 @@ class RolloutEngine {
   Status CheckIds(std::span<const int32_t> ids, const std::string& what) const;
   // InvalidArgument unless num_prompt + max_tokens - 1 positions fit the model's context.
   Status CheckContext(int64_t num_prompt, int64_t max_tokens) const;
-  FinishedSample Finish(RequestId id, FinishReason reason);
+  FinishedSample Finish(RequestId id, FinishReason reason) LAMINAR_REQUIRES(drafter_mu_);
   // Appends `token` to `id` through its stop rules; true when the sample finished (it is then
   // finished in the scheduler and moved to `finished`).
   StatusOr<bool> Append(RequestId id, engine::SampledToken token,
-                        std::vector<FinishedSample>* finished);
+                        std::vector<FinishedSample>* finished) LAMINAR_REQUIRES(drafter_mu_);
   // --- a step's phases (rollout_engine_step.cc) ---
   // This step's drafts: the budgets PlanDrafts gave each decode and the trees proposed for them.
   struct StepDrafts {
@@ -240,13 +241,15 @@ class RolloutEngine {
     std::vector<int64_t> appended;
   };
   // Plans this step's draft budgets and has the drafter propose every tree in one batch.
-  StepDrafts ProposeDrafts();
+  StepDrafts ProposeDrafts() LAMINAR_REQUIRES(drafter_mu_);
   // The plan's packed batch; truncates each tree to what the scheduler granted and validates it.
   // Errors: a drafter's invalid tree.
-  StatusOr<StepBatch> AssembleBatch(const Plan& plan, StepDrafts& drafts);
+  StatusOr<StepBatch> AssembleBatch(const Plan& plan, StepDrafts& drafts)
+      LAMINAR_REQUIRES(drafter_mu_);
   // The policy's forward over `batch` into *logits [rows, V], the drafter drafting ahead beside
   // it (batch.ahead is consumed). Returns the forward's seconds; errors: the model's.
-  StatusOr<double> RunForward(StepBatch& batch, std::vector<float>* logits);
+  StatusOr<double> RunForward(StepBatch& batch, std::vector<float>* logits)
+      LAMINAR_REQUIRES(drafter_mu_);
   // Draws the next token of every plain (undrafted) sequence and fork of `plan` from its logits
   // row, over the model's pool; *draws gets (sample, logits row) in plan order.
   std::vector<engine::SampledToken> DrawPlainTokens(
@@ -256,7 +259,8 @@ class RolloutEngine {
   // whose stop rules say so into *finished.
   StatusOr<StepEmitted> EmitTokens(const Plan& plan, StepDrafts& drafts,
                                    std::span<const float> logits,
-                                   std::vector<FinishedSample>* finished);
+                                   std::vector<FinishedSample>* finished)
+      LAMINAR_REQUIRES(drafter_mu_);
   // What speculation yielded this step (SpeculationGain), from the step's `step_s` seconds.
   void MeasureStep(const Plan& plan, const StepDrafts& drafts, const StepEmitted& emitted,
                    bool decodes_only, double step_s);
@@ -274,10 +278,10 @@ class RolloutEngine {
   };
   // The draft node budgets of this step's decodes, by sequence (PlanDraftBudgets, plus a short
   // draft now and then for sequences it leaves out: exploration).
-  std::unordered_map<RequestId, int64_t> PlanDrafts();
-  DraftCandidates DecodingCandidates();
+  std::unordered_map<RequestId, int64_t> PlanDrafts() LAMINAR_REQUIRES(drafter_mu_);
+  DraftCandidates DecodingCandidates() LAMINAR_REQUIRES(drafter_mu_);
   // Fills c.catch_up, c.first_cost and c.warm_rows.
-  void PlanCatchUpCosts(DraftCandidates& c) const;
+  void PlanCatchUpCosts(DraftCandidates& c) const LAMINAR_REQUIRES(drafter_mu_);
   // Budgets from the measured costs (adaptive), or to measure them first.
   std::vector<int64_t> BudgetDrafts(const DraftCandidates& c);
   // A short draft for the sequence idle longest when none drafted for a while.
@@ -289,7 +293,7 @@ class RolloutEngine {
   StatusOr<int64_t> AcceptDrafts(const ScheduledSeq& seq, const DraftTree& tree,
                                  std::span<const float> logits,
                                  std::vector<FinishedSample>* finished, int64_t* emitted,
-                                 DraftOutcome* outcome);
+                                 DraftOutcome* outcome) LAMINAR_REQUIRES(drafter_mu_);
   // A model drafter's cache at most this many tokens behind its sequence is warm (one verified
   // tree: its accepted path and the token after); further behind, its catch-up is a prefill.
   int64_t WarmCatchUp() const { return config_.speculative.max_draft_tokens + 1; }
@@ -297,7 +301,7 @@ class RolloutEngine {
   // the batch, so that what a large batch measured does not switch off the small-batch tail.
   SpeculationGain& GainFor(int64_t decodes);
   // The drafter forgets a sample leaving the engine.
-  void EndSample(RequestId id, const Sample& s);
+  void EndSample(RequestId id, const Sample& s) LAMINAR_REQUIRES(drafter_mu_);
   template <typename Out>
   static void MoveTokens(Sample& s, Out* out);
 
@@ -308,8 +312,11 @@ class RolloutEngine {
   std::unordered_map<RequestId, Sample> samples_;
   int64_t next_request_id_ = 0;
   RequestId next_seq_id_ = 0;
-  bool last_step_empty_ = false;      // the last Step's plan scheduled nothing
-  std::unique_ptr<Drafter> drafter_;  // null: speculation off
+  bool last_step_empty_ = false;  // the last Step's plan scheduled nothing
+  // The drafter is used by the engine's thread and, while a step's forward runs, by the drafting-
+  // ahead thread (DraftAheadTask): whoever uses it holds drafter_mu_ (RunForward hands it over).
+  Mutex drafter_mu_;
+  std::unique_ptr<Drafter> drafter_ LAMINAR_PT_GUARDED_BY(drafter_mu_);  // null: speculation off
   StepCostModel costs_;
   // What steps with drafts measured against plain ones, by bit_width(decodes) (GainFor).
   std::map<int, SpeculationGain> gains_;

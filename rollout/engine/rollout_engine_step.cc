@@ -19,6 +19,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   const auto step_start = std::chrono::steady_clock::now();
+  MutexLock drafter_lock(&drafter_mu_);
   // Speculation: budgets for the decodes, and their trees, proposed together before the
   // scheduler grants them rows and blocks.
   StepDrafts drafts;
@@ -152,12 +153,16 @@ StatusOr<RolloutEngine::StepBatch> RolloutEngine::AssembleBatch(const Plan& plan
 StatusOr<double> RolloutEngine::RunForward(StepBatch& batch, std::vector<float>* logits) {
   const auto start = std::chrono::steady_clock::now();
   // SwiftSpec's asynchronous drafting: the drafter drafts past each tree on its own thread while
-  // the target verifies; joined before anything else touches the drafter.
-  DraftAheadTask drafting(drafter_.get(), std::move(batch.ahead));
+  // the target verifies. The drafter goes to that thread with drafter_mu_ and comes back when
+  // the thread is joined.
+  Drafter* drafter = drafter_.get();
+  drafter_mu_.Unlock();
+  DraftAheadTask drafting(drafter, std::move(batch.ahead), &drafter_mu_);
   const Status forward = model_->Forward(batch.tokens, batch.spans, batch.tables, &cache_,
                                          engine::LogitsFor::kLastTokenOfEachSequence, logits);
   const double forward_s = SecondsSince(start);  // the policy's forward alone
   drafting.Join();  // the wait for drafting ahead is on the critical path
+  drafter_mu_.Lock();
   LAMINAR_RETURN_IF_ERROR(forward, "rollout step");
   return forward_s;
 }

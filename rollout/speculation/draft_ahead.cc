@@ -10,10 +10,12 @@ bool ShouldDraftAhead(int64_t tree_size, int64_t scheduled, int64_t budget, doub
          std::pow(alpha, static_cast<double>(budget)) >= 0.25;
 }
 
-DraftAheadTask::DraftAheadTask(Drafter* drafter, std::vector<std::pair<int64_t, int64_t>> ahead)
+DraftAheadTask::DraftAheadTask(Drafter* drafter, std::vector<std::pair<int64_t, int64_t>> ahead,
+                               Mutex* drafter_mu)
     : ahead_(std::move(ahead)) {
   if (ahead_.empty()) return;
-  done_ = std::async(std::launch::async, [drafter, this] {
+  done_ = std::async(std::launch::async, [drafter, drafter_mu, this] {
+    MutexLock lock(drafter_mu);
     for (const auto& [seq, nodes] : ahead_) drafter->DraftAhead(seq, nodes);
   });
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/mutex.h"
 #include "rollout/speculation/drafter.h"
 
 namespace laminar::rollout {
@@ -21,11 +22,13 @@ bool ShouldDraftAhead(int64_t tree_size, int64_t scheduled, int64_t budget, doub
 
 // Runs Drafter::DraftAhead for each (sequence, node budget) of `ahead`, in order (so the
 // drafter's random draws come in the same order every run), on a thread of its own from
-// construction until Join (or destruction). Nothing else may touch the drafter in between.
-// Not thread-safe itself: one owner.
+// construction until Join (or destruction), holding `drafter_mu` (the mutex that guards the
+// drafter; the caller releases it first and takes it back after Join). Nothing is started when
+// `ahead` is empty. Not thread-safe itself: one owner.
 class DraftAheadTask {
  public:
-  DraftAheadTask(Drafter* drafter, std::vector<std::pair<int64_t, int64_t>> ahead);
+  DraftAheadTask(Drafter* drafter, std::vector<std::pair<int64_t, int64_t>> ahead,
+                 Mutex* drafter_mu);
   ~DraftAheadTask() { Join(); }
   DraftAheadTask(const DraftAheadTask&) = delete;
   DraftAheadTask& operator=(const DraftAheadTask&) = delete;
