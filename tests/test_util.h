@@ -65,6 +65,16 @@ inline std::string SharedData(const std::string& relative) {
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
+// The synthetic model the build makes for the tests (`laminar make-model --preset tiny-llama
+// --seed 1`, target tiny_model): a GGUF file with its tokenizer and chat template inside, and the
+// same model as a Hugging Face folder.
+inline std::string TinyModel() {
+  return (std::filesystem::path(LAMINAR_BINARY_DIR) / "test_models/tiny-llama/model.gguf").string();
+}
+inline std::string TinyModelHf() {
+  return (std::filesystem::path(LAMINAR_BINARY_DIR) / "test_models/tiny-llama/hf").string();
+}
+
 // A fresh folder under the build tree, private to the running test (CTest runs tests in
 // parallel processes): test_tmp/<Suite.Test>/<name>, removed and recreated on each call.
 inline std::filesystem::path TempDir(const std::string& name) {

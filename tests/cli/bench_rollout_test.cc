@@ -48,7 +48,7 @@ exit )" + std::to_string(exit_code) +
 }
 
 TEST(CliBenchRollout, EverySampleRunsToMaxTokensAndThePeerIsDivided) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  const std::string gguf = ::laminar::testing::TinyModel();
   auto peer = FakePeer("peer", /*print_rows=*/true, /*exit_code=*/0);
   auto r = RunLaminar(SmallLoad(gguf) + " --peer-llamacpp " + peer.string() +
                       " --peer-npl 2,4 --peer-fa on");
@@ -69,7 +69,7 @@ TEST(CliBenchRollout, EverySampleRunsToMaxTokensAndThePeerIsDivided) {
   EXPECT_EQ(row["prefill_only"]["generated_tokens"], 6);
   EXPECT_GT(grpo["dram_fraction"].get<double>(), 0);
   // 2 x 5 layers x 4 kv heads x head dim 8 x 4 bytes (f32).
-  EXPECT_EQ(out["kv_bytes_per_token"], 2 * 5 * 4 * 8 * 4);
+  EXPECT_EQ(out["kv_bytes_per_token"], 2 * 4 * 2 * 16 * 4);
 
   const std::string args = testing::Slurp(peer / "args");
   EXPECT_NE(args.find("-m " + gguf + " "), std::string::npos) << args;
@@ -85,7 +85,7 @@ TEST(CliBenchRollout, EverySampleRunsToMaxTokensAndThePeerIsDivided) {
 }
 
 TEST(CliBenchRollout, PeerFailuresAreReported) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  const std::string gguf = ::laminar::testing::TinyModel();
   auto failing = FakePeer("failing", /*print_rows=*/true, /*exit_code=*/3);
   auto r = RunLaminar(SmallLoad(gguf) + " --peer-llamacpp " + failing.string());
   EXPECT_EQ(r.exit_code, 1);
@@ -103,7 +103,7 @@ TEST(CliBenchRollout, PeerFailuresAreReported) {
 }
 
 TEST(CliBenchRollout, NoPeerAndUsageErrors) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  const std::string gguf = ::laminar::testing::TinyModel();
   auto r = RunLaminar(SmallLoad(gguf) + " --no-peer --num-blocks 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto out = nlohmann::json::parse(r.out);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +79,23 @@ inline std::string WriteStoriesRecipe(const std::filesystem::path& dir, const st
     << "actor: {groups_per_step: 2, lr: 0.001" << more(run.actor) << "}\n"
     << run.extra;
   return (dir / "recipe.yaml").string();
+}
+
+// The synthetic model as a Hugging Face folder whose tokenizer_config.json has no chat template
+// (made once per test binary under test_tmp/): for the errors of --chat without one.
+inline std::string TinyModelWithoutChatTemplate() {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(LAMINAR_BINARY_DIR) / "test_tmp" / "tiny_no_chat_template" /
+                       std::to_string(getpid());
+  if (!fs::exists(dir / "tokenizer_config.json")) {
+    fs::create_directories(dir);
+    fs::copy(TinyModelHf(), dir,
+             fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    auto config = nlohmann::json::parse(Slurp(dir / "tokenizer_config.json"));
+    config.erase("chat_template");
+    std::ofstream(dir / "tokenizer_config.json") << config.dump(2);
+  }
+  return dir.string();
 }
 
 // One JSON value per line of `text` (a command's JSON Lines output).

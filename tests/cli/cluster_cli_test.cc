@@ -77,8 +77,8 @@ size_t CountLines(const fs::path& path) {
 }
 
 TEST(ClusterCliTest, RolesFindEachOtherThroughTheCoordinatorAlone) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("cluster_run");
   const std::string recipe = WriteClusterRecipe(dir, model, tok);
   const std::string coordinator = "tcp://127.0.0.1:" + std::to_string(FreePort());
@@ -171,8 +171,8 @@ TEST(ClusterCliTest, ARoleWithoutACoordinatorFailsInBoundedTimeNamingIt) {
 
 // Roles started with other cluster overrides than the manager's are refused, not mixed.
 TEST(ClusterCliTest, ARoleWithAnotherLayoutIsRefused) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("cluster_layout");
   const std::string recipe = WriteClusterRecipe(dir, model, tok);
   const std::string coordinator = "tcp://127.0.0.1:" + std::to_string(FreePort());
@@ -286,8 +286,8 @@ TEST(ClusterCliTest, LaunchSlurmDryRunStartsEachRoleOnItsNode) {
 // The launcher for real, on two "nodes" that are both this machine, with a stand-in srun that
 // drops srun's options and runs the command: the job trains and the launcher returns.
 TEST(ClusterCliTest, LaunchSlurmRunsAJobWithAStandInSrun) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("cluster_slurm_run");
   const std::string recipe = WriteClusterRecipe(dir, model, tok);
   fs::create_directories(dir / "bin");

@@ -56,7 +56,7 @@ TEST(CliGenerate, DefaultModelNamesParis) {
 }
 
 TEST(CliGenerate, SampledRunsRepeatWithTheSameSeed) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   std::string cmd =
       "generate --model " + bin +
       " --prompt 'Once upon' --temperature 0.8 --top-p 0.9 --seed 7 --max-tokens 40 --json";
@@ -66,13 +66,14 @@ TEST(CliGenerate, SampledRunsRepeatWithTheSameSeed) {
 }
 
 TEST(CliGenerate, BadInput) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   std::string long_prompt;
   for (int i = 0; i < 600; ++i) long_prompt += "time ";
   auto r = RunLaminar("generate --model " + bin + " --prompt '" + long_prompt + "'");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("does not fit the model's context of 512"), std::string::npos) << r.err;
-  r = RunLaminar("generate --model " + bin + " --chat --prompt hi");
+  EXPECT_NE(r.err.find("does not fit the model's context of 1024"), std::string::npos) << r.err;
+  const std::string no_template = testing::TinyModelWithoutChatTemplate();
+  r = RunLaminar("generate --model " + no_template + " --chat --prompt hi");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
   r = RunLaminar("generate --model " + bin + " --temperature -1 --prompt hi");
@@ -106,7 +107,7 @@ std::string BatchInput() {
 }
 
 TEST(CliGenerate, BatchWritesOneLinePerSample) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   std::string input = WritePrompts(BatchInput());
   auto out_path = testing::TempDir("cli_batch_out") / "out.jsonl";
   auto r = RunLaminar("generate --model " + bin + " --input " + input + " --output " +
@@ -153,7 +154,7 @@ TEST(CliGenerate, BatchWritesOneLinePerSample) {
 }
 
 TEST(CliGenerate, BatchGreedyEqualsSinglePrompt) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   // Explicit ids are echoed as given, whatever their JSON type.
   std::string lines;
   for (int i = 0; i < 3; ++i) {
@@ -183,7 +184,7 @@ TEST(CliGenerate, BatchGreedyEqualsSinglePrompt) {
 }
 
 TEST(CliGenerate, BatchBadInputNamesFileAndLine) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   std::string input = WritePrompts("{\"prompt\": \"hi\"}\n{\"prompt\": \"hi\"\n");
   auto r = RunLaminar("generate --model " + bin + " --input " + input + " --max-tokens 4");
   EXPECT_EQ(r.exit_code, 1);

@@ -12,23 +12,22 @@ namespace {
 
 using testing::RunLaminar;
 
-TEST(CliInspect, DescribesLlama2cAndGguf) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
-  auto r = RunLaminar("inspect " + bin);
+TEST(CliInspect, DescribesAGgufModelAndItsMetadata) {
+  const std::string gguf = ::laminar::testing::TinyModel();
+  auto r = RunLaminar("inspect " + gguf);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("format         llama2c"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("heads          8 (kv 4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("format         gguf"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("heads          4 (kv 2)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model.layers.0.self_attn.q_proj.weight"), std::string::npos);
-  EXPECT_NE(r.out.find("SentencePiece BPE, 512 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokenizer      byte-level BPE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chat format    chatml"), std::string::npos) << r.out;
   r = RunLaminar("inspect --metadata " + gguf);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("format         gguf"), std::string::npos);
   EXPECT_NE(r.out.find("llama.block_count"), std::string::npos) << r.out;
 }
 
 TEST(CliInspect, ConvertsToHuggingFaceAndBack) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   auto dir = testing::TempDir("cli_convert") / "hf";
   auto r = RunLaminar("convert " + bin + " --out " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -71,7 +70,7 @@ TEST(CliInspect, BadInputGetsClearErrors) {
   r = RunLaminar("inspect " + (dir / "junk.bin").string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("junk.bin"), std::string::npos) << r.err;
-  LAMINAR_SHARED_OR_SKIP(gguf, "models/stories260K/stories260K.gguf");
+  const std::string gguf = ::laminar::testing::TinyModel();
   // A truncated GGUF: the error names the file; no crash.
   std::ifstream in(gguf, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -79,7 +78,7 @@ TEST(CliInspect, BadInputGetsClearErrors) {
   r = RunLaminar("inspect " + (dir / "cut.gguf").string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cut.gguf"), std::string::npos) << r.err;
-  r = RunLaminar("chat-template --model " + gguf + " --user hi");
+  r = RunLaminar("chat-template --model " + testing::TinyModelWithoutChatTemplate() + " --user hi");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
 }
@@ -100,7 +99,7 @@ TEST(CliInspect, ConvertedFolderRunsInTransformers) {
                          : std::string(home ? home : "") + "/.cache/laminar/bench-venv";
   std::string python = venv + "/bin/python";
   if (!std::filesystem::exists(python)) GTEST_SKIP() << "no benchmark venv at " << venv;
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   LAMINAR_SHARED_OR_SKIP(trace, "models/stories260K/derived_greedy_trace_once_upon_a_time_64.json");
   auto dir = testing::TempDir("hf_transformers") / "hf";
   ASSERT_EQ(RunLaminar("convert " + bin + " --out " + dir.string()).exit_code, 0);

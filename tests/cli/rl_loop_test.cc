@@ -191,8 +191,8 @@ void CheckRun(const fs::path& dir, int64_t steps, int64_t max_staleness) {
 }
 
 TEST_P(RlLoopTest, TrainsAFewStepsWithVersionsAndStalenessInBounds) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const std::string mode = GetParam();
   RlRun run;
   run.dir = TempDir("rl_loop_" + mode);
@@ -310,8 +310,8 @@ size_t WaitForMetric(const fs::path& path, const std::string& key, double at_lea
 }
 
 TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   RlRun run;
   run.dir = TempDir("rl_rollout_killed");
   WriteRecipe(run.dir, model, tok, "mode: async\n");
@@ -350,8 +350,8 @@ TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
 }
 
 TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   RlRun run;
   run.dir = TempDir("rl_repack");
   WriteRecipe(run.dir, model, tok, "mode: async\n");
@@ -435,8 +435,8 @@ std::map<int64_t, std::set<std::string>> PromptsByStep(const fs::path& dir) {
 }
 
 TEST(RlLoopFaultTest, AKilledActorResumesWithTheUninterruptedDataOrder) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   // sync mode: batch b is groups [bB, (b+1)B) of the data order, whatever the timing.
   RlRun straight;
   straight.dir = TempDir("rl_straight");

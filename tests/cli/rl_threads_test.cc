@@ -142,8 +142,8 @@ ThreadsRun RunAllRolesAsThreads(
 class RlThreadsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
-    LAMINAR_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
+    const std::string model_path = TinyModel();
+    const std::string tok_path = TinyModel();
     auto ckpt = model::LoadCheckpoint(model_path);
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
     ckpt_ = std::make_unique<model::Checkpoint>(std::move(*ckpt));
@@ -341,7 +341,7 @@ class MaxStalenessTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(MaxStalenessTest, OldGroupsAreDroppedOrKeptAndCounted) {
   const bool drop = GetParam();
-  LAMINAR_SHARED_OR_SKIP(model_path, "models/stories260K/stories260K.bin");
+  const std::string model_path = TinyModel();
   auto ckpt = model::LoadCheckpoint(model_path);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   relay::RelayOptions ro;

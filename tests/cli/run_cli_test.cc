@@ -80,8 +80,8 @@ pid_t FindProcess(const std::vector<std::string>& words) {
 }
 
 TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("run");
   const std::string recipe = WriteRunRecipe(dir, model, tok, /*python_reward=*/true);
   auto r = RunLaminar("run " + recipe + " actor.max_steps=3 --run-dir " + (dir / "out").string());
@@ -136,8 +136,8 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
 
 // A rollout whose manager and relay are gone stops with an error naming them instead of waiting.
 TEST(RunCliTest, ARolloutWithoutItsManagerStopsWithAnError) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("run_orphan");
   const std::string recipe = WriteRunRecipe(dir, model, tok);
   auto r = RunLaminar("rollout --recipe " + recipe +
@@ -149,8 +149,8 @@ TEST(RunCliTest, ARolloutWithoutItsManagerStopsWithAnError) {
 }
 
 TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("run_faults");
   const std::string recipe = WriteRunRecipe(dir, model, tok);
   const fs::path out = dir / "out";
@@ -197,8 +197,8 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
 // roles running: each gets SIGTERM from the kernel and stops as on Ctrl-C, the actor with a
 // checkpoint.
 TEST(RunCliTest, RolesStopWhenTheSupervisorIsKilled) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LAMINAR_SHARED_OR_SKIP(tok, "models/stories260K/tok512.bin");
+  const std::string model = TinyModel();
+  const std::string tok = TinyModel();
   const fs::path dir = TempDir("run_killed");
   const std::string recipe = WriteRunRecipe(dir, model, tok);
   const fs::path out = dir / "out";

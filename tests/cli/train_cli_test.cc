@@ -44,7 +44,7 @@ std::vector<nlohmann::json> JsonLines(const std::string& text) {
 }
 
 TEST(TrainCliTest, TrainerLogprobsEqualThoseGenerateRecorded) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const std::string model = TinyModel();
   const auto dir = TempDir("lr0");
   const std::string data = MakeData(model, dir);
   auto r = RunLaminar("train --model " + model + " --data " + data +
@@ -70,7 +70,7 @@ std::map<std::string, std::vector<float>> Tensors(const std::filesystem::path& f
 }
 
 TEST(TrainCliTest, TwoRankProcessesEqualOneRankOnTheCombinedBatch) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const std::string model = TinyModel();
   const auto dir = TempDir("dp");
   const std::string data = MakeData(model, dir);
   const std::string common =
@@ -126,7 +126,7 @@ TEST(TrainCliTest, TwoRankProcessesEqualOneRankOnTheCombinedBatch) {
 }
 
 TEST(TrainCliTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const std::string model = TinyModel();
   const auto dir = TempDir("resume");
   const std::string data = MakeData(model, dir);
   const std::string common = "train --model " + model + " --data " + data +
@@ -152,7 +152,7 @@ TEST(TrainCliTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
 }
 
 TEST(TrainCliTest, BadTrajectoriesAreNamedErrors) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const std::string model = TinyModel();
   const auto dir = TempDir("bad");
   std::ofstream(dir / "broken.jsonl") << "{\"prompt_ids\": [1], \"ids\": [2]}\n{not json\n";
   auto r = RunLaminar("train --model " + model + " --data " + (dir / "broken.jsonl").string());
@@ -178,7 +178,7 @@ TEST(TrainCliTest, BadTrajectoriesAreNamedErrors) {
 // Nothing already saved is lost: a fresh run refuses a folder with checkpoints, and the export
 // refuses to replace an existing folder unless asked.
 TEST(TrainCliTest, EarlierResultsAreNeverOverwritten) {
-  LAMINAR_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const std::string model = TinyModel();
   const auto dir = TempDir("keep");
   std::ofstream(dir / "data.jsonl") << "{\"prompt_ids\": [1, 403], \"ids\": [407, 261]}\n";
   const std::string base =

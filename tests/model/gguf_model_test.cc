@@ -8,13 +8,11 @@
 
 #include "core/dtype.h"
 #include "model/ggml_quants.h"
-#include "tests/model/gguf_writer.h"
+#include "model/gguf_writer.h"
 #include "tests/test_util.h"
 
 namespace laminar::model {
 namespace {
-
-using testing::GgufWriter;
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};

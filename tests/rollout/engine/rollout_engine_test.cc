@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "model/gguf_model.h"
 #include "model/llama2c.h"
 #include "proto/codec.h"
 #include "rollout/worker/wire.h"
@@ -598,10 +599,10 @@ TEST(KvCacheSizeTest, BlocksForAMemoryBudget) {
 // logit that moved by one ulp would flip a token at some CDF boundary (as it did when the matmul
 // chose its kernel by the number of rows in the step).
 TEST(RolloutEngineRealModelTest, SeededGroupIsBitIdenticalAloneOrInABatch) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
   model::WeightStore weights;
-  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
+  ASSERT_TRUE(model::LoadGgufModel(bin, &config, &weights).ok());
   auto model = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
   auto request = [](std::vector<int32_t> prompt, uint64_t seed) {
     RolloutRequest r;

@@ -3,6 +3,7 @@
 // also across an export and a weight swap in the middle of speculation.
 #include <gtest/gtest.h>
 
+#include "model/gguf_model.h"
 #include "tests/rollout/speculation/speculation_test_util.h"
 
 namespace laminar::rollout {
@@ -44,12 +45,12 @@ TEST(ChiSquareTest, ProbabilityIntegralTransformsOfExactDrawsAreUniform) {
 // uniform (20 bins), for the speculative engine and for the one without speculation (the
 // control: the test's own false-alarm rate).
 TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
   model::WeightStore weights;
-  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
+  ASSERT_TRUE(model::LoadGgufModel(bin, &config, &weights).ok());
   auto m = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
-  const std::vector<int64_t> draft_layers = {0, 4};
+  const std::vector<int64_t> draft_layers = {0, 3};
   auto draft = *m->LayerSubset(draft_layers);  // the draft_model drafter's separate model
   // Drafting ahead re-roots only after a whole chain is accepted: it gets a drafter with all the
   // policy's layers (q = p), so that re-rooted proposals are verified often.
@@ -158,11 +159,11 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
 // against each version's exact probabilities (384 samples of 12 tokens per version and drafter);
 // no KV block is left in either engine.
 TEST(SpeculativeStories260KTest, ExportAndWeightSwapInTheMiddleOfSpeculationStayExact) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
+  const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
   model::WeightStore weights, weights2;
-  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights).ok());
-  ASSERT_TRUE(model::LoadLlama2c(bin, &config, &weights2).ok());
+  ASSERT_TRUE(model::LoadGgufModel(bin, &config, &weights).ok());
+  ASSERT_TRUE(model::LoadGgufModel(bin, &config, &weights2).ok());
   {  // the checkpoint's tensors are read-only views of the file: a scaled copy
     const TensorView norm = *weights2.Get("model.norm.weight");
     Tensor scaled(DType::kF32, norm.shape());
@@ -173,7 +174,7 @@ TEST(SpeculativeStories260KTest, ExportAndWeightSwapInTheMiddleOfSpeculationStay
   }
   auto m1 = *engine::LlamaModel::Create(config, weights, engine::Backend::kCpu);
   auto m2 = *engine::LlamaModel::Create(config, weights2, engine::Backend::kCpu);
-  const std::vector<int64_t> draft_layers = {0, 4};
+  const std::vector<int64_t> draft_layers = {0, 3};
   auto draft1 = *m1->LayerSubset(draft_layers), draft2 = *m2->LayerSubset(draft_layers);
   constexpr int kTokens = 12;
   auto requests = [&](uint64_t seed) {

@@ -1,5 +1,6 @@
-// Test-only GGUF writer: builds small GGUF v3 images byte by byte (metadata of every type, tensors
-// with raw data) so the reader can be tested on known contents and on deliberate corruption.
+// GGUF writer: lays out GGUF v3 images byte by byte (metadata of every type, tensors with raw
+// data). `laminar make-model` writes its models with it; the reader's tests build known contents
+// and deliberate corruption with it (Kv takes any type id and raw bytes).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace laminar::model::testing {
+#include "core/status.h"
+
+namespace laminar::model {
 
 // Appends little-endian values to a byte string.
 class ByteSink {
@@ -51,6 +54,7 @@ class GgufWriter {
     return Kv(key, type, s.bytes());
   }
   GgufWriter& U32(const std::string& key, uint32_t v) { return Scalar(key, 4, v); }
+  GgufWriter& I32(const std::string& key, int32_t v) { return Scalar(key, 5, v); }
   GgufWriter& F32(const std::string& key, float v) { return Scalar(key, 6, v); }
   GgufWriter& Bool(const std::string& key, bool v) { return Scalar<uint8_t>(key, 7, v ? 1 : 0); }
   GgufWriter& String(const std::string& key, const std::string& v) {
@@ -84,6 +88,10 @@ class GgufWriter {
     if (!values.empty()) std::memcpy(data.data(), values.data(), data.size());
     return Tensor(name, ne, 0, data);
   }
+
+  // Writes Finish() to `path` atomically (a temporary beside it, then a rename). Errors name
+  // the path.
+  Status WriteFile(const std::string& path) const;
 
   // The whole file. Tensor data follows in order, each at a multiple of `alignment`.
   std::string Finish(uint64_t alignment = 32, uint32_t version = 3) const {
@@ -119,4 +127,4 @@ class GgufWriter {
   std::vector<TensorEntry> tensors_;
 };
 
-}  // namespace laminar::model::testing
+}  // namespace laminar::model
