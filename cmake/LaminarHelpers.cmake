@@ -7,12 +7,6 @@ function(laminar_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# laminar_placeholder_library(NAME ISSUE): a folder whose code a later issue builds; an INTERFACE
-# library so that dependents can already name it.
-function(laminar_placeholder_library name)
-  add_library(${name} INTERFACE)
-endfunction()
-
 # laminar_slow_test_filter(OUT): the gtest filter (patterns joined by ':') of the slow tests listed
 # in tests/slow_tests.txt, one pattern a line, '#' starting a comment.
 function(laminar_slow_test_filter out)

@@ -1,7 +1,7 @@
 // A mutex, its scoped lock and a condition variable that carry Clang's thread-safety annotations
 // (https://clang.llvm.org/docs/ThreadSafetyAnalysis.html), so that `-Wthread-safety` proves
 // every GUARDED_BY member is read and written under its mutex. Other compilers see plain
-// std::mutex and std::condition_variable; scripts/thread_safety.sh runs the analysis.
+// std::mutex and std::condition_variable; scripts/thread_safety.py runs the analysis.
 #pragma once
 
 #include <chrono>

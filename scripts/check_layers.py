@@ -90,7 +90,7 @@ def violations(layers, files):
 def source_files(root: pathlib.Path, layers):
     files = {}
     for folder in layers:
-        for p in (root / folder).glob("*"):
+        for p in (root / folder).rglob("*"):  # subfolders too (kernels/cpu, cli/bench)
             if p.suffix in SOURCE_SUFFIXES and p.is_file():
                 files[p.relative_to(root).as_posix()] = p.read_text(errors="replace")
     return files
@@ -113,7 +113,8 @@ def main():
     found = violations(layers, files)
     report(found)
     if args.self_test:
-        # Each library's first source, made to include a header of every library above it.
+        # Each library's first source and its most deeply nested one, made to include a header of
+        # every library above it.
         allowed = closure(layers)
         planted = 0
         for low in layers:
@@ -121,11 +122,13 @@ def main():
             for high in layers:
                 if not mine or high == low or low not in allowed[high] or high in allowed[low]:
                     continue
-                if not violations(layers, {mine[0]: f'#include "{high}/probe.h"\n'}):
-                    print(f"check_layers: self-test: {low} including {high} went unnoticed",
-                          file=sys.stderr)
-                    return 1
-                planted += 1
+                deepest = max(mine, key=lambda r: (r.count("/"), r))
+                for probe in {mine[0], deepest}:
+                    if not violations(layers, {probe: f'#include "{high}/probe.h"\n'}):
+                        print(f"check_layers: self-test: {probe} ({low}) including {high} went "
+                              "unnoticed", file=sys.stderr)
+                        return 1
+                    planted += 1
         if planted == 0:
             print("check_layers: self-test: nothing to plant", file=sys.stderr)
             return 1

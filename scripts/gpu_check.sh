@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU check in one run, for a session lent a GPU machine (the `device` tool runs it in the
-# repository root with $OUT for results): the `gpu` CTest label (CUDA device discovery) and the
+# Every GPU check in one run on a machine with a CUDA GPU (run from the repository root; results
+# go to $OUT, default /tmp/gpu_check): the `gpu` CTest label (CUDA device discovery) and the
 # NCCL collective tests, with their logs in $OUT.
 #
 # Two ways to get the binaries:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Style checks that are cheap enough for every CI run: clang-format (.clang-format) on all C++ and
-# CUDA sources. `scripts/lint.sh --fix` rewrites the files instead. clang-tidy (.clang-tidy) is run
-# by hand: `clang-tidy -p build FILE...` (too slow for 2-core CI on the whole tree).
+# CUDA sources. `scripts/lint.sh --fix` rewrites the files instead. clang-tidy (.clang-tidy) needs a
+# build's compile commands: scripts/tidy.py build (CI runs it after the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.inc' '*.cu' '*.cuh')

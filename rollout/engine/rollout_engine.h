@@ -1,7 +1,7 @@
 // The generation engine of a rollout worker: continuous batching (rollout::Scheduler) over a
 // paged KV cache (engine::PagedKvCache) and a LlamaModel, with per-sample seeded sampling, exact
 // logprobs, stop rules, and GRPO groups whose samples share the prompt's KV blocks
-// (docs/architecture.md, issue 6). References: vLLM (Kwon et al., SOSP 2023, §4), Sarathi-Serve
+// (docs/architecture.md). References: vLLM (Kwon et al., SOSP 2023, §4), Sarathi-Serve
 // (OSDI 2024, §4.2).
 #pragma once
 

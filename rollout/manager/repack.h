@@ -37,7 +37,7 @@ struct RepackRequest {
 // One rollout as the manager last saw it. Token counts come from Heartbeat block counts times the
 // rollout's block size: kv_used_tokens = kv_blocks_used * block_size, and likewise for capacity
 // and previous. running.size() is the heartbeat's `running`, num_waiting its `waiting`.
-// TODO(#8): Heartbeat carries counts only; the per-sequence ids and KV sizes need a field there
+// TODO: Heartbeat carries counts only; the per-sequence ids and KV sizes need a field there
 // (or the manager's own ledger of what it dispatched).
 struct RepackRollout {
   std::string id;           // non-empty, unique among the rollouts of one call
