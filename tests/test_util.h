@@ -53,7 +53,9 @@ inline std::vector<uint8_t> RandomGgmlBlocks(uint32_t type, int64_t n, int64_t k
   return out;
 }
 
-// Root of the shared test data: $LAMINAR_SHARED_DATA, else <repo>/../shared/data.
+// Root of the outside goldens: $LAMINAR_SHARED_DATA, else <repo>/../shared/data. Only fidelity
+// checks against outside references read it (stories260K's llama2.c goldens, official samples);
+// their tests skip, naming the file, where it is absent.
 inline std::filesystem::path SharedDataDir() {
   if (const char* env = std::getenv("LAMINAR_SHARED_DATA")) return env;
   return std::filesystem::path(LAMINAR_SOURCE_DIR) / ".." / "shared" / "data";
@@ -62,6 +64,21 @@ inline std::filesystem::path SharedDataDir() {
 // Full path of `relative` under the shared data; empty if it does not exist.
 inline std::string SharedData(const std::string& relative) {
   auto p = SharedDataDir() / relative;
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
+// Root of the data scripts/fetch_test_data.sh fetches (pinned files from PyPI packages):
+// $LAMINAR_TEST_DATA, else ~/.cache/laminar/test-data.
+inline std::filesystem::path FetchedDataDir() {
+  if (const char* env = std::getenv("LAMINAR_TEST_DATA")) return env;
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home != nullptr ? home : "/root") / ".cache" / "laminar" /
+         "test-data";
+}
+
+// Full path of `relative` under the fetched data; empty if it does not exist.
+inline std::string FetchedData(const std::string& relative) {
+  auto p = FetchedDataDir() / relative;
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
@@ -119,7 +136,17 @@ inline int FreeTcpPort() {
 
 }  // namespace laminar::testing
 
-// Declares `var` as the path of a shared data file, or skips the test when it is absent.
+// The skip message of a test whose outside golden is absent; scripts/test.sh counts them.
+#define LAMINAR_OUTSIDE_GOLDEN_SKIP "outside golden not present: "
+
+// Declares `var` as the path of an outside golden, or skips the test when it is absent.
 #define LAMINAR_SHARED_OR_SKIP(var, relative)                       \
   const std::string var = ::laminar::testing::SharedData(relative); \
-  if (var.empty()) GTEST_SKIP() << "shared test data absent: " << (relative)
+  if (var.empty()) GTEST_SKIP() << LAMINAR_OUTSIDE_GOLDEN_SKIP << (relative)
+
+// Declares `var` as the path of a fetched file (scripts/fetch_test_data.sh, which setup and
+// scripts/test.sh run). Absent, the test fails: a user's run has it.
+#define LAMINAR_FETCHED(var, relative)                                     \
+  const std::string var = ::laminar::testing::FetchedData(relative);       \
+  ASSERT_FALSE(var.empty()) << "fetched test data missing: " << (relative) \
+                            << " (run scripts/fetch_test_data.sh)"

@@ -48,7 +48,11 @@ StatusOr<Vocab> ReadGgufVocab(const GgufFile& gguf, bool spm) {
   LAMINAR_ASSIGN_OR_RETURN(vocab.eos_id, id("tokenizer.ggml.eos_token_id"));
   LAMINAR_ASSIGN_OR_RETURN(vocab.unk_id, id("tokenizer.ggml.unknown_token_id"));
   LAMINAR_ASSIGN_OR_RETURN(vocab.pad_id, id("tokenizer.ggml.padding_token_id"));
-  LAMINAR_ASSIGN_OR_RETURN(vocab.add_bos, gguf.GetBoolOr("tokenizer.ggml.add_bos_token", spm));
+  // Without the key, llama.cpp adds BOS for SentencePiece vocabularies and for Llama 3's
+  // (pre-tokenizer llama-bpe), whose vocabulary-only files omit it.
+  LAMINAR_ASSIGN_OR_RETURN(std::string pre, gguf.GetStringOr("tokenizer.ggml.pre", ""));
+  LAMINAR_ASSIGN_OR_RETURN(
+      vocab.add_bos, gguf.GetBoolOr("tokenizer.ggml.add_bos_token", spm || pre == "llama-bpe"));
   LAMINAR_ASSIGN_OR_RETURN(vocab.add_eos, gguf.GetBoolOr("tokenizer.ggml.add_eos_token", false));
   LAMINAR_ASSIGN_OR_RETURN(vocab.chat_template, gguf.GetStringOr("tokenizer.chat_template", ""));
   LAMINAR_RETURN_IF_ERROR(vocab.Validate(name));

@@ -20,7 +20,7 @@ Result RunTokenize(const std::string& args, const std::string& input) {
 }
 
 TEST(CliTokenize, EncodesAndDecodesLlama3) {
-  LAMINAR_SHARED_OR_SKIP(enc, "tokenizers/llama3-bpe/encoder.json");
+  LAMINAR_FETCHED(enc, "llama.cpp/ggml-vocab-llama-bpe.gguf");
   Result r = RunTokenize("--model " + enc, "hello world");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "15339 1917\n");
@@ -53,7 +53,7 @@ TEST(CliTokenize, ModelFileAndTokenizerOverrideAgree) {
 }
 
 TEST(CliTokenize, ErrorsNameTheProblem) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-gpt-2.gguf");
   Result bad_utf8 = RunTokenize("--model " + gguf, "ok \xFF\xFE");
   EXPECT_EQ(bad_utf8.exit_code, 1);
   EXPECT_NE(bad_utf8.err.find("invalid UTF-8 at byte offset 3"), std::string::npos) << bad_utf8.err;

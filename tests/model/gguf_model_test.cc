@@ -64,7 +64,7 @@ TEST(GgufModelTest, LoadsTinyRandomF16) {
 }
 
 TEST(GgufModelTest, VocabOnlyFileIsNotAModel) {
-  LAMINAR_SHARED_OR_SKIP(path, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(path, "llama.cpp/ggml-vocab-gpt-2.gguf");
   ModelConfig c;
   WeightStore w;
   Status st = LoadGgufModel(path, &c, &w);

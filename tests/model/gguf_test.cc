@@ -92,8 +92,8 @@ TEST(GgufTest, ParsesTinyRandomWithF16AndLargeVocab) {
 }
 
 TEST(GgufTest, ParsesVocabOnlyFiles) {
-  LAMINAR_SHARED_OR_SKIP(spm, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
-  LAMINAR_SHARED_OR_SKIP(gpt2, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(spm, "llama.cpp/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gpt2, "llama.cpp/ggml-vocab-gpt-2.gguf");
   auto s = GgufFile::Open(spm);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->tensors().empty());
@@ -318,7 +318,7 @@ TEST(GgufTest, EveryTruncationOfASmallFileFails) {
 }
 
 TEST(GgufTest, TruncatedRealFilesFailWithTheirName) {
-  LAMINAR_SHARED_OR_SKIP(path, "models/stories260K/stories260K.gguf");
+  const std::string path = laminar::testing::TinyModel();
   std::string file = ReadAll(path);
   for (size_t n = 0; n < file.size(); n += 2999) {
     auto f = GgufFile::ParseBuffer(Bytes(file).first(n), "stories-cut.gguf");
@@ -337,7 +337,7 @@ TEST(GgufTest, TruncatedRealFilesFailWithTheirName) {
 }
 
 TEST(GgufTest, FlippedBytesNeverCrash) {
-  LAMINAR_SHARED_OR_SKIP(path, "models/stories260K/stories260K.gguf");
+  const std::string path = laminar::testing::TinyModel();
   std::string file = ReadAll(path);
   auto f0 = ParseString(file);
   ASSERT_TRUE(f0.ok());

@@ -71,11 +71,9 @@ std::string ProblemJson(const std::vector<int64_t>& numbers, int64_t target) {
   return j.dump();
 }
 
-TEST(CountdownRewardTest, EveryProblemsBruteForceSolutionScoresOneAndBrokenOnesZero) {
-  LAMINAR_SHARED_OR_SKIP(path, "datasets/countdown/countdown_cd3_test.jsonl");
+// Each row's brute-force solution scores 1 in every answer form, and broken ones score 0.
+void CheckCountdownRows(const std::vector<nlohmann::json>& rows) {
   RewardFn f = MustMake({.name = "countdown", .weight = 1, .params = {}});
-  auto rows = ReadJsonl(path);
-  ASSERT_EQ(rows.size(), 256u);
   for (const auto& row : rows) {
     const std::string d1 = row.dump();  // the d1 dataset's own row as the ground truth
     CountdownProblem p = ParseCountdownProblem(d1).value();
@@ -102,6 +100,23 @@ TEST(CountdownRewardTest, EveryProblemsBruteForceSolutionScoresOneAndBrokenOnesZ
     EXPECT_EQ(Score(f, "<answer>-" + a + " + " + b + " + " + c + "</answer>", verl), 0.0);
     EXPECT_EQ(Score(f, "<answer>" + *eq + "</answer>", ProblemJson(p.numbers, p.target + 1)), 0.0);
   }
+}
+
+// The project's Countdown-shaped rows: a subtraction inside parentheses, a product, equal
+// numbers, a target of 0.
+TEST(CountdownRewardTest, ProjectProblemsScoreOneSolvedAndZeroBroken) {
+  auto rows =
+      ReadJsonl(std::string(LAMINAR_SOURCE_DIR) + "/tests/data/datasets/countdown_shaped.jsonl");
+  ASSERT_EQ(rows.size(), 10u);
+  CheckCountdownRows(rows);
+}
+
+// The d1 Countdown test problems (an outside golden).
+TEST(CountdownRewardTest, EveryProblemsBruteForceSolutionScoresOneAndBrokenOnesZero) {
+  LAMINAR_SHARED_OR_SKIP(path, "datasets/countdown/countdown_cd3_test.jsonl");
+  auto rows = ReadJsonl(path);
+  ASSERT_EQ(rows.size(), 256u);
+  CheckCountdownRows(rows);
 }
 
 TEST(CountdownRewardTest, ChecksEquationsWithReasons) {

@@ -92,11 +92,10 @@ std::vector<std::string> Reformattings(const std::string& a) {
   return out;
 }
 
-TEST(MathRewardTest, EveryMath500AnswerScoresOneAgainstItselfAndItsReformattings) {
-  LAMINAR_SHARED_OR_SKIP(path, "datasets/math500/test.jsonl");
+// Each row's answer scores 1 against itself and against its reformattings; returns how many
+// reformattings were checked.
+int CheckMathRows(const std::vector<nlohmann::json>& rows) {
   RewardFn f = MustMake({.name = "math", .weight = 1, .params = {}});
-  auto rows = ReadJsonl(path);
-  ASSERT_EQ(rows.size(), 500u);
   int reformatted = 0;
   for (const auto& row : rows) {
     const std::string answer = row["answer"].get<std::string>();
@@ -109,7 +108,23 @@ TEST(MathRewardTest, EveryMath500AnswerScoresOneAgainstItselfAndItsReformattings
       ++reformatted;
     }
   }
-  EXPECT_GT(reformatted, 1000);
+  return reformatted;
+}
+
+// The project's MATH-shaped answers: fractions (nested too), intervals, lists, degrees, text,
+// radicals, bases, negatives, sets.
+TEST(MathRewardTest, ProjectAnswersScoreOneAgainstThemselvesAndTheirReformattings) {
+  auto rows = ReadJsonl(std::string(LAMINAR_SOURCE_DIR) + "/tests/data/datasets/math_shaped.jsonl");
+  ASSERT_EQ(rows.size(), 14u);
+  EXPECT_GT(CheckMathRows(rows), 10);
+}
+
+// MATH-500 (an outside golden).
+TEST(MathRewardTest, EveryMath500AnswerScoresOneAgainstItselfAndItsReformattings) {
+  LAMINAR_SHARED_OR_SKIP(path, "datasets/math500/test.jsonl");
+  auto rows = ReadJsonl(path);
+  ASSERT_EQ(rows.size(), 500u);
+  EXPECT_GT(CheckMathRows(rows), 1000);
 }
 
 TEST(MathRewardTest, KnownNonEquivalentsScoreZero) {

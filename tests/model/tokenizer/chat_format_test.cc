@@ -16,7 +16,7 @@ const ChatMessage kUser2{"user", "I'd like to show off how chat templating works
 
 void ExpectRendersLike(const std::vector<ChatMessage>& messages, const std::string& golden_rel) {
   std::string path = testing::SharedData(golden_rel);
-  if (path.empty()) GTEST_SKIP() << "shared test data absent: " << golden_rel;
+  if (path.empty()) GTEST_SKIP() << LAMINAR_OUTSIDE_GOLDEN_SKIP << golden_rel;
   auto want = ReadFileToString(path);
   ASSERT_TRUE(want.ok()) << want.status();
   auto got = RenderChat(*ChatFormatFromName("chatml"), messages, true);
@@ -32,8 +32,8 @@ TEST(ChatFormatTest, ChatMLMatchesGoldens) {
 }
 
 TEST(ChatFormatTest, DetectsRealJinjaTemplates) {
-  LAMINAR_SHARED_OR_SKIP(qwen, "chat_templates/jinja/Qwen-Qwen2.5-7B-Instruct.jinja");
-  LAMINAR_SHARED_OR_SKIP(llama, "chat_templates/jinja/meta-llama-Llama-3.1-8B-Instruct.jinja");
+  LAMINAR_FETCHED(qwen, "llama.cpp/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  LAMINAR_FETCHED(llama, "llama.cpp/templates/meta-llama-Llama-3.1-8B-Instruct.jinja");
   auto q = DetectChatFormat(*ReadFileToString(qwen));
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->kind, ChatFormatKind::kChatML);

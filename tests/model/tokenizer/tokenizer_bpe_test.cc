@@ -1,5 +1,6 @@
-// Byte-level BPE against real expected encodings: llama.cpp's GPT-2 and Llama-3 vocab tests and
-// ollama's Llama-3 expectations (encodings, special tokens, pre-tokenizer splits, round trips).
+// Byte-level BPE against real expected encodings: llama.cpp's GPT-2 and Llama-3 vocab tests
+// (scripts/fetch_test_data.sh) and ollama's Llama-3 expectations (an outside golden) (encodings,
+// special tokens, pre-tokenizer splits, round trips).
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -36,17 +37,19 @@ const Tokenizer* Cached(const std::string& relative) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
   auto& slot = cache[relative];
   if (!slot) {
-    auto tok = LoadTokenizer(::laminar::testing::SharedData(relative));
+    auto tok = LoadTokenizer(relative.starts_with("llama.cpp/")
+                                 ? ::laminar::testing::FetchedData(relative)
+                                 : ::laminar::testing::SharedData(relative));
     EXPECT_TRUE(tok.ok()) << tok.status();
     if (tok.ok()) slot = std::move(*tok);
   }
   return slot.get();
 }
-const Tokenizer* Llama3() { return Cached("tokenizers/llama3-bpe/encoder.json"); }
-const Tokenizer* Gpt2() { return Cached("tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf"); }
+const Tokenizer* Llama3() { return Cached("llama.cpp/ggml-vocab-llama-bpe.gguf"); }
+const Tokenizer* Gpt2() { return Cached("llama.cpp/ggml-vocab-gpt-2.gguf"); }
 
 TEST(TokenizerBpe, Gpt2GgufMatchesLlamaCppVocabTest) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-gpt-2.gguf");
   const Tokenizer* tok = Gpt2();
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->kind(), TokenizerKind::kByteLevelBpe);
@@ -54,15 +57,24 @@ TEST(TokenizerBpe, Gpt2GgufMatchesLlamaCppVocabTest) {
   ExpectVocabTestCases(*tok, gguf + ".inp", gguf + ".out", 46);
 }
 
-TEST(TokenizerBpe, Llama3EncoderJsonMatchesLlamaCppVocabTest) {
-  LAMINAR_SHARED_OR_SKIP(dir, "tokenizers/llama3-bpe");
+TEST(TokenizerBpe, Llama3GgufMatchesLlamaCppVocabTest) {
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-bpe.gguf");
   const Tokenizer* tok = Llama3();
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 128256);
   EXPECT_EQ(tok->bos_id(), 128000);
   EXPECT_EQ(tok->TokenToPiece(128009), "<|eot_id|>");
-  ExpectVocabTestCases(*tok, dir + "/ggml-vocab-llama-bpe.gguf.inp",
-                       dir + "/ggml-vocab-llama-bpe.gguf.out", 44);
+  ExpectVocabTestCases(*tok, gguf + ".inp", gguf + ".out", 46);
+}
+
+// The same vocabulary from ollama's encoder.json + vocab.bpe (another loader) encodes alike.
+TEST(TokenizerBpe, Llama3EncoderJsonMatchesLlamaCppVocabTest) {
+  LAMINAR_SHARED_OR_SKIP(enc, "tokenizers/llama3-bpe/encoder.json");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-bpe.gguf");
+  const Tokenizer* tok = Cached("tokenizers/llama3-bpe/encoder.json");
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->vocab_size(), 128256);
+  ExpectVocabTestCases(*tok, gguf + ".inp", gguf + ".out", 46);
 }
 
 class OllamaExpectations : public ::testing::Test {
@@ -70,7 +82,10 @@ class OllamaExpectations : public ::testing::Test {
   void SetUp() override {
     std::string path =
         ::laminar::testing::SharedData("tokenizers/llama3-bpe/ollama_bpe_test_expectations.json");
-    if (path.empty()) GTEST_SKIP() << "shared test data absent: llama3-bpe";
+    if (path.empty()) {
+      GTEST_SKIP() << LAMINAR_OUTSIDE_GOLDEN_SKIP
+                   << "tokenizers/llama3-bpe/ollama_bpe_test_expectations.json";
+    }
     json_ = nlohmann::json::parse(testing::ReadAll(path));
     tok_ = Llama3();
     ASSERT_NE(tok_, nullptr);
@@ -154,7 +169,7 @@ std::string RandomUtf8(std::mt19937* rng, size_t num_chars) {
 }
 
 TEST(TokenizerBpe, RandomUtf8RoundTripsAndStreams) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-gpt-2.gguf");
   const Tokenizer* gpt2 = Gpt2();
   const Tokenizer* llama3 = Llama3();
   ASSERT_NE(gpt2, nullptr);
@@ -174,7 +189,7 @@ TEST(TokenizerBpe, RandomUtf8RoundTripsAndStreams) {
 }
 
 TEST(TokenizerBpe, LongInputIsFast) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-gpt-2.gguf");
   const Tokenizer* tok = Gpt2();
   ASSERT_NE(tok, nullptr);
   // One 200000-byte pre-token: quadratic merging would take minutes, ours milliseconds.
@@ -188,10 +203,10 @@ TEST(TokenizerBpe, LongInputIsFast) {
 }
 
 TEST(TokenizerBpe, Llama3ExportRoundTrips) {
-  LAMINAR_SHARED_OR_SKIP(dir, "tokenizers/llama3-bpe");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-bpe.gguf");
   const Tokenizer* tok = Llama3();
   ASSERT_NE(tok, nullptr);
-  auto inputs = testing::VocabTestInputs(dir + "/ggml-vocab-llama-bpe.gguf.inp");
+  auto inputs = testing::VocabTestInputs(gguf + ".inp");
   inputs.push_back("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
   testing::ExpectExportRoundTrip(*tok, "llama3", inputs);
 }

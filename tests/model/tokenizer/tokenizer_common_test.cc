@@ -42,8 +42,8 @@ TEST(TokenizerUtf8, LossyReplacesMaximalSubparts) {
 }
 
 TEST(TokenizerCommon, InvalidUtf8AndBadIdsAreErrors) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
-  LAMINAR_SHARED_OR_SKIP(gpt2, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gpt2, "llama.cpp/ggml-vocab-gpt-2.gguf");
   for (const std::string& path : {gguf, gpt2}) {
     auto tok = LoadTokenizer(path);
     ASSERT_TRUE(tok.ok()) << tok.status();
@@ -62,7 +62,7 @@ TEST(TokenizerCommon, InvalidUtf8AndBadIdsAreErrors) {
 }
 
 TEST(TokenizerCommon, StreamingHoldsSplitCharacters) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-spm.gguf");
   auto tok = LoadTokenizer(gguf);
   ASSERT_TRUE(tok.ok());
   // 🦙 is not in the Llama 2 vocabulary: four byte-fallback tokens <0xF0><0x9F><0xA6><0x99>.
@@ -142,14 +142,14 @@ TEST(TokenizerLoader, HfMergesAsPairsAndAddedTokens) {
 }
 
 TEST(TokenizerExport, SentencePieceRoundTrips) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-spm.gguf");
   auto tok = LoadTokenizer(gguf);
   ASSERT_TRUE(tok.ok());
   ExpectExportRoundTrip(**tok, "spm", VocabTestInputs(gguf + ".inp"));
 }
 
 TEST(TokenizerExport, Gpt2RoundTrips) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-gpt-2.gguf");
   auto tok = LoadTokenizer(gguf);
   ASSERT_TRUE(tok.ok());
   ExpectExportRoundTrip(**tok, "gpt2", VocabTestInputs(gguf + ".inp"));

@@ -33,7 +33,7 @@ void ExpectVocabTestCases(const Tokenizer& tok, const std::string& inp, const st
 }
 
 TEST(TokenizerSpm, GgufMatchesLlamaCppVocabTest) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-spm.gguf");
   auto tok = LoadTokenizer(gguf);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->kind(), TokenizerKind::kSentencePieceBpe);
@@ -45,7 +45,7 @@ TEST(TokenizerSpm, GgufMatchesLlamaCppVocabTest) {
 
 TEST(TokenizerSpm, TokenizerBinMatchesLlamaCppVocabTest) {
   LAMINAR_SHARED_OR_SKIP(bin, "tokenizers/llama2-spm/tokenizer.bin");
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-spm.gguf");
   auto tok = LoadTokenizer(bin);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->vocab_size(), 32000);
@@ -74,7 +74,7 @@ TEST(TokenizerSpm, TokenizerBinMatchesLlama2cTestC) {
 }
 
 TEST(TokenizerSpm, SpecialTokensParsedOnlyWhenAsked) {
-  LAMINAR_SHARED_OR_SKIP(gguf, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(gguf, "llama.cpp/ggml-vocab-llama-spm.gguf");
   auto tok = LoadTokenizer(gguf);
   ASSERT_TRUE(tok.ok()) << tok.status();
   auto parsed = (*tok)->Encode("<s>Hello</s>");

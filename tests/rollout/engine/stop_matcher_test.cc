@@ -361,13 +361,15 @@ TEST(StopMatcher, RandomStreamsMatchReferenceAndSurviveExportImport) {
   EXPECT_GT(num_stopped_by_string, 200);  // the stop strings were exercised
 }
 
-// ---- real vocabularies from the shared test data ----
+// ---- real vocabularies (scripts/fetch_test_data.sh) ----
 
 const model::Tokenizer* Cached(const std::string& relative) {
   static std::map<std::string, std::unique_ptr<model::Tokenizer>> cache;
   auto& slot = cache[relative];
   if (!slot) {
-    auto tok = model::LoadTokenizer(::laminar::testing::SharedData(relative));
+    auto tok = model::LoadTokenizer(relative.starts_with("llama.cpp/")
+                                        ? ::laminar::testing::FetchedData(relative)
+                                        : ::laminar::testing::SharedData(relative));
     EXPECT_TRUE(tok.ok()) << tok.status();
     if (tok.ok()) slot = std::move(*tok);
   }
@@ -424,8 +426,8 @@ void CheckRealVocab(const model::Tokenizer& tok, const std::string& text,
 }
 
 TEST(StopMatcher, Gpt2ByteLevelBpe) {
-  LAMINAR_SHARED_OR_SKIP(path, "tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
-  const model::Tokenizer* tok = Cached("tokenizers/gpt2-bpe/ggml-vocab-gpt-2.gguf");
+  LAMINAR_FETCHED(path, "llama.cpp/ggml-vocab-gpt-2.gguf");
+  const model::Tokenizer* tok = Cached("llama.cpp/ggml-vocab-gpt-2.gguf");
   ASSERT_NE(tok, nullptr);
   // "日本語" and "é" are split across byte-level tokens; "swer is" starts mid-token.
   CheckRealVocab(*tok, "Hello world! The answer is 42.\nnaïve café 日本語 done",
@@ -433,8 +435,8 @@ TEST(StopMatcher, Gpt2ByteLevelBpe) {
 }
 
 TEST(StopMatcher, Llama2SentencePiece) {
-  LAMINAR_SHARED_OR_SKIP(path, "tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
-  const model::Tokenizer* tok = Cached("tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf");
+  LAMINAR_FETCHED(path, "llama.cpp/ggml-vocab-llama-spm.gguf");
+  const model::Tokenizer* tok = Cached("llama.cpp/ggml-vocab-llama-spm.gguf");
   ASSERT_NE(tok, nullptr);
   CheckRealVocab(*tok, " Hello world! The answer is 42. 日本語 done",
                  {"Hello", "answer is", "rld! T", "本語"});

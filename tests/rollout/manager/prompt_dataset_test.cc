@@ -90,9 +90,9 @@ class PromptDatasetTest : public ::testing::Test {
  protected:
   // The Llama-3 tokenizer takes about a second to load: once for the suite.
   static void SetUpTestSuite() {
-    const std::string dir = ::laminar::testing::SharedData("tokenizers/llama3-bpe");
-    if (dir.empty()) return;
-    auto tok = model::LoadTokenizer(dir + "/encoder.json");
+    const std::string gguf = ::laminar::testing::FetchedData("llama.cpp/ggml-vocab-llama-bpe.gguf");
+    if (gguf.empty()) return;
+    auto tok = model::LoadTokenizer(gguf);
     if (tok.ok()) shared_tokenizer_ = std::move(*tok).release();
   }
   static void TearDownTestSuite() {
@@ -101,10 +101,9 @@ class PromptDatasetTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (::laminar::testing::SharedData("tokenizers/llama3-bpe").empty()) {
-      GTEST_SKIP() << "shared test data absent: tokenizers/llama3-bpe";
-    }
-    ASSERT_NE(shared_tokenizer_, nullptr) << "the Llama-3 tokenizer did not load";
+    ASSERT_NE(shared_tokenizer_, nullptr)
+        << "the Llama-3 tokenizer did not load from the fetched test data "
+           "(llama.cpp/ggml-vocab-llama-bpe.gguf; run scripts/fetch_test_data.sh)";
     tokenizer_ = shared_tokenizer_;
     auto format = model::ChatFormatFromName("llama3");
     ASSERT_TRUE(format.ok()) << format.status();
