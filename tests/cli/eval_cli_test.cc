@@ -1,6 +1,6 @@
-// `laminar eval` as a process on stories260K: pass@1 and pass@k agree with the per-sample output,
-// runs repeat exactly (also with another batch size), a recipe supplies the settings and flags
-// override it, and errors name the flag, file or line.
+// `laminar eval` as a process on the synthetic tiny-llama: pass@1 and pass@k agree with the
+// per-sample output, runs repeat exactly (also with another batch size), a recipe supplies the
+// settings and flags override it, and errors name the flag, file or line.
 #include <gtest/gtest.h>
 
 #include <cmath>

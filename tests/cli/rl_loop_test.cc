@@ -1,6 +1,6 @@
 // The asynchronous RL loop as real processes: `laminar relay`, `laminar manager`, two
-// `laminar rollout`s and `laminar actor` on the stories260K policy, in each mode; faults by
-// SIGKILL of a rollout and of the actor (then --resume).
+// `laminar rollout`s and `laminar actor` on the synthetic tiny-llama policy, in each mode; faults
+// by SIGKILL of a rollout and of the actor (then --resume).
 #include <gtest/gtest.h>
 #include <signal.h>
 

@@ -1,7 +1,7 @@
 // The RL loop's roles as threads of one process (docs/architecture.md: every role can run as a
 // thread for tests): a master relay, the manager server, two rollout workers (one drafting with a
-// draft model the actor publishes) and the actor, on the stories260K policy, in async mode with
-// repack on.
+// draft model the actor publishes) and the actor, on the synthetic tiny-llama policy, in async mode
+// with repack on.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,7 +98,7 @@ ThreadsRun RunAllRolesAsThreads(
       // the actor publishes with every version.
       wo.engine.speculative.drafter = rollout::DrafterKind::kDraftModel;
       wo.engine.speculative.adaptive = false;  // always draft
-      wo.draft_model_path = "stories260K";
+      wo.draft_model_path = "tiny-llama";
       wo.draft_model_config = ckpt.config;
     }
     auto w = rollout::RolloutWorker::Create(ckpt.config, &tok, reward, std::move(wo));
@@ -138,7 +138,7 @@ ThreadsRun RunAllRolesAsThreads(
   return out;
 }
 
-// The stories260K policy and tokenizer from ../shared (the tests skip without them).
+// The synthetic tiny-llama policy and its tokenizer (made by the build).
 class RlThreadsTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -1,6 +1,6 @@
-// `laminar run` as a user runs it: the whole job as real processes on the stories260K policy,
-// supervised (a killed rollout is started again), stopped with Ctrl-C (a checkpoint is saved) and
-// continued with --resume; the exported policy loads in `laminar generate`.
+// `laminar run` as a user runs it: the whole job as real processes on the synthetic tiny-llama
+// policy, supervised (a killed rollout is started again), stopped with Ctrl-C (a checkpoint is
+// saved) and continued with --resume; the exported policy loads in `laminar generate`.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -24,8 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A run recipe in `dir` on stories260K; with `python_reward` the reward is a Python plug-in (verl's
-// compute_score signature) instead of the built-in `contains`.
+// A run recipe in `dir` on the synthetic tiny-llama; with `python_reward` the reward is a Python
+// plug-in (verl's compute_score signature) instead of the built-in `contains`.
 std::string WriteRunRecipe(const fs::path& dir, const std::string& model, const std::string& tok,
                            bool python_reward = false) {
   StoriesRun run;
@@ -231,7 +231,7 @@ TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {
   auto spec = RunLaminar("run " + (dir / "spec.yaml").string());
   EXPECT_EQ(spec.exit_code, 1);
   EXPECT_NE(spec.err.find("rollout.speculative.async_draft"), std::string::npos) << spec.err;
-  const fs::path model = SharedDataDir() / "models/stories260K/stories260K.bin";
+  const fs::path model = TinyModel();
   std::ofstream(dir / "data.yaml")
       << "model: {path: " << model.string() << "}\ndata: {path: " << (dir / "absent.jsonl").string()
       << "}\n";
@@ -243,9 +243,7 @@ TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {
     std::ofstream(dir / "rows.jsonl") << "{\"prompt\": \"Once\", \"ground_truth\": \"a\"}\n"
                                       << "{\"text\": \"Once\", \"ground_truth\": \"a\"}\n";
     std::ofstream(dir / "rows.yaml")
-        << "model: {path: " << model.string()
-        << ", tokenizer: " << (model.parent_path() / "tok512.bin").string()
-        << "}\ndata: {path: " << (dir / "rows.jsonl").string()
+        << "model: {path: " << model.string() << "}\ndata: {path: " << (dir / "rows.jsonl").string()
         << ", default_data_source: x}\nreward: {name: contains}\n";
     auto rows = RunLaminar("run " + (dir / "rows.yaml").string() + " --run-dir " +
                            (dir / "rows_run").string());

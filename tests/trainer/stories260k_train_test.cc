@@ -106,7 +106,7 @@ TEST(Stories260KTrainTest, LossLogprobsAndGradientsMatchAnIndependentImplementat
 
 // A few hundred plain SGD steps on a fixed batch drive the synthetic model's loss near zero: the
 // engine learns.
-TEST(Stories260KTrainTest, SgdOnAFixedBatchDrivesTheLossNearZero) {
+TEST(TinyModelTrainTest, SgdOnAFixedBatchDrivesTheLossNearZero) {
   const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
   auto params = LoadParams(bin, &config);

@@ -594,10 +594,10 @@ TEST(KvCacheSizeTest, BlocksForAMemoryBudget) {
   EXPECT_EQ(*KvBlocksFor(int64_t{1} << 40, 1, 1), int32_t{1} << 30);  // capped
 }
 
-// On a real model (stories260K, f32): a GRPO group's seeded samples are the same tokens and
-// logprobs, bit for bit, alone or sharing every step with two other groups. Long responses, so a
-// logit that moved by one ulp would flip a token at some CDF boundary (as it did when the matmul
-// chose its kernel by the number of rows in the step).
+// On a whole model (the synthetic tiny-llama, f32): a GRPO group's seeded samples are the same
+// tokens and logprobs, bit for bit, alone or sharing every step with two other groups. Long
+// responses, so a logit that moved by one ulp would flip a token at some CDF boundary (as it did
+// when the matmul chose its kernel by the number of rows in the step).
 TEST(RolloutEngineRealModelTest, SeededGroupIsBitIdenticalAloneOrInABatch) {
   const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;

@@ -1,6 +1,6 @@
-// On stories260K, the tokens verified by speculation have the non-speculative distribution
-// (two-sample chi-square) and the policy's exact one (uniform probability integral transforms),
-// also across an export and a weight swap in the middle of speculation.
+// On the synthetic tiny-llama, the tokens verified by speculation have the non-speculative
+// distribution (two-sample chi-square) and the policy's exact one (uniform probability integral
+// transforms), also across an export and a weight swap in the middle of speculation.
 #include <gtest/gtest.h>
 
 #include "model/gguf_model.h"
@@ -33,18 +33,18 @@ TEST(ChiSquareTest, ProbabilityIntegralTransformsOfExactDrawsAreUniform) {
   }
 }
 
-// On stories260K: the tokens of GRPO groups sampled with speculation (always on) have the same
-// distribution as without, for each drafter, for a draft model drafting ahead, and for one whose
-// head computes 64 of the 512 tokens and those seen (q = 0 elsewhere). 768 responses of
-// 10 tokens after a two-token prompt (one per group) per engine; for each k in 1..8 the pairs
-// (token k + 1, token k + 2), which speculation verifies, are compared between the two engines by a
+// On the synthetic tiny-llama: the tokens of GRPO groups sampled with speculation (always on) have
+// the same distribution as without, for each drafter, for a draft model drafting ahead, and for one
+// whose head computes 64 of the 512 tokens and those seen (q = 0 elsewhere). 768 responses of 10
+// tokens after a two-token prompt (one per group) per engine; for each k in 1..8 the pairs (token k
+// + 1, token k + 2), which speculation verifies, are compared between the two engines by a
 // two-sample chi-square. Positions where the policy has a single outcome are skipped; the smallest
 // p-value must exceed 1e-3 / (positions tested + 2) (Bonferroni: a correct engine fails under one
 // seed in a thousand). The "+ 2" are goodness-of-fit tests against the policy's exact
 // probabilities: the randomized PITs of all 10 tokens of all 768 responses (AppendPits) must be
 // uniform (20 bins), for the speculative engine and for the one without speculation (the
 // control: the test's own false-alarm rate).
-TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution) {
+TEST(SpeculativeTinyModelTest, SampledTokensHaveTheNonSpeculativeDistribution) {
   const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
   model::WeightStore weights;
@@ -150,15 +150,15 @@ TEST(SpeculativeStories260KTest, SampledTokensHaveTheNonSpeculativeDistribution)
     }
 }
 
-// On stories260K, sampling (T 0.8, top-p 0.95): samples exported in the middle of speculation
-// (drafts verified, chains drafted ahead) and imported into another engine of the same version go
-// on with that version's exact distribution; the exporting engine then swaps to a new version
-// (whose final norm is 1.6x: every distribution sharper) and, for draft_model, a new draft, and
-// its new samples have the new version's exact distribution: no drafter state of the old version
-// (KV, chains drafted ahead, acceptance history) reaches them. Checked with randomized PITs
+// On the synthetic tiny-llama, sampling (T 0.8, top-p 0.95): samples exported in the middle of
+// speculation (drafts verified, chains drafted ahead) and imported into another engine of the same
+// version go on with that version's exact distribution; the exporting engine then swaps to a new
+// version (whose final norm is 1.6x: every distribution sharper) and, for draft_model, a new draft,
+// and its new samples have the new version's exact distribution: no drafter state of the old
+// version (KV, chains drafted ahead, acceptance history) reaches them. Checked with randomized PITs
 // against each version's exact probabilities (384 samples of 12 tokens per version and drafter);
 // no KV block is left in either engine.
-TEST(SpeculativeStories260KTest, ExportAndWeightSwapInTheMiddleOfSpeculationStayExact) {
+TEST(SpeculativeTinyModelTest, ExportAndWeightSwapInTheMiddleOfSpeculationStayExact) {
   const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
   model::WeightStore weights, weights2;
