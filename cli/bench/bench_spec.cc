@@ -95,12 +95,17 @@ StatusOr<bench::SpecLoad> LoadSpecLoad(const SpecArgs& a, const std::string& pat
   return load;
 }
 
+// Whether a --drafters entry (checked by the option's validator) is the draft_model drafter.
+bool IsDraftModel(const std::string& name) {
+  auto v = rollout::ParseDrafterVariant(name);
+  return v.ok() && v->drafter == rollout::DrafterKind::kDraftModel;
+}
+
 // The draft_model drafter's model when a drafter needs one (null otherwise): --draft-model's
 // checkpoint, or the policy's own (`policy`) in --draft-weights.
 StatusOr<std::unique_ptr<engine::LlamaModel>> LoadDraft(const SpecArgs& a,
                                                         const model::Checkpoint& policy) {
-  if (std::ranges::none_of(
-          a.drafters, [](const std::string& name) { return name.starts_with("draft_model"); })) {
+  if (std::ranges::none_of(a.drafters, IsDraftModel)) {
     return std::unique_ptr<engine::LlamaModel>();
   }
   std::optional<model::Checkpoint> draft_ckpt;
@@ -223,9 +228,7 @@ int RunSpec(const SpecArgs& a) {
                        "field 'question')",
                        2);
   }
-  if (std::ranges::any_of(a.drafters,
-                          [](const std::string& d) { return d.starts_with("draft_model"); }) &&
-      a.draft_model.empty()) {
+  if (std::ranges::any_of(a.drafters, IsDraftModel) && a.draft_model.empty()) {
     return CommandFail("bench", "drafter draft_model needs --draft-model", 2);
   }
   auto path = model::ResolveModelPath(a.model);
@@ -292,9 +295,14 @@ std::function<int()> SetupSpec(CLI::App* app) {
          "drafters measured against off (+async: drafting ahead on its own thread; +vocab: "
          "a draft vocabulary of --draft-vocab tokens)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"suffix", "layer_skip", "draft_model", "layer_skip+async",
-                             "draft_model+async", "layer_skip+vocab", "draft_model+vocab",
-                             "layer_skip+async+vocab", "draft_model+async+vocab"}));
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            auto v = rollout::ParseDrafterVariant(name);
+            if (!v.ok()) return v.status().message();
+            return v->drafter == rollout::DrafterKind::kOff ? std::string("off is the baseline")
+                                                            : std::string();
+          },
+          "DRAFTER[+async][+vocab]"));
   app->add_option("--draft-model", a->draft_model,
                   "the draft_model drafter's checkpoint (same vocabulary as --model), or policy: "
                   "the policy's own (in --draft-weights)");

@@ -16,17 +16,14 @@ namespace laminar::rollout {
 // ---------------------------------------------------------------------------------------------
 // Model drafters
 
-ModelDrafter::ModelDrafter(std::string name, double min_confidence, uint64_t seed,
+ModelDrafter::ModelDrafter(DrafterKind kind, double min_confidence, uint64_t seed,
                            int64_t draft_vocab)
-    : name_(std::move(name)),
-      min_confidence_(min_confidence),
-      draft_vocab_(draft_vocab),
-      rng_(seed) {}
+    : kind_(kind), min_confidence_(min_confidence), draft_vocab_(draft_vocab), rng_(seed) {}
 
 std::unique_ptr<ModelDrafter> ModelDrafter::LayerSkip(int64_t keep_layers, double min_confidence,
                                                       uint64_t seed, int64_t draft_vocab) {
   std::unique_ptr<ModelDrafter> d(
-      new ModelDrafter("layer_skip", min_confidence, seed, draft_vocab));
+      new ModelDrafter(DrafterKind::kLayerSkip, min_confidence, seed, draft_vocab));
   d->keep_layers_ = keep_layers;
   return d;
 }
@@ -36,7 +33,7 @@ std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel*
                                                        int64_t draft_vocab) {
   LAMINAR_CHECK(draft != nullptr) << "draft_model needs a model";
   std::unique_ptr<ModelDrafter> d(
-      new ModelDrafter("draft_model", min_confidence, seed, draft_vocab));
+      new ModelDrafter(DrafterKind::kDraftModel, min_confidence, seed, draft_vocab));
   d->model_ = draft;
   return d;
 }
@@ -44,7 +41,7 @@ std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel*
 Status ModelDrafter::OnWeights(const engine::LlamaModel* policy, const engine::LlamaModel* draft) {
   // Checked before anything changes: on an error the drafter keeps its model (and the caller may
   // free `draft`).
-  if (name_ == "draft_model") {
+  if (kind_ == DrafterKind::kDraftModel) {
     const engine::LlamaModel* next = draft != nullptr ? draft : model_;
     if (next->config().vocab_size != policy->config().vocab_size) {
       return InvalidArgumentError(

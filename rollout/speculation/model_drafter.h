@@ -17,6 +17,7 @@
 #include "engine/llama_model.h"
 #include "engine/sampler.h"
 #include "rollout/speculation/drafter.h"
+#include "rollout/speculation/speculative_config.h"
 
 namespace laminar::rollout {
 
@@ -61,7 +62,7 @@ class ModelDrafter final : public Drafter {
                                                   double min_confidence, uint64_t seed,
                                                   int64_t draft_vocab = 0);
 
-  std::string name() const override { return name_; }
+  std::string name() const override { return std::string(DrafterName(kind_)); }
   DraftTree Propose(const DraftContext& ctx) override;
   std::vector<DraftTree> ProposeBatch(std::span<const DraftContext> ctxs,
                                       int64_t warm_catch_up) override;
@@ -80,7 +81,7 @@ class ModelDrafter final : public Drafter {
   int64_t CatchUpTokens(const DraftContext& ctx) const override;
 
  private:
-  ModelDrafter(std::string name, double min_confidence, uint64_t seed, int64_t draft_vocab);
+  ModelDrafter(DrafterKind kind, double min_confidence, uint64_t seed, int64_t draft_vocab);
   // Adds `tokens` to the draft vocabulary (draft_vocab > 0).
   void NoteTokens(std::span<const int32_t> tokens);
   // layer_skip: model_ becomes the view of `policy` with the kept layers.
@@ -138,7 +139,7 @@ class ModelDrafter final : public Drafter {
   static DraftTree Proposal(SeqCache& cache, std::span<const int32_t> tokens,
                             std::vector<int32_t> chain, std::vector<std::vector<float>> q);
 
-  std::string name_;
+  DrafterKind kind_;
   double min_confidence_;
   int64_t keep_layers_ = 0;                    // layer_skip
   std::unique_ptr<engine::LlamaModel> owned_;  // layer_skip: the view of the current policy

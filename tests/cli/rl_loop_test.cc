@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -382,34 +383,50 @@ TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
   const size_t moved = WaitForMetric(run.dir / "metrics.jsonl", "repack/requests_moved", 1, 90000);
   ASSERT_GT(moved, 0u) << "see " << run.dir;
   const std::regex move_line(R"(repack: moved (\S+) from (\S+) to (\S+) \(version (\d+)\))");
-  std::smatch move;
-  const std::string log = Slurp(run.dir / "manager.log");
-  ASSERT_TRUE(std::regex_search(log, move, move_line)) << "see " << run.dir / "manager.log";
-  const std::string prompt_id = move[1], source = move[2], destination = move[3];
-  const int64_t version = std::stoll(move[4]);
-  int64_t finished_there = 0, finished = 0, source_newest = -1;
+  // A move whose group finished, its moved samples on the destination under the version they
+  // started with, and whose source was freed: it generated later samples under a newer version.
+  // Samples that ended (a stop token) before the move are the source's; a destination that
+  // changed version before the import gives the group back, and it runs again elsewhere: such
+  // moves are not the one this test looks for, so every logged move is considered.
+  struct Move {
+    std::string prompt_id, source, destination;
+    int64_t version = 0;
+  };
+  std::optional<Move> done;
+  std::string last_checked;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (std::chrono::steady_clock::now() < deadline) {
-    finished_there = finished = 0;
-    source_newest = -1;
-    for (const auto& t : ReadJsonl(run.dir / "trajectories.jsonl")) {
-      if (t["prompt_id"] == prompt_id) {
-        ++finished;
-        finished_there += t["rollout_id"] == destination && t["version"] == version;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    const std::string log = Slurp(run.dir / "manager.log");
+    const auto trajectories = ReadJsonl(run.dir / "trajectories.jsonl");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), move_line);
+         it != std::sregex_iterator() && !done; ++it) {
+      const Move m{(*it)[1], (*it)[2], (*it)[3], std::stoll((*it)[4])};
+      int64_t finished = 0, there = 0, there_same_version = 0, source_newest = -1;
+      for (const auto& t : trajectories) {
+        if (t["prompt_id"] == m.prompt_id) {
+          ++finished;
+          there += t["rollout_id"] == m.destination;
+          there_same_version += t["rollout_id"] == m.destination && t["version"] == m.version;
+        }
+        if (t["rollout_id"] == m.source) {
+          source_newest = std::max(source_newest, t["version"].get<int64_t>());
+        }
       }
-      if (t["rollout_id"] == source) {
-        source_newest = std::max(source_newest, t["version"].get<int64_t>());
+      last_checked = m.prompt_id + " moved to " + m.destination + ": " + std::to_string(finished) +
+                     " finished, " + std::to_string(there) + " there (" +
+                     std::to_string(there_same_version) + " at version " +
+                     std::to_string(m.version) + "), source newest version " +
+                     std::to_string(source_newest);
+      if (finished == 4 && there >= 1 && there == there_same_version && source_newest > m.version) {
+        done = m;
       }
     }
-    if (finished == 4 && source_newest > version) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   run.actor.Signal(SIGTERM);
   ASSERT_EQ(run.WaitActor(30000), 0) << "see " << run.dir;
-  // The moved group finished on its destination, under the version it started with, and the freed
-  // source updated: it generated later samples under a newer version.
-  EXPECT_EQ(finished_there, 4) << prompt_id << " moved to " << destination << "; see " << run.dir;
-  EXPECT_GT(source_newest, version) << source << " freed; see " << run.dir;
+  EXPECT_TRUE(done.has_value()) << "no move finished on its destination and freed its source; "
+                                << "last checked: " << last_checked << "; see " << run.dir;
   std::set<std::pair<std::string, int>> seen;
   for (const auto& t : ReadJsonl(run.dir / "trajectories.jsonl")) {
     EXPECT_TRUE(
@@ -417,7 +434,7 @@ TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
   }
   const auto metrics = ReadJsonl(run.dir / "metrics.jsonl");
   EXPECT_GE(metrics.back()["repack/sources_freed"].get<double>(), 1) << "see " << run.dir;
-  EXPECT_GE(metrics.back()["repack/requests_moved"].get<double>(), 4) << "see " << run.dir;
+  EXPECT_GE(metrics.back()["repack/requests_moved"].get<double>(), 1) << "see " << run.dir;
 }
 
 // The prompt ids trained at each step (the last run's, when a step was trained twice).
