@@ -17,7 +17,7 @@ std::vector<BenchFamily>& BenchRegistry() {
   return *registry;
 }
 
-int BenchFail(const Status& s) { return CommandFail("bench", s.ToString()); }
+int BenchFail(const Status& s) { return CommandFail("bench", s.message()); }
 
 std::string SelfPath() {
   char buf[4096] = {};
@@ -43,7 +43,15 @@ std::function<int()> SetupBench(CLI::App* app) {
     if (f.name == "hw") hw = runs->back().second;
   }
   app->require_subcommand(0, 1);
-  return [runs, hw] {
+  // A word that is no family is reported here, with the families, rather than by CLI11.
+  app->allow_extras();
+  std::string names;
+  for (const BenchFamily& f : families) names += (names.empty() ? "" : ", ") + f.name;
+  return [app, runs, hw, names] {
+    if (const std::vector<std::string> extra = app->remaining(); !extra.empty()) {
+      return CommandFail(
+          "bench", "unknown benchmark family '" + extra.front() + "' (families: " + names + ")", 2);
+    }
     for (const auto& [sub, run] : *runs) {
       if (sub->parsed()) return run();
     }

@@ -20,35 +20,11 @@ ModelDrafter::ModelDrafter(DrafterKind kind, double min_confidence, uint64_t see
                            int64_t draft_vocab)
     : kind_(kind), min_confidence_(min_confidence), draft_vocab_(draft_vocab), rng_(seed) {}
 
-std::unique_ptr<ModelDrafter> ModelDrafter::LayerSkip(int64_t keep_layers, double min_confidence,
-                                                      uint64_t seed, int64_t draft_vocab) {
-  std::unique_ptr<ModelDrafter> d(
-      new ModelDrafter(DrafterKind::kLayerSkip, min_confidence, seed, draft_vocab));
-  d->keep_layers_ = keep_layers;
-  return d;
-}
-
-std::unique_ptr<ModelDrafter> ModelDrafter::DraftModel(const engine::LlamaModel* draft,
-                                                       double min_confidence, uint64_t seed,
-                                                       int64_t draft_vocab) {
-  LAMINAR_CHECK(draft != nullptr) << "draft_model needs a model";
-  std::unique_ptr<ModelDrafter> d(
-      new ModelDrafter(DrafterKind::kDraftModel, min_confidence, seed, draft_vocab));
-  d->model_ = draft;
-  return d;
-}
-
 Status ModelDrafter::OnWeights(const engine::LlamaModel* policy, const engine::LlamaModel* draft) {
   // Checked before anything changes: on an error the drafter keeps its model (and the caller may
   // free `draft`).
   if (kind_ == DrafterKind::kDraftModel) {
-    const engine::LlamaModel* next = draft != nullptr ? draft : model_;
-    if (next->config().vocab_size != policy->config().vocab_size) {
-      return InvalidArgumentError(
-          "draft_model: its vocabulary of " + std::to_string(next->config().vocab_size) +
-          " tokens differs from the policy's " + std::to_string(policy->config().vocab_size));
-    }
-    model_ = next;
+    LAMINAR_RETURN_IF_ERROR(UseDraftModel(policy, draft));
   } else {
     head_.reset();  // a view of the layer subset SkipLayersOf replaces (the whole head serves)
     LAMINAR_RETURN_IF_ERROR(SkipLayersOf(policy));  // replaces the subset only on success
@@ -104,21 +80,6 @@ void ModelDrafter::RebuildHead(bool now) {
   auto view = model_->WithOutputVocab(ids);
   if (!view.ok()) return whole_head();  // a head format without a row gather
   head_ = std::move(*view);
-}
-
-Status ModelDrafter::SkipLayersOf(const engine::LlamaModel* policy) {
-  // Evenly spaced layers, the first and the last among them.
-  const int64_t total = policy->config().num_hidden_layers;
-  const int64_t keep =
-      std::clamp<int64_t>(keep_layers_ > 0 ? keep_layers_ : (total + 1) / 2, 1, total);
-  std::vector<int64_t> layers;
-  for (int64_t i = 0; i < keep; ++i) {
-    const int64_t l = keep == 1 ? 0 : i * (total - 1) / (keep - 1);
-    if (layers.empty() || l > layers.back()) layers.push_back(l);
-  }
-  LAMINAR_ASSIGN_OR_RETURN(owned_, policy->LayerSubset(layers), "layer_skip drafter");
-  model_ = owned_.get();
-  return OkStatus();
 }
 
 void ModelDrafter::Feed(std::span<Chain* const> chains, bool catch_up,

@@ -84,8 +84,11 @@ class ModelDrafter final : public Drafter {
   ModelDrafter(DrafterKind kind, double min_confidence, uint64_t seed, int64_t draft_vocab);
   // Adds `tokens` to the draft vocabulary (draft_vocab > 0).
   void NoteTokens(std::span<const int32_t> tokens);
-  // layer_skip: model_ becomes the view of `policy` with the kept layers.
+  // layer_skip (layer_skip_drafter.cc): model_ becomes the view of `policy` with the kept layers.
   Status SkipLayersOf(const engine::LlamaModel* policy);
+  // draft_model (draft_model_drafter.cc): model_ becomes `draft` (or stays, when null) after
+  // checking its vocabulary is the policy's; unchanged on an error.
+  Status UseDraftModel(const engine::LlamaModel* policy, const engine::LlamaModel* draft);
   // Rebuilds head_ from model_ and the draft vocabulary when tokens were added since (`now`) or
   // enough were (1/256 of the vocabulary's size, at most kVocabRebuildTokens); past half the
   // vocabulary (or for a head without a row gather) the whole head is used from then on.

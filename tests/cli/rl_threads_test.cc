@@ -41,6 +41,7 @@ struct ThreadsRun {
 // A master relay, the manager, 2 rollouts scoring with `reward` and the actor for 3 steps of 2
 // groups of 2 samples; rollouts silent for `heartbeat_timeout_s` are dead. After the actor, waits
 // (up to 5 s) for `settled` to hold on the manager's metrics.
+// Kept whole: starts every role in order and wires each to the next; the order is the point.
 ThreadsRun RunAllRolesAsThreads(
     const model::Checkpoint& ckpt, const model::Tokenizer& tok, reward::RewardFn reward,
     double heartbeat_timeout_s,

@@ -192,6 +192,7 @@ Backend Reference() {
   return b;
 }
 
+// Kept whole: the backend entry is one table of ops, each a short adapter to a kernel.
 Backend Cpu(kernels::cpu::Isa isa) {
   Backend b;
   b.name = "cpu_" + kernels::cpu::IsaName(isa);

@@ -177,6 +177,7 @@ void AddRowOps(std::vector<OpCase>& cases) {
   }
 }
 
+// Kept whole: a table of shapes and one case builder per attention variant.
 void AddAttention(std::vector<OpCase>& cases) {
   struct A {
     int64_t t, h, hkv, d, s;
@@ -330,6 +331,7 @@ double Dot(std::span<const double> a, std::span<const double> b) {
   return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
 }
 
+// Kept whole: a table of gradient cases, each a few lines.
 void AddGradients(std::vector<GradCase>& cases) {
   namespace ops = trainer::ops;
   for (const auto& [t, c] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {2, 33}}) {

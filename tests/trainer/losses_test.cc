@@ -300,6 +300,8 @@ struct Reference {
   std::map<std::string, double> metrics;
 };
 
+// Kept whole: the reference is read best as one straight-line transcription of the loss
+// formulas (ratio, clipping, aggregation, metrics), in f64.
 Reference ReferenceLoss(const Batch& batch, const PolicyLossConfig& c) {
   const size_t num_tokens = batch.logprobs.size();
   Reference ref;

@@ -58,6 +58,7 @@ void Generate(const engine::LlamaModel& lm, const std::vector<int32_t>& prompt,
   }
 }
 
+// Kept whole: one model load shared by every weight format's comparison.
 TEST(QuantizedRolloutTest, SmolLM2FormatsAgainstF32AndTheF32Trainer) {
   auto path = model::ResolveModelPath("smollm2-135m-instruct");
   if (!path.ok()) GTEST_SKIP() << "default model not installed (scripts/setup.sh)";

@@ -493,6 +493,8 @@ class Model {
   std::map<std::tuple<int64_t, int64_t, int32_t>, int64_t> ids_;
 };
 
+// Kept whole: one random operation stream checked against the model after every step; split,
+// the cases would share the generator and the model through arguments.
 void RunRandomOps(uint64_t seed, int num_ops) {
   constexpr int32_t kBlock = 4, kBlocks = 64;
   KvBlockManager m(kBlock, kBlocks);

@@ -76,6 +76,8 @@ class FakeEngine {
   }
 
   // Runs one step: schedules, checks the plan, writes and reads KV, reports the sampled tokens.
+  // Kept whole: schedule, plan checks, KV writes and reads and token reports are one step of the
+  // simulated engine, in the order the real engine runs them.
   Plan Step() {
     auto uni = [&](int64_t lo, int64_t hi) {
       return std::uniform_int_distribution<int64_t>(lo, hi)(draft_rng_);
@@ -588,6 +590,7 @@ struct SimTotals {
 // Requests arrive, stop and abort at random for thousands of steps, in groups or alone. With
 // `share_prefixes`, prompts start with random lengths of a few base prompts and the weights are
 // swapped at random between steps (also while sequences run).
+// Kept whole: one random event loop (arrivals, stops, aborts, weight swaps) over shared state.
 void Simulate(uint32_t seed, bool share_prefixes, SimTotals* totals, int64_t max_draft = 0) {
   std::mt19937 rng(seed);
   auto uni = [&](int64_t lo, int64_t hi) {

@@ -271,6 +271,7 @@ int64_t Added(const std::map<std::string, int64_t>& m, const std::string& id) {
 }
 
 // Checks `plan` against the rules of rollout/manager/repack.h.
+// Kept whole: each rule of repack.h is one short block, checked in the header's order.
 CheckResult CheckPlan(const std::vector<RepackRollout>& rollouts, int32_t max_batch,
                       const RepackPlan& plan) {
   std::map<std::string, const RepackRollout*> by_id;

@@ -35,7 +35,7 @@ TEST(ChiSquareTest, ProbabilityIntegralTransformsOfExactDrawsAreUniform) {
 
 // On the synthetic tiny-llama: the tokens of GRPO groups sampled with speculation (always on) have
 // the same distribution as without, for each drafter, for a draft model drafting ahead, and for one
-// whose head computes 64 of the 512 tokens and those seen (q = 0 elsewhere). 768 responses of 10
+// whose head computes 64 of the 509 tokens and those seen (q = 0 elsewhere). 768 responses of 10
 // tokens after a two-token prompt (one per group) per engine; for each k in 1..8 the pairs (token k
 // + 1, token k + 2), which speculation verifies, are compared between the two engines by a
 // two-sample chi-square. Positions where the policy has a single outcome are skipped; the smallest
@@ -43,7 +43,8 @@ TEST(ChiSquareTest, ProbabilityIntegralTransformsOfExactDrawsAreUniform) {
 // seed in a thousand). The "+ 2" are goodness-of-fit tests against the policy's exact
 // probabilities: the randomized PITs of all 10 tokens of all 768 responses (AppendPits) must be
 // uniform (20 bins), for the speculative engine and for the one without speculation (the
-// control: the test's own false-alarm rate).
+// control: the test's own false-alarm rate). Kept whole: one statistical experiment, its engines
+// and its tests read top to bottom.
 TEST(SpeculativeTinyModelTest, SampledTokensHaveTheNonSpeculativeDistribution) {
   const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
@@ -157,7 +158,8 @@ TEST(SpeculativeTinyModelTest, SampledTokensHaveTheNonSpeculativeDistribution) {
 // and its new samples have the new version's exact distribution: no drafter state of the old
 // version (KV, chains drafted ahead, acceptance history) reaches them. Checked with randomized PITs
 // against each version's exact probabilities (384 samples of 12 tokens per version and drafter);
-// no KV block is left in either engine.
+// no KV block is left in either engine. Kept whole: the export, the swap and the checks are one
+// sequence over the same engines.
 TEST(SpeculativeTinyModelTest, ExportAndWeightSwapInTheMiddleOfSpeculationStayExact) {
   const std::string bin = ::laminar::testing::TinyModel();
   model::ModelConfig config;
