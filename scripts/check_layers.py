@@ -3,7 +3,9 @@
 folder that the library may use, as docs/architecture.md declares it between the markers
 <!-- layers:begin --> and <!-- layers:end --> (one line per library: `folder : deps...`; a folder
 may include itself and everything its deps may include, transitively). A lower library that
-includes a higher one fails with the file, line and both folders.
+includes a higher one fails with the file, line and both folders. The CMake link dependencies
+(laminar_library(... DEPS ...) and target_link_libraries in each folder's CMakeLists.txt) are held
+to the same graph, so no library links a higher one (a rollout library never links the trainer).
 
   scripts/check_layers.py                 # check the source tree (exit 1 on a violation)
   scripts/check_layers.py --self-test     # also prove that a planted upward include is caught
@@ -96,6 +98,43 @@ def source_files(root: pathlib.Path, layers):
     return files
 
 
+CMAKE_CALL = re.compile(r"\b(laminar_library|target_link_libraries)\s*\(([^)]*)\)", re.S)
+
+
+def link_deps(root: pathlib.Path, layers):
+    """({laminar target: folder}, [(folder, CMakeLists path, [laminar targets it links])])."""
+    owner_of, links = {}, []
+    for folder in layers:
+        cmake = root / folder / "CMakeLists.txt"
+        if not cmake.exists():
+            continue
+        text = re.sub(r"#[^\n]*", "", cmake.read_text())
+        for kind, args in CMAKE_CALL.findall(text):
+            words = args.split()
+            if not words:
+                continue
+            if kind == "laminar_library":
+                owner_of[words[0]] = folder
+                deps = words[words.index("DEPS") + 1:] if "DEPS" in words else []
+            else:
+                deps = words[1:]
+            links.append((folder, cmake.relative_to(root).as_posix(),
+                          [d for d in deps if d.startswith("laminar_")]))
+    return owner_of, links
+
+
+def link_violations(layers, owner_of, links):
+    """[(CMakeLists, folder, linked target, its folder)] for links against the layering."""
+    allowed = closure(layers)
+    found = []
+    for folder, cmake, deps in links:
+        for dep in deps:
+            dst = owner_of.get(dep)
+            if dst is not None and dst not in allowed[folder]:
+                found.append((cmake, folder, dep, dst))
+    return found
+
+
 def report(found):
     for rel, n, src, dst, inc in found:
         print(f"{rel}:{n}: {src} includes \"{inc}\" of {dst}, which is not below it "
@@ -112,6 +151,11 @@ def main():
     files = source_files(ROOT, layers)
     found = violations(layers, files)
     report(found)
+    owner_of, links = link_deps(ROOT, layers)
+    bad_links = link_violations(layers, owner_of, links)
+    for cmake, folder, dep, dst in bad_links:
+        print(f"{cmake}: {folder} links {dep} of {dst}, which is not below it "
+              f"(docs/architecture.md, Libraries)", file=sys.stderr)
     if args.self_test:
         # Each library's first source and its most deeply nested one, made to include a header of
         # every library above it.
@@ -132,11 +176,26 @@ def main():
         if planted == 0:
             print("check_layers: self-test: nothing to plant", file=sys.stderr)
             return 1
-        print(f"check_layers: self-test: {planted} planted upward includes all reported")
-    if found:
-        print(f"check_layers: {len(found)} include(s) against the layering", file=sys.stderr)
+        # And a planted upward link: the lowest library linking every library not below it.
+        for low in layers:
+            mine = [entry for entry in links if entry[0] == low]
+            for high, target in ((owner_of[t], t) for t in owner_of):
+                if not mine or high == low or high in allowed[low]:
+                    continue
+                planted_link = [(low, mine[0][1], [target])]
+                if not link_violations(layers, owner_of, planted_link):
+                    print(f"check_layers: self-test: {low} linking {target} went unnoticed",
+                          file=sys.stderr)
+                    return 1
+                planted += 1
+        print(f"check_layers: self-test: {planted} planted upward includes and links all "
+              "reported")
+    if found or bad_links:
+        print(f"check_layers: {len(found)} include(s) and {len(bad_links)} link(s) against the "
+              "layering", file=sys.stderr)
         return 1
-    print(f"check_layers: {len(files)} files in {len(layers)} libraries follow the layering")
+    print(f"check_layers: {len(files)} files and {sum(len(d) for _, _, d in links)} link "
+          f"dependencies in {len(layers)} libraries follow the layering")
     return 0
 
 
