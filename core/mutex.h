@@ -75,6 +75,16 @@ class CondVar {
     lock.release();
     return woken;
   }
+  // Like Wait, until `deadline` at the latest; false when it passed. Callers loop on their
+  // condition until it holds or this returns false.
+  template <class Clock, class Duration>
+  bool WaitUntil(Mutex* mu, std::chrono::time_point<Clock, Duration> deadline)
+      LAMINAR_REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    const bool woken = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
+    lock.release();
+    return woken;
+  }
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }
 

@@ -14,8 +14,8 @@ namespace laminar::relay {
 // on every publish (most of the stall for a large model); a recycled one does not.
 class Publisher::BufferPool {
  public:
-  std::unique_ptr<uint8_t[]> Take(size_t size) {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<uint8_t[]> Take(size_t size) LAMINAR_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     for (auto it = spare_.begin(); it != spare_.end(); ++it) {
       if (it->second == size) {
         auto buffer = std::move(it->first);
@@ -25,14 +25,14 @@ class Publisher::BufferPool {
     }
     return std::unique_ptr<uint8_t[]>(new uint8_t[size]);
   }
-  void Return(std::unique_ptr<uint8_t[]> buffer, size_t size) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Return(std::unique_ptr<uint8_t[]> buffer, size_t size) LAMINAR_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (spare_.size() < 2) spare_.emplace_back(std::move(buffer), size);
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> spare_;
+  Mutex mu_;
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, size_t>> spare_ LAMINAR_GUARDED_BY(mu_);
 };
 
 struct Publisher::Version {
@@ -93,9 +93,9 @@ StatusOr<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options)
 
 Publisher::~Publisher() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (thread_.joinable()) thread_.join();
   if (control_) control_->Stop();
@@ -106,14 +106,14 @@ Publisher::~Publisher() {
 const std::string& Publisher::control_endpoint() const { return control_->endpoint(); }
 
 Publisher::Stats Publisher::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorBytes>& tensors) {
   const auto start = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (version <= last_version_) {
       return InvalidArgumentError("publish: version " + std::to_string(version) +
                                   " is not above the last one, " + std::to_string(last_version_));
@@ -137,14 +137,14 @@ StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorByt
   std::memset(v->data.data() + end, 0, total - end);
   const double stall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (pending_) ++stats_.versions_superseded;
   stats_.publish_stall_s = stall_s;
   stats_.bytes = total;
   ++stats_.versions_published;
   pending_ = std::move(v);
   last_version_ = version;
-  cv_.notify_all();
+  cv_.NotifyAll();
   LAMINAR_LOG(DEBUG, RELAY) << "publisher: version " << version << " copied in " << stall_s << " s";
   return stall_s;
 }
@@ -153,15 +153,15 @@ void Publisher::Loop() {
   while (true) {
     std::shared_ptr<Version> v;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || pending_; });
+      MutexLock lock(&mu_);
+      while (!stop_ && !pending_) cv_.Wait(&mu_);
       if (stop_) return;
       v = std::move(pending_);
       hashing_ = true;
     }
     FillChecksums(v->data, &v->manifest);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       current_ = v;  // before the first chunk leaves: resend requests may follow at once
     }
     const uint64_t generation = static_cast<uint64_t>(v->manifest.version()) + 1;
@@ -181,9 +181,9 @@ void Publisher::Loop() {
           generation));
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       hashing_ = false;
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
     WatchUntilReceived(v, b);
   }
@@ -201,11 +201,12 @@ void Publisher::WatchUntilReceived(const std::shared_ptr<Version>& v,
   const int64_t version = v->manifest.version();
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::milliseconds(options_.watch_interval_ms),
-                       [&] { return stop_ || pending_; })) {
-        return;
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.watch_interval_ms);
+      MutexLock lock(&mu_);
+      while (!stop_ && !pending_ && cv_.WaitUntil(&mu_, until)) {
       }
+      if (stop_ || pending_) return;
     }
     auto bytes = master.Call(proto::Encode(latest), options_.watch_interval_ms, 1);
     if (!bytes.ok()) continue;  // the master is busy or restarting: ask again later
@@ -222,8 +223,10 @@ void Publisher::WatchUntilReceived(const std::shared_ptr<Version>& v,
 Status Publisher::WaitSent(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return !pending_ && !hashing_; })) {
+    MutexLock lock(&mu_);
+    while ((pending_ || hashing_) && cv_.WaitUntil(&mu_, deadline)) {
+    }
+    if (pending_ || hashing_) {
       return DeadlineExceededError("publisher: versions still being checksummed after " +
                                    std::to_string(timeout_ms) + " ms");
     }
@@ -253,7 +256,7 @@ std::string Publisher::HandleRequest(std::string_view request, std::string_view 
   const auto& resend = decoded->resend();
   std::shared_ptr<Version> v;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     v = current_;
   }
   if (!v || v->manifest.version() != resend.version()) {

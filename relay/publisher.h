@@ -6,15 +6,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/bulk_transport.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
 #include "proto/relay.pb.h"
@@ -65,27 +64,28 @@ class Publisher {
   struct Version;
   class BufferPool;
   explicit Publisher(PublisherOptions options);
-  void Loop();
-  void WatchUntilReceived(const std::shared_ptr<Version>& v, const proto::RelayBroadcast& header);
-  std::string HandleRequest(std::string_view request, std::string_view peer);
+  void Loop() LAMINAR_EXCLUDES(mu_);
+  void WatchUntilReceived(const std::shared_ptr<Version>& v, const proto::RelayBroadcast& header)
+      LAMINAR_EXCLUDES(mu_);
+  std::string HandleRequest(std::string_view request, std::string_view peer) LAMINAR_EXCLUDES(mu_);
 
   PublisherOptions options_;
   std::unique_ptr<BulkTransport> transport_;
   std::unique_ptr<ZmqReplyServer> control_;
   std::shared_ptr<BufferPool> pool_;
   std::string master_bulk_;
-  std::mutex send_mu_;
+  Mutex send_mu_;                        // transport_'s sends (both workers take it)
   std::unique_ptr<SendWorker> stream_;   // versions, in order
   std::unique_ptr<SendWorker> resends_;  // chunks the master asks for again
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<Version> pending_;  // copied, not yet checksummed and queued
-  std::shared_ptr<Version> current_;  // queued to the stream (answers resends)
-  int64_t last_version_ = -1;
-  bool hashing_ = false;
-  bool stop_ = false;
-  Stats stats_;  // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;  // a version was published, its sends were queued, or stop
+  std::shared_ptr<Version> pending_ LAMINAR_GUARDED_BY(mu_);  // copied, not yet queued
+  std::shared_ptr<Version> current_ LAMINAR_GUARDED_BY(mu_);  // queued (answers resends)
+  int64_t last_version_ LAMINAR_GUARDED_BY(mu_) = -1;
+  bool hashing_ LAMINAR_GUARDED_BY(mu_) = false;
+  bool stop_ LAMINAR_GUARDED_BY(mu_) = false;
+  Stats stats_ LAMINAR_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -133,7 +133,7 @@ class Relay {
   proto::RelayInfo info_;
   std::unique_ptr<BulkTransport> transport_;
   std::unique_ptr<ZmqReplyServer> control_;
-  std::mutex send_mu_;                        // the bulk transport's sends (SendWorker takes it)
+  Mutex send_mu_;                             // the bulk transport's sends (SendWorker takes it)
   std::unique_ptr<SendWorker> chain_sender_;  // the broadcast along the chain
   std::unique_ptr<SendWorker> serve_sender_;  // pulls and resends
 

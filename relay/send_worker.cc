@@ -7,8 +7,7 @@
 
 namespace laminar::relay {
 
-SendWorker::SendWorker(std::string name, BulkTransport* transport, std::mutex* send_mu,
-                       int timeout_ms)
+SendWorker::SendWorker(std::string name, BulkTransport* transport, Mutex* send_mu, int timeout_ms)
     : name_(std::move(name)),
       transport_(transport),
       send_mu_(send_mu),
@@ -18,42 +17,46 @@ SendWorker::SendWorker(std::string name, BulkTransport* transport, std::mutex* s
 SendWorker::~SendWorker() { Stop(); }
 
 void SendWorker::Push(SendItem item) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (item.generation < min_generation_ || stop_) return;
   queue_.push_back(std::move(item));
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void SendWorker::Supersede(uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   min_generation_ = std::max(min_generation_, generation);
-  std::erase_if(queue_, [&](const SendItem& i) { return i.generation < min_generation_; });
-  std::erase_if(failed_, [&](const auto& f) { return f.second < min_generation_; });
+  const uint64_t oldest = min_generation_;  // a copy: the analysis does not follow into lambdas
+  std::erase_if(queue_, [oldest](const SendItem& i) { return i.generation < oldest; });
+  std::erase_if(failed_, [oldest](const auto& f) { return f.second < oldest; });
 }
 
 bool SendWorker::WaitIdle(int timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                      [&] { return (queue_.empty() && !busy_) || stop_; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  MutexLock lock(&mu_);
+  while (!((queue_.empty() && !busy_) || stop_)) {
+    if (!cv_.WaitUntil(&mu_, deadline)) return (queue_.empty() && !busy_) || stop_;
+  }
+  return true;
 }
 
 void SendWorker::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     queue_.clear();
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (thread_.joinable()) thread_.join();
 }
 
 size_t SendWorker::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return queue_.size();
 }
 
 uint64_t SendWorker::failures() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return failures_;
 }
 
@@ -61,10 +64,10 @@ void SendWorker::Loop() {
   while (true) {
     SendItem item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       busy_ = false;
-      cv_.notify_all();
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      cv_.NotifyAll();
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
       if (stop_) return;
       item = std::move(queue_.front());
       queue_.pop_front();
@@ -80,10 +83,10 @@ void SendWorker::Loop() {
                                        item.owned.size());
     Status s;
     {
-      std::lock_guard<std::mutex> lock(*send_mu_);
+      MutexLock lock(send_mu_);
       s = transport_->Send(item.dest, item.tag, bytes, timeout_ms_);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!s.ok()) {
       ++failures_;
       failed_[item.dest] = item.generation;

@@ -5,18 +5,17 @@
 // one timeout, not one per chunk; a later generation tries it again.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "core/bulk_transport.h"
+#include "core/mutex.h"
 
 namespace laminar::relay {
 
@@ -55,34 +54,35 @@ struct SendItem {
 // BulkTransport allows one sending thread at a time).
 class SendWorker {
  public:
-  SendWorker(std::string name, BulkTransport* transport, std::mutex* send_mu, int timeout_ms);
+  SendWorker(std::string name, BulkTransport* transport, Mutex* send_mu, int timeout_ms);
   ~SendWorker();  // Stop()
   SendWorker(const SendWorker&) = delete;
   SendWorker& operator=(const SendWorker&) = delete;
 
-  void Push(SendItem item);
-  void Supersede(uint64_t generation);
+  void Push(SendItem item) LAMINAR_EXCLUDES(mu_);
+  void Supersede(uint64_t generation) LAMINAR_EXCLUDES(mu_);
   // Blocks until the queue is empty and nothing is being sent, or `timeout_ms` passes.
-  bool WaitIdle(int timeout_ms);
-  void Stop();
+  bool WaitIdle(int timeout_ms) LAMINAR_EXCLUDES(mu_);
+  void Stop() LAMINAR_EXCLUDES(mu_);
   // Items waiting to be sent.
-  size_t queued() const;
-  uint64_t failures() const;
+  size_t queued() const LAMINAR_EXCLUDES(mu_);
+  uint64_t failures() const LAMINAR_EXCLUDES(mu_);
 
  private:
-  void Loop();
-  std::string name_;
-  BulkTransport* transport_;
-  std::mutex* send_mu_;
-  int timeout_ms_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<SendItem> queue_;
-  uint64_t min_generation_ = 0;
-  std::map<std::string, uint64_t> failed_;  // dest -> the generation whose send to it failed
-  bool busy_ = false;
-  bool stop_ = false;
-  uint64_t failures_ = 0;
+  void Loop() LAMINAR_EXCLUDES(mu_);
+  const std::string name_;
+  BulkTransport* const transport_;  // used under *send_mu_
+  Mutex* const send_mu_;
+  const int timeout_ms_;
+  mutable Mutex mu_;
+  CondVar cv_;  // the queue grew, the worker went idle, or Stop
+  std::deque<SendItem> queue_ LAMINAR_GUARDED_BY(mu_);
+  uint64_t min_generation_ LAMINAR_GUARDED_BY(mu_) = 0;
+  // dest -> the generation whose send to it failed
+  std::map<std::string, uint64_t> failed_ LAMINAR_GUARDED_BY(mu_);
+  bool busy_ LAMINAR_GUARDED_BY(mu_) = false;
+  bool stop_ LAMINAR_GUARDED_BY(mu_) = false;
+  uint64_t failures_ LAMINAR_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

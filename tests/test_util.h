@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/ggml_quants.h"
 
 namespace laminar::testing {
 
@@ -31,11 +32,23 @@ inline std::vector<float> RandomNormal(size_t n, uint64_t seed, float stddev = 1
   return v;
 }
 
+// `n` values drawn uniformly from [-scale, scale], the same for the same seed: the inputs of
+// finite-difference gradient checks (bounded, so no value lands far out on a nonlinearity).
+inline std::vector<double> RandomUniform(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-scale, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
 // Random raw GGML blocks of `type` (2: Q4_0, 3: Q4_1, 8: Q8_0; 32 elements each) for an [n, k]
 // tensor, k a multiple of 32, with f16 scales of a realistic size (and Q4_1's minimum), the same
 // for the same seed.
 inline std::vector<uint8_t> RandomGgmlBlocks(uint32_t type, int64_t n, int64_t k, uint64_t seed) {
-  const size_t block_bytes = type == 2 ? 18 : type == 3 ? 20 : 34;
+  const size_t block_bytes = type == 2   ? model::kQ4_0BlockBytes
+                             : type == 3 ? model::kQ4_1BlockBytes
+                                         : model::kQ8_0BlockBytes;
   std::vector<uint8_t> out(static_cast<size_t>(n * k / 32) * block_bytes);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> scale(0.001f, 0.02f), min(-0.1f, 0.f);

@@ -101,6 +101,12 @@ bool IsDraftModel(const std::string& name) {
   return v.ok() && v->drafter == rollout::DrafterKind::kDraftModel;
 }
 
+// Whether a --drafters entry (checked by the option's validator) drafts with a draft vocabulary.
+bool UsesDraftVocab(const std::string& name) {
+  auto v = rollout::ParseDrafterVariant(name);
+  return v.ok() && v->vocab;
+}
+
 // The draft_model drafter's model when a drafter needs one (null otherwise): --draft-model's
 // checkpoint, or the policy's own (`policy`) in --draft-weights.
 StatusOr<std::unique_ptr<engine::LlamaModel>> LoadDraft(const SpecArgs& a,
@@ -265,9 +271,7 @@ int RunSpec(const SpecArgs& a) {
                         {"cores", std::thread::hardware_concurrency()},
                         {"rows", rows}};
   // The draft vocabulary only where a drafter used one.
-  if (std::ranges::any_of(a.drafters, [](const std::string& name) {
-        return name.find("+vocab") != std::string::npos;
-      })) {
+  if (std::ranges::any_of(a.drafters, UsesDraftVocab)) {
     out["draft_vocab"] = a.draft_vocab;
   }
   std::printf("%s\n", out.dump(2).c_str());

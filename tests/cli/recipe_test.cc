@@ -9,10 +9,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "actor/actor_recipe.h"
 #include "reward/reward_recipe.h"
 #include "rollout/manager/manager_recipe.h"
+#include "rollout/speculation/speculative_config.h"
 #include "rollout/worker/worker_recipe.h"
 #include "tests/test_util.h"
 
@@ -74,6 +76,20 @@ TEST(RecipeRewardTest, FailureScoreReachesTheRollouts) {
   auto w = rollout::RolloutWorkerOptionsOf(*r, 1024);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->reward_failure_score, -1.0);
+}
+
+// The recipe lists the drafter names without linking the rollout (it sits below the roles); they
+// must be the registry's, in its order, so that every name the recipe accepts makes a drafter.
+TEST(RecipeSpeculativeTest, DrafterNamesAreTheRegistrys) {
+  const ConfigField* field = recipe::RecipeSchema().Find("rollout.speculative.drafter");
+  ASSERT_NE(field, nullptr);
+  std::vector<std::string> registry;
+  for (const rollout::DrafterEntry& e : rollout::DrafterRegistry()) {
+    registry.emplace_back(e.name);
+  }
+  EXPECT_EQ(field->choices, registry);
+  EXPECT_EQ(field->default_value.as<std::string>(),
+            rollout::DrafterName(rollout::DrafterKind::kOff));
 }
 
 TEST(RecipeSpeculativeTest, DrafterSettingsReachTheEngine) {

@@ -350,6 +350,9 @@ TEST(RlLoopFaultTest, AKilledRolloutsWorkIsReissuedAndTrainingGoesOn) {
   EXPECT_GE(last["manager/reissued"].get<double>(), 1) << "see " << run.dir;
 }
 
+// Long: one run of the whole loop (actor, manager and two rollout processes) is costly to start,
+// so this test sets up a long-tail workload, waits for a completed move and checks it end to end
+// in one body; the waiting loop keeps its bookkeeping (the last move checked) next to it.
 TEST(RlLoopFaultTest, RepackMovesALongTailAndFreesItsSource) {
   const std::string model = TinyModel();
   const std::string tok = TinyModel();

@@ -106,6 +106,9 @@ TEST(LlamaModelConcurrencyTest, ForwardOverlapsItsLayerSubsetBitForBit) {
 
 class LlamaModelTest : public ::testing::TestWithParam<bool> {};
 
+// Long: each layout of the same tokens (alone, packed in one cache, packed with a cache each, nine
+// one-token spans, decoded one at a time) is compared with the logits of the first, so they share
+// one model and one set of reference logits.
 TEST_P(LlamaModelTest, BatchedPrefillEqualsSingleAndDecodeEqualsRecompute) {
   bool bias = GetParam();
   auto cfg =

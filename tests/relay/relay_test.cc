@@ -479,7 +479,7 @@ TEST(RelayTierTest, ABusyRelayRefusesPullsInsteadOfQueueingThemForever) {
 TEST(SendWorkerTest, AFailedDestinationIsSkippedForItsGenerationOnly) {
   auto transport = CreateBulkTransport("ucx");
   ASSERT_TRUE(transport.ok()) << transport.status();
-  std::mutex send_mu;
+  Mutex send_mu;
   SendWorker worker("test", transport->get(), &send_mu, 500);
   const std::string nobody = "ucx://127.0.0.1:1";  // nothing listens there
   for (uint64_t generation : {1, 1, 1, 2}) {

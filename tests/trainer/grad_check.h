@@ -6,19 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
+
 namespace laminar::trainer::testing {
 
-inline std::vector<double> RandomVector(size_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(-scale, scale);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using ::laminar::testing::RandomUniform;  // the gradient checks' inputs
 
 // Compares grad[i] with (f(x + h e_i) − f(x − h e_i)) / 2h for every i (or every `stride`-th),
 // where f reads `x` by reference. Fails with the first index whose error exceeds

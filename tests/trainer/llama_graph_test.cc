@@ -15,7 +15,7 @@ namespace laminar::trainer {
 namespace {
 
 using testing::ExpectGradientMatches;
-using testing::RandomVector;
+using testing::RandomUniform;
 
 // Two sequences (5 and 4 tokens) and an empty one; targets are the next tokens, -1 on the first
 // prompt token and at each sequence's end.
@@ -49,7 +49,7 @@ TEST_P(GraphGradTest, WholeModelGradientMatchesFiniteDifferences) {
   options.temperature = GetParam().temperature;
   LlamaGraph<double> graph(config, set->params(), options, nullptr);
   TrainBatch batch = SmallBatch();
-  auto g_lp = RandomVector(batch.tokens.size(), 4), g_ent = RandomVector(batch.tokens.size(), 5);
+  auto g_lp = RandomUniform(batch.tokens.size(), 4), g_ent = RandomUniform(batch.tokens.size(), 5);
   std::vector<double> lp, ent;
   auto loss = [&] {
     EXPECT_TRUE(graph.Forward(batch, values, &lp, &ent).ok());

@@ -12,11 +12,11 @@ namespace {
 
 using testing::Dot;
 using testing::ExpectGradientMatches;
-using testing::RandomVector;
+using testing::RandomUniform;
 
 TEST(TrainOpsGradTest, RmsNorm) {
   const int64_t t = 3, c = 7;
-  auto x = RandomVector(t * c, 1), w = RandomVector(c, 2), r = RandomVector(t * c, 3);
+  auto x = RandomUniform(t * c, 1), w = RandomUniform(c, 2), r = RandomUniform(t * c, 3);
   std::vector<double> y(t * c), rstd(t), dx(t * c), dw(c, 0.0);
   auto loss = [&] {
     RmsNormForward(x.data(), w.data(), t, c, 1e-5, y.data(), rstd.data());
@@ -34,7 +34,7 @@ TEST(TrainOpsGradTest, RopeBothLayouts) {
   std::vector<double> inv_freq{1.0, 0.3, 0.01};
   auto table = MakeRopeTable(pos, inv_freq);
   for (auto layout : {kernels::RopeLayout::kInterleaved, kernels::RopeLayout::kRotateHalf}) {
-    auto x = RandomVector(t * h * d, 4), r = RandomVector(t * h * d, 5);
+    auto x = RandomUniform(t * h * d, 4), r = RandomUniform(t * h * d, 5);
     auto loss = [&] {
       auto y = x;
       Rope(y.data(), table, t, h, d, layout, false);
@@ -48,7 +48,7 @@ TEST(TrainOpsGradTest, RopeBothLayouts) {
 
 TEST(TrainOpsGradTest, SwiGlu) {
   const int64_t n = 11;
-  auto g = RandomVector(n, 6, 3.0), u = RandomVector(n, 7), r = RandomVector(n, 8);
+  auto g = RandomUniform(n, 6, 3.0), u = RandomUniform(n, 7), r = RandomUniform(n, 8);
   std::vector<double> y(n), dg(n), du(n);
   auto loss = [&] {
     SwiGluForward(g.data(), u.data(), n, y.data());
@@ -63,8 +63,8 @@ TEST(TrainOpsGradTest, CausalGroupedQueryAttentionOverPackedSequences) {
   const int64_t h = 4, hkv = 2, d = 3;
   std::vector<int64_t> offsets{0, 3, 3, 8};  // lengths 3, 0 and 5
   const int64_t t = offsets.back();
-  auto q = RandomVector(t * h * d, 9), k = RandomVector(t * hkv * d, 10);
-  auto v = RandomVector(t * hkv * d, 11), r = RandomVector(t * h * d, 12);
+  auto q = RandomUniform(t * h * d, 9), k = RandomUniform(t * hkv * d, 10);
+  auto v = RandomUniform(t * hkv * d, 11), r = RandomUniform(t * h * d, 12);
   std::vector<double> out(t * h * d), dq(q.size()), dk(k.size()), dv(v.size());
   auto loss = [&] {
     AttentionForward(q.data(), k.data(), v.data(), offsets, {}, h, hkv, d, out.data(), nullptr);
@@ -83,8 +83,8 @@ TEST(TrainOpsGradTest, AttentionWithSharedPrefixes) {
   std::vector<int64_t> offsets{0, 4, 7, 7, 12, 15};
   std::vector<int64_t> prefix{-1, 0, -1, 0, -1};
   const int64_t t = offsets.back();
-  auto q = RandomVector(t * h * d, 31), k = RandomVector(t * hkv * d, 32);
-  auto v = RandomVector(t * hkv * d, 33), r = RandomVector(t * h * d, 34);
+  auto q = RandomUniform(t * h * d, 31), k = RandomUniform(t * hkv * d, 32);
+  auto v = RandomUniform(t * hkv * d, 33), r = RandomUniform(t * h * d, 34);
   std::vector<double> out(t * h * d), dq(q.size()), dk(k.size()), dv(v.size());
   auto loss = [&] {
     AttentionForward(q.data(), k.data(), v.data(), offsets, prefix, h, hkv, d, out.data(), nullptr);
@@ -104,8 +104,8 @@ TEST(TrainOpsTest, SharedPrefixAttentionEqualsTheConcatenatedSequence) {
   std::vector<int64_t> offsets{0, np, np + n1, np + n1 + n2}, prefix{-1, 0, 0};
   const int64_t t = offsets.back();
   auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
-  auto q = to_f(RandomVector(t * h * d, 35)), k = to_f(RandomVector(t * hkv * d, 36));
-  auto v = to_f(RandomVector(t * hkv * d, 37));
+  auto q = to_f(RandomUniform(t * h * d, 35)), k = to_f(RandomUniform(t * hkv * d, 36));
+  auto v = to_f(RandomUniform(t * hkv * d, 37));
   ThreadPool pool(2);
   std::vector<float> shared(t * h * d);
   AttentionForward(q.data(), k.data(), v.data(), offsets, prefix, h, hkv, d, shared.data(), &pool);
@@ -133,9 +133,9 @@ TEST(TrainOpsTest, SharedPrefixAttentionEqualsTheConcatenatedSequence) {
 
 TEST(TrainOpsGradTest, LogprobAndEntropy) {
   const int64_t n = 3, vocab = 9;
-  auto z = RandomVector(n * vocab, 13, 4.0);
+  auto z = RandomUniform(n * vocab, 13, 4.0);
   std::vector<int32_t> targets{2, -1, 8};
-  auto g_lp = RandomVector(n, 14), g_ent = RandomVector(n, 15);
+  auto g_lp = RandomUniform(n, 14), g_ent = RandomUniform(n, 15);
   std::vector<double> lp(n), ent(n), lse(n);
   auto loss = [&] {
     LogprobEntropyForward(z.data(), targets.data(), n, vocab, lp.data(), ent.data(), lse.data());
@@ -154,8 +154,8 @@ TEST(TrainOpsTest, FloatAttentionAndHeadEqualDouble) {
   const int64_t h = 6, hkv = 2, d = 16;
   std::vector<int64_t> offsets{0, 37, 200};  // the second spans three query blocks
   const int64_t t = offsets.back();
-  auto qd = RandomVector(t * h * d, 16), kd = RandomVector(t * hkv * d, 17);
-  auto vd = RandomVector(t * hkv * d, 18), rd = RandomVector(t * h * d, 19);
+  auto qd = RandomUniform(t * h * d, 16), kd = RandomUniform(t * hkv * d, 17);
+  auto vd = RandomUniform(t * hkv * d, 18), rd = RandomUniform(t * h * d, 19);
   auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
   auto qf = to_f(qd), kf = to_f(kd), vf = to_f(vd), rf = to_f(rd);
   std::vector<double> od(t * h * d), dqd(qd.size()), dkd(kd.size()), dvd(vd.size());
@@ -179,7 +179,7 @@ TEST(TrainOpsTest, FloatAttentionAndHeadEqualDouble) {
   expect_near(dvf, dvd, "dv");
 
   const int64_t n = 5, vocab = 1000;
-  auto zd = RandomVector(n * vocab, 20, 8.0);
+  auto zd = RandomUniform(n * vocab, 20, 8.0);
   auto zf = to_f(zd);
   std::vector<int32_t> targets{0, 999, 17, -1, 500};
   std::vector<double> lpd(n), entd(n), lsed(n);

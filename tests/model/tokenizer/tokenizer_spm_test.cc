@@ -1,6 +1,8 @@
 // SentencePiece-style BPE against real expected encodings: llama.cpp's Llama-2 vocab tests (GGUF
 // and llama2.c tokenizer.bin), llama2.c's test.c encodings, and stories260K's tok512.bin.
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/tokenizer/spm_tokenizer.h"
 #include "model/tokenizer/tokenizer_loader.h"
@@ -134,16 +136,35 @@ TEST(TokenizerSpm, Stories260KGgufVocabEqualsTok512) {
   EXPECT_EQ(*ia, *ib);
 }
 
+// A llama2.c tokenizer.bin written here (max_token_length, then score, length and bytes per
+// token) loads whole; cut inside its last token's header or bytes it is an error naming the file.
 TEST(TokenizerSpm, TruncatedTokenizerBinIsAnError) {
-  LAMINAR_SHARED_OR_SKIP(bin, "models/stories260K/tok512.bin");
-  std::string bytes = testing::ReadAll(bin);
-  auto dir = ::laminar::testing::TempDir("spm_truncated");
-  std::string path = (dir / "tokenizer.bin").string();
-  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() - 3);
-  auto tok = LoadLlama2cTokenizer(path);
-  ASSERT_FALSE(tok.ok());
-  EXPECT_NE(tok.status().message().find("tokenizer.bin"), std::string::npos);
-  EXPECT_NE(tok.status().message().find("runs past end of file"), std::string::npos);
+  std::string bytes;
+  auto put = [&bytes](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
+  const uint32_t max_len = 5;
+  put(&max_len, 4);
+  float score = 0;
+  for (const std::string piece : {"<unk>", "<s>", "</s>", "a", "b", " ab"}) {
+    const auto len = static_cast<int32_t>(piece.size());
+    put(&score, 4);
+    put(&len, 4);
+    put(piece.data(), piece.size());
+    score -= 1;
+  }
+  const auto dir = ::laminar::testing::TempDir("spm_truncated");
+  const std::string path = (dir / "tokenizer.bin").string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  auto whole = LoadLlama2cTokenizer(path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ((*whole)->vocab_size(), 6);
+  for (const size_t cut : {size_t{3}, size_t{5}}) {  // into its bytes, into its header
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - cut);
+    auto tok = LoadLlama2cTokenizer(path);
+    ASSERT_FALSE(tok.ok()) << cut;
+    EXPECT_NE(tok.status().message().find("tokenizer.bin"), std::string::npos) << tok.status();
+    EXPECT_NE(tok.status().message().find("runs past end of file"), std::string::npos)
+        << tok.status();
+  }
 }
 
 }  // namespace

@@ -74,15 +74,16 @@ TEST(SpeculativeTinyModelTest, SampledTokensHaveTheNonSpeculativeDistribution) {
        {"suffix", "layer_skip", "draft_model", "draft_model+async", "draft_model+vocab"})
     for (const Setting s : {Setting{1.0f, 1.0f}, Setting{0.7f, 0.9f}}) {
       ++trial;
+      const DrafterVariant variant = *ParseDrafterVariant(drafter);
       using Pair = std::pair<int32_t, int32_t>;
       std::map<Pair, int64_t> counts[2][kTokens - 2];  // [engine][k]
       std::vector<double> pits[2];                     // [engine]
       int64_t n = 0;
       for (int spec = 0; spec < 2; ++spec) {
         // +vocab: the draft head computes 64 of the 512 tokens and those seen.
-        RolloutEngineConfig c = EngineConfig(
-            spec ? drafter : "off", 16, drafter.ends_with("+async") ? full.get() : draft.get(), 64);
-        c.speculative.max_draft_tokens = drafter == "suffix" ? 6 : 3;
+        RolloutEngineConfig c = EngineConfig(spec ? drafter : "off", 16,
+                                             variant.async_draft ? full.get() : draft.get(), 64);
+        c.speculative.max_draft_tokens = variant.drafter == DrafterKind::kSuffix ? 6 : 3;
         c.num_blocks = 2048;
         c.scheduler.max_num_batched_tokens = 4096;
         auto e = *RolloutEngine::Create(m.get(), c);
@@ -227,9 +228,8 @@ TEST(SpeculativeTinyModelTest, ExportAndWeightSwapInTheMiddleOfSpeculationStayEx
     for (auto& d : *rest) v1.push_back(std::move(d));
     EXPECT_EQ(f->scheduler().stats().num_kv_blocks_used, 0);
     // The new version, on the engine that was speculating for the old one.
-    ASSERT_TRUE(
-        e->SetWeights(m2.get(), 2, drafter.starts_with("draft_model") ? draft2.get() : nullptr)
-            .ok());
+    const bool draft_model = ParseDrafterVariant(drafter)->drafter == DrafterKind::kDraftModel;
+    ASSERT_TRUE(e->SetWeights(m2.get(), 2, draft_model ? draft2.get() : nullptr).ok());
     const auto v2 = RunAll(*e, requests(200));
     ASSERT_EQ(v1.size(), 384u);
     ASSERT_EQ(v2.size(), 384u);
