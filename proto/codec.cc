@@ -91,6 +91,10 @@ Status Validate(const Trajectory& m) {
                " is not stop, length or abort");
   }
   if (!std::isfinite(m.reward())) return Bad("reward is not finite");
+  if (!RewardOutcome_IsValid(m.reward_outcome())) {
+    return Bad("reward_outcome " + std::to_string(m.reward_outcome()) +
+               " is not ok, error or timeout");
+  }
   LAMINAR_RETURN_IF_ERROR(SameLength(m.response_ids_size(), m.logprobs_size()));
   LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.prompt_ids(), "prompt_ids"));
   LAMINAR_RETURN_IF_ERROR(NonNegativeIds(m.response_ids(), "response_ids"));

@@ -3,6 +3,7 @@
 #include "reward/python_reward.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,13 +22,16 @@
 namespace laminar::reward {
 namespace {
 
-// The worker's driver, run with `python -B -c kDriver <path> <function>` (-B: no __pycache__ next
-// to the user's file). Protocol, one JSON object per line (json.dumps escapes newlines, and writes
-// ASCII): first {"ready": true} or {"error": "..."} (then it exits); then per request line
+// The worker's driver, run with `python -B -c kDriver <path> <function> <parent pid>` (-B: no
+// __pycache__ next to the user's file). A thread of its own exits the worker once its parent is
+// gone (the worker was re-parented), also in the middle of a call: a rollout killed or crashing
+// while a reward runs, or one that started a worker while shutting down, leaves none behind.
+// Protocol, one JSON object per line (json.dumps escapes newlines, and writes ASCII): first
+// {"ready": true} or {"error": "..."} (then it exits); then per request line
 // {"data_source", "solution_str", "ground_truth", "extra_info": JSON text or ""} one reply
 // {"score": x, "extra": {...}} or {"error": "..."}. It exits at the end of stdin.
 constexpr const char* kDriver = R"py(
-import importlib.util, inspect, json, math, numbers, os, signal, sys, traceback
+import importlib.util, inspect, json, math, numbers, os, signal, sys, threading, time, traceback
 
 def describe(exc):
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -65,9 +69,15 @@ def to_reply(result):
         return {"error": "returned the score %r, which is not finite" % x}
     return {"score": x, "extra": extra}
 
+def exit_with_parent(parent):
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(1)
+
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     path, name = sys.argv[1], sys.argv[2]
+    threading.Thread(target=exit_with_parent, args=(int(sys.argv[3]),), daemon=True).start()
     reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -176,7 +186,8 @@ class PythonWorkerPool {
   Status Start(Process& w) {
     LAMINAR_ASSIGN_OR_RETURN(
         w,
-        Process::Spawn({options_.python, "-B", "-c", kDriver, options_.path, options_.function},
+        Process::Spawn({options_.python, "-B", "-c", kDriver, options_.path, options_.function,
+                        std::to_string(getpid())},
                        Process::SpawnOptions{.stderr_path = "", .stdin_pipe = true}),
         tag_);
     StatusOr<std::string> line = w.ReadLine(ToMs(options_.startup_timeout_s));

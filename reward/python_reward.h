@@ -32,12 +32,14 @@ struct PythonRewardOptions {
 // RewardResult::extra (e.g. {"score": 1.0, "acc": True} gives extra {"acc": 1}); others are
 // dropped.
 //
-// Mechanism: `options.num_workers` processes run `python -B -c <driver> path function`; the driver
-// imports the file with importlib.util.spec_from_file_location (the file's folder first on
-// sys.path, so it may import its neighbours), then serves one request at a time: a JSON line on
-// stdin in, a JSON line out on a private copy of stdout. The user's prints (sys.stdout, and fd 1
-// itself) go to the worker's stderr, which is the caller's stderr, so they never corrupt replies.
-// Workers ignore SIGINT: the owner decides when they stop.
+// Mechanism: `options.num_workers` processes run `python -B -c <driver> path function pid` (pid:
+// the owner's); the driver imports the file with importlib.util.spec_from_file_location (the
+// file's folder first on sys.path, so it may import its neighbours), then serves one request at a
+// time: a JSON line on stdin in, a JSON line out on a private copy of stdout. The user's prints
+// (sys.stdout, and fd 1 itself) go to the worker's stderr, which is the caller's stderr, so they
+// never corrupt replies. Workers ignore SIGINT: the owner decides when they stop. A worker whose
+// owner is gone (killed or crashed, or one started while it shut down) exits within about 0.2 s,
+// also in the middle of a call: a thread of the driver watches its parent pid.
 //
 // Creation starts one worker and waits for it to import the file, so a bad file fails here,
 // before anything runs; the other workers start at their first call. Errors at creation:

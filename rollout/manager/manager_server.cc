@@ -124,6 +124,13 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
     case proto::ManagerRequest::kTrajectories: {
       int32_t dropped = 0;
       for (const proto::Trajectory& t : r.trajectories().trajectories()) {
+        // Counted on arrival, before any batch can take the sample: the step that trains it
+        // reports its failure. A sample dropped as late failed all the same.
+        if (t.reward_outcome() == proto::REWARD_OUTCOME_ERROR)
+          ++counter_totals_["reward/error_count"];
+        if (t.reward_outcome() == proto::REWARD_OUTCOME_TIMEOUT) {
+          ++counter_totals_["reward/timeout_count"];
+        }
         if (Status st = state_->OnTrajectory(t, now); !st.ok()) {
           ++dropped;
           LAMINAR_LOG(DEBUG, MANAGER) << "dropped a trajectory: " << st.message();

@@ -107,8 +107,9 @@ class ManagerServer {
     int64_t version_spread_max = 0;  // max over heartbeats of (newest - oldest version held)
     std::map<std::string, double> counter_growth;  // heartbeat counters' growth in the window
   } window_ LAMINAR_GUARDED_BY(mu_);
-  // The heartbeat counters (reward/error_count, ...) last seen from each rollout, and their growth
-  // over the run (a restarted rollout counts from 0 again).
+  // The heartbeat counters (relay/pull_wait_s, ...) last seen from each rollout, and their growth
+  // over the run (a restarted rollout counts from 0 again); the totals also hold
+  // reward/{error,timeout}_count, counted from the trajectories' reward outcomes.
   std::map<std::string, std::map<std::string, double>> last_counters_ LAMINAR_GUARDED_BY(mu_);
   std::map<std::string, double> counter_totals_ LAMINAR_GUARDED_BY(mu_);
   // Run totals of repack/* and manager/orphans_reissued.

@@ -220,8 +220,6 @@ Status RolloutWorker::SendHeartbeat() {
     // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
     MutexLock lock(&stats_mu_);
     auto& c = *h->mutable_counters();
-    c["reward/error_count"] = static_cast<double>(stats_.reward_errors);
-    c["reward/timeout_count"] = static_cast<double>(stats_.reward_timeouts);
     c["relay/pull_wait_s"] = stats_.pull_wait_s;
     c["rollout/weight_build_s"] = stats_.weight_build_s;
   }
@@ -245,6 +243,7 @@ RolloutWorker::Scores RolloutWorker::ScoreFinished(const std::vector<FinishedSam
   out.score.assign(finished.size(), options_.reward_failure_score);
   out.seconds.assign(finished.size(), 0.0);
   out.extra.resize(finished.size());
+  out.outcome.assign(finished.size(), proto::REWARD_OUTCOME_OK);
   for (size_t i = 0; i < finished.size(); ++i) {
     const FinishedSample& f = finished[i];
     const Request& r = requests_.at(f.request_id);
@@ -269,6 +268,7 @@ RolloutWorker::Scores RolloutWorker::ScoreFinished(const std::vector<FinishedSam
     if (failed.ok()) continue;
     const bool timeout = failed.code() == StatusCode::kDeadlineExceeded;
     ++(timeout ? out.timeouts : out.errors);
+    out.outcome[i] = timeout ? proto::REWARD_OUTCOME_TIMEOUT : proto::REWARD_OUTCOME_ERROR;
     // The first failures in full, then one in a hundred, so that a reward failing on every
     // sample says why without flooding the log.
     const int64_t seen = ++reward_failures_logged_;
@@ -327,6 +327,7 @@ Status RolloutWorker::Generate() {
     t->set_version(f.version);
     t->set_finish_reason(ToProto(f.finish_reason));
     t->set_reward(static_cast<float>(scores.score[i]));
+    t->set_reward_outcome(scores.outcome[i]);
     t->mutable_timings()->set_generate_s(Seconds(scoring_start - r.start));
     t->mutable_timings()->set_reward_s(scores.seconds[i]);
     t->set_rollout_id(options_.id);

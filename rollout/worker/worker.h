@@ -124,6 +124,7 @@ class RolloutWorker {
   struct Scores {
     std::vector<double> score, seconds;
     std::vector<std::map<std::string, double>> extra;
+    std::vector<proto::RewardOutcome> outcome;
     int64_t errors = 0, timeouts = 0;
   };
   Scores ScoreFinished(const std::vector<FinishedSample>& finished);

@@ -1,14 +1,20 @@
 // `laminar score` run as a process: scores by data_source, --reward overrides (a name and a
 // weighted list), --output, and errors that name the line and leave no partial output.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
+#include "core/process.h"
 #include "tests/cli/cli_util.h"
+#include "tests/test_util.h"
 
 namespace laminar {
 namespace {
@@ -111,6 +117,52 @@ TEST(CliScore, BadLinesNameTheLineAndWriteNothing) {
     EXPECT_EQ(r.exit_code, 1) << text;
     EXPECT_NE(r.err.find(what), std::string::npos) << text << "\n" << r.err;
     EXPECT_EQ(r.out, "") << text;
+  }
+}
+
+// The state letter of /proc/<pid>/stat ('Z' for a zombie), or 0 when the process is gone.
+char ProcessState(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
+}
+
+// A Python reward worker in the middle of a call exits once the process that started it is killed
+// (it would otherwise sleep on as an orphan).
+TEST(CliScore, APythonRewardWorkerDiesWithItsParent) {
+  const auto dir = testing::TempDir("score_orphan");
+  const std::string pid_file = (dir / "worker.pid").string();
+  const std::string reward = (dir / "hang.py").string();
+  std::ofstream(reward) << "import os, time\n"
+                           "def hang(data_source, solution_str, ground_truth, extra_info=None):\n"
+                           "    with open('" +
+                               pid_file +
+                               ".tmp', 'w') as f:\n"
+                               "        f.write(str(os.getpid()))\n"
+                               "    os.rename('" +
+                               pid_file + ".tmp', '" + pid_file +
+                               "')\n"
+                               "    time.sleep(600)\n";
+  const std::string in = WriteFile("in.jsonl", R"({"response": "a", "ground_truth": "a"})"
+                                               "\n");
+  auto score = Process::Spawn({LAMINAR_BINARY, "score", "--input", in, "--reward",
+                               "{python: {path: " + reward + ", function: hang, timeout_s: 600}}"});
+  ASSERT_TRUE(score.ok()) << score.status();
+  ASSERT_TRUE(testing::WaitFor([&] { return std::filesystem::exists(pid_file); }, 60000));
+  const int worker = std::stoi(*ReadFileToString(pid_file));
+  ASSERT_NE(ProcessState(worker), 0);  // in the call
+  score->Signal(SIGKILL);
+  ASSERT_TRUE(score->Wait(10000).ok());
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        const char state = ProcessState(worker);
+        return state == 0 || state == 'Z';
+      },
+      10000))
+      << "the worker " << worker << " outlived its parent";
+  if (const char state = ProcessState(worker); state != 0 && state != 'Z') {
+    kill(worker, SIGKILL);  // never leave it behind
   }
 }
 
