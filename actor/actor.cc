@@ -239,6 +239,7 @@ struct BatchSummary {
   std::vector<double> staleness;  // per sample, sorted: the actor's version less the sample's
   int64_t tokens = 0;             // prompt and response tokens
   int64_t clipped = 0;            // responses ended by max_tokens
+  int64_t non_finite = 0;         // responses ended by non-finite policy logits
   double len_max = 0, len_min = 1e300, reward_s = 0;
   // The reward's sub-scores, summed with their counts: reward/<name>.
   std::map<std::string, std::pair<double, int64_t>> extra;
@@ -267,6 +268,7 @@ BatchSummary Summarize(const std::vector<proto::Trajectory>& batch, int64_t vers
     b.len_max = std::max(b.len_max, len);
     b.len_min = std::min(b.len_min, len);
     b.clipped += t.finish_reason() == proto::FINISH_REASON_LENGTH;
+    b.non_finite += t.finish_reason() == proto::FINISH_REASON_NON_FINITE_LOGITS;
     b.reward_s += t.timings().reward_s();
     b.samples.push_back(std::move(s));
   }
@@ -304,6 +306,7 @@ void AddBatchMetrics(const BatchSummary& b, StepMetrics& m) {
   m["response_length/max"] = b.len_max;
   m["response_length/min"] = b.len_min;
   m["response_length/clip_ratio"] = static_cast<double>(b.clipped) / n;
+  m["rollout/non_finite_finishes"] = static_cast<double>(b.non_finite);
   for (const auto& [name, sum_count] : b.extra) {
     m[name] = sum_count.first / static_cast<double>(sum_count.second);
   }

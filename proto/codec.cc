@@ -88,7 +88,7 @@ Status Validate(const Trajectory& m) {
   if (m.version() < 0) return Bad("version is negative");
   if (!FinishReason_IsValid(m.finish_reason()) || m.finish_reason() == FINISH_REASON_UNSPECIFIED) {
     return Bad("finish_reason " + std::to_string(m.finish_reason()) +
-               " is not stop, length or abort");
+               " is not stop, length, abort or non_finite_logits");
   }
   if (!std::isfinite(m.reward())) return Bad("reward is not finite");
   if (!RewardOutcome_IsValid(m.reward_outcome())) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/logging.h"
 #include "trainer/checkpoint.h"
 
 namespace laminar::trainer {
@@ -350,6 +351,13 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
     sums.clear();
   }
   StepResult step = optimizer_->Step(&params_, global_step_, global_loss[0]);
+  if (!step.applied) {
+    LAMINAR_LOG(WARN, TRAINER) << "update skipped: the loss (" << global_loss[0]
+                               << ") or the gradient norm (" << step.grad_norm
+                               << ") is not finite; the weights are unchanged ("
+                               << optimizer_->skipped_steps()
+                               << " skipped so far, actor/skipped_steps)";
+  }
   sums["actor/loss"] = global_loss[0];
   sums["actor/grad_norm"] = step.grad_norm;
   sums["actor/lr"] = step.lr;

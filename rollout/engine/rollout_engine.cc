@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace laminar::rollout {
 
@@ -174,12 +175,18 @@ StatusOr<bool> RolloutEngine::Append(RequestId id, engine::SampledToken token,
                                      std::vector<FinishedSample>* finished) {
   Sample& s = samples_.at(id);
   if (!std::isfinite(token.logprob)) {
-    // The sampler found a NaN or +inf logit (engine::Sampler::Distribution).
-    return InternalError("sample " + std::to_string(id) + " of request " +
-                         std::to_string(s.request_id) + ": the policy's logits at position " +
-                         std::to_string(s.tokens.size()) + " are not finite (weight version " +
-                         std::to_string(config_.weight_version) +
-                         "): its weights or activations overflowed; nothing was sampled");
+    // The sampler found a NaN or +inf logit (engine::Sampler::Distribution): nothing drawn from
+    // them is emitted, and the sample ends here with what it has. The first few say so in full.
+    if (++non_finite_finishes_ <= 5) {
+      LAMINAR_LOG(WARN, ROLLOUT) << "sample " << s.sample_index << " of request " << s.request_id
+                                 << ": the policy's logits at position " << s.tokens.size()
+                                 << " are not finite (weight version " << config_.weight_version
+                                 << "): its weights or activations overflowed; the sample ends "
+                                    "there (non_finite_logits)";
+    }
+    LAMINAR_RETURN_IF_ERROR(scheduler_.Finish(id));
+    finished->push_back(Finish(id, FinishReason::kNonFiniteLogits));
+    return true;
   }
   LAMINAR_ASSIGN_OR_RETURN(StopMatcher::Step stop, s.matcher.Push(token.id),
                            "sample " + std::to_string(id));

@@ -206,7 +206,8 @@ class RolloutEngine {
   Status CheckContext(int64_t num_prompt, int64_t max_tokens) const;
   FinishedSample Finish(RequestId id, FinishReason reason) LAMINAR_REQUIRES(drafter_mu_);
   // Appends `token` to `id` through its stop rules; true when the sample finished (it is then
-  // finished in the scheduler and moved to `finished`).
+  // finished in the scheduler and moved to `finished`). A token drawn from non-finite logits (its
+  // logprob is not finite) is not appended: the sample finishes with kNonFiniteLogits.
   StatusOr<bool> Append(RequestId id, engine::SampledToken token,
                         std::vector<FinishedSample>* finished) LAMINAR_REQUIRES(drafter_mu_);
   // --- a step's phases (rollout_engine_step.cc) ---
@@ -312,7 +313,8 @@ class RolloutEngine {
   std::unordered_map<RequestId, Sample> samples_;
   int64_t next_request_id_ = 0;
   RequestId next_seq_id_ = 0;
-  bool last_step_empty_ = false;  // the last Step's plan scheduled nothing
+  bool last_step_empty_ = false;     // the last Step's plan scheduled nothing
+  int64_t non_finite_finishes_ = 0;  // samples ended by non-finite logits (the first are logged)
   // The drafter is used by the engine's thread and, while a step's forward runs, by the drafting-
   // ahead thread (DraftAheadTask): whoever uses it holds drafter_mu_ (RunForward hands it over).
   Mutex drafter_mu_;

@@ -219,8 +219,9 @@ StatusOr<int64_t> RolloutEngine::AcceptDrafts(const ScheduledSeq& seq, const Dra
   spec_stats_.accepted_tokens += accepted;
   int64_t appended = 0;
   for (engine::SampledToken& token : path.tokens) {
+    const bool finite = std::isfinite(token.logprob);  // else Append ends the sample without it
     LAMINAR_ASSIGN_OR_RETURN(bool done, Append(seq.id, std::move(token), finished));
-    ++*emitted;
+    *emitted += finite;
     if (done) return 0;
     ++appended;
   }

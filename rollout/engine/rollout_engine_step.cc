@@ -3,6 +3,7 @@
 // yielded. See rollout_engine.h.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "core/check.h"
@@ -226,8 +227,9 @@ StatusOr<RolloutEngine::StepEmitted> RolloutEngine::EmitTokens(
     ids.insert(ids.end(), seq.forked.begin(), seq.forked.end());
     for (RequestId id : ids) {
       LAMINAR_CHECK(next_draw < draws.size() && draws[next_draw].first == id);
+      const bool finite = std::isfinite(drawn[next_draw].logprob);  // else not emitted: see Append
       LAMINAR_ASSIGN_OR_RETURN(bool done, Append(id, std::move(drawn[next_draw++]), finished));
-      ++e.emitted;
+      e.emitted += finite;
       if (!done) {
         e.sampled.push_back(id);
         e.appended.push_back(1);

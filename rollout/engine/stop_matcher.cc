@@ -18,6 +18,8 @@ std::string_view FinishReasonName(FinishReason reason) {
       return "length";
     case FinishReason::kAbort:
       return "abort";
+    case FinishReason::kNonFiniteLogits:
+      return "non_finite_logits";
   }
   return "";
 }

@@ -24,8 +24,11 @@ enum class FinishReason : uint8_t {
   kStop,      // a stop token id (EOS) was sampled or a stop string appeared in the text
   kLength,    // max_tokens tokens were sampled
   kAbort,     // StopMatcher::Abort
+  // The policy's logits for the next token held a NaN or +inf (weights or activations overflowed):
+  // the sample ends before that token, with the tokens and logprobs it had (RolloutEngine).
+  kNonFiniteLogits,
 };
-// "stop", "length", "abort"; "" for kNone.
+// "stop", "length", "abort", "non_finite_logits"; "" for kNone.
 std::string_view FinishReasonName(FinishReason reason);
 
 struct StopOptions {

@@ -25,6 +25,8 @@ proto::FinishReason ToProto(FinishReason r) {
       return proto::FINISH_REASON_LENGTH;
     case FinishReason::kAbort:
       return proto::FINISH_REASON_ABORT;
+    case FinishReason::kNonFiniteLogits:
+      return proto::FINISH_REASON_NON_FINITE_LOGITS;
     case FinishReason::kNone:
       break;
   }

@@ -167,6 +167,7 @@ void CheckRun(const fs::path& dir, int64_t steps, int64_t max_staleness) {
                             "reward/timeout_count",
                             "perf/total_num_tokens",
                             "response_length/clip_ratio",
+                            "rollout/non_finite_finishes",
                             "actor/entropy",
                             "actor/ppo_kl",
                             "actor/pg_clipfrac",
