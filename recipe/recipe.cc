@@ -49,7 +49,9 @@ ConfigSchema BuildSchema() {
   s.AddMap("reward.python",
            "a Python reward instead of reward.name: {path: my_reward.py, function: compute_score, "
            "timeout_s: 10, num_workers: 2}, verl's compute_score(data_source, solution_str, "
-           "ground_truth, extra_info=None) -> float | dict");
+           "ground_truth, extra_info=None) -> float | dict; each worker is sandboxed "
+           "(cpu_time_s: 30 per call, memory_mb: 4096, max_open_files: 256, network: false; "
+           "0: no limit)");
   s.AddMap("reward.c",
            "a C ABI reward plug-in instead of reward.name: {path: libmy_reward.so, "
            "symbol: laminar_compute_score} (reward/laminar_reward_plugin.h)");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
@@ -16,22 +17,31 @@
 #include <vector>
 
 #include "core/host.h"
+#include "core/logging.h"
 #include "core/mutex.h"
 #include "core/process.h"
 
 namespace laminar::reward {
 namespace {
 
-// The worker's driver, run with `python -B -c kDriver <path> <function> <parent pid>` (-B: no
-// __pycache__ next to the user's file). A thread of its own exits the worker once its parent is
-// gone (the worker was re-parented), also in the middle of a call: a rollout killed or crashing
-// while a reward runs, or one that started a worker while shutting down, leaves none behind.
+// The worker's driver, run with `python -B -c kDriver <path> <function> <parent pid> <cpu_time_s>
+// <memory_mb> <max_open_files> <network: 0 or 1>` (-B: no __pycache__ next to the user's file), as
+// the leader of a process group of its own. Before it imports the user's file it sandboxes itself:
+// no core dumps, a network namespace of its own unless network is 1 (no interface but a loopback
+// that is down; where the kernel refuses, the host's network is kept and the ready line says why),
+// and the address-space and open-file limits; before each call it sets the CPU limit to what it
+// has used plus cpu_time_s (past it the kernel sends SIGXCPU, which kills it). A thread of its own
+// kills the worker's group once its parent is gone (the worker was re-parented), also in the
+// middle of a call: a rollout killed or crashing while a reward runs, or one that started a worker
+// while shutting down, leaves nothing behind.
 // Protocol, one JSON object per line (json.dumps escapes newlines, and writes ASCII): first
-// {"ready": true} or {"error": "..."} (then it exits); then per request line
+// {"ready": true, "network": "isolated" | "host" | "host: <why>"} or {"error": "..."} (then it
+// exits); then per request line
 // {"data_source", "solution_str", "ground_truth", "extra_info": JSON text or ""} one reply
 // {"score": x, "extra": {...}} or {"error": "..."}. It exits at the end of stdin.
 constexpr const char* kDriver = R"py(
-import importlib.util, inspect, json, math, numbers, os, signal, sys, threading, time, traceback
+import ctypes, importlib.util, inspect, json, math, numbers, os, resource, signal, sys, threading
+import time, traceback
 
 def describe(exc):
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -72,11 +82,35 @@ def to_reply(result):
 def exit_with_parent(parent):
     while os.getppid() == parent:
         time.sleep(0.2)
-    os._exit(1)
+    os.killpg(0, signal.SIGKILL)  # the worker and whatever the user's code started
+
+def sandbox(memory_mb, open_files, network):
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    where = "host"
+    if not network:
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newnet, clone_newuser = 0x40000000, 0x10000000
+        if libc.unshare(clone_newnet) == 0 or libc.unshare(clone_newuser | clone_newnet) == 0:
+            where = "isolated"
+        else:
+            where = "host: unshare: " + os.strerror(ctypes.get_errno())
+    if open_files > 0:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+    if memory_mb > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    return where
+
+def limit_cpu(seconds):
+    if seconds > 0:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(math.ceil(used.ru_utime + used.ru_stime + seconds))
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
 
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     path, name = sys.argv[1], sys.argv[2]
+    cpu_s, memory_mb, open_files = float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+    network = sandbox(memory_mb, open_files, sys.argv[7] == "1")  # single-threaded: before the watcher
     threading.Thread(target=exit_with_parent, args=(int(sys.argv[3]),), daemon=True).start()
     reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -102,11 +136,12 @@ def main():
         send({"error": "the file defines no function '%s' (its functions: %s)"
                        % (name, ", ".join(have) or "none")})
         return
-    send({"ready": True})
+    send({"ready": True, "network": network})
     for line in sys.stdin.buffer:
         try:
             req = json.loads(line)
             extra_info = json.loads(req["extra_info"]) if req["extra_info"] else None
+            limit_cpu(cpu_s)
             result = fn(data_source=req["data_source"], solution_str=req["solution_str"],
                         ground_truth=req["ground_truth"], extra_info=extra_info)
             out = to_reply(result)
@@ -165,18 +200,22 @@ class PythonWorkerPool {
     idle_cv_.NotifyOne();
   }
 
-  // Waits up to `grace_ms` for `w` to exit, then kills it; reaps it either way.
+  // Waits up to `grace_ms` for `w` to exit, then kills it; reaps it either way. Then kills what
+  // is left of its process group (what the user's code started), which outlives its leader: the
+  // kernel does not reuse the group's id while a member lives, so the signal reaches only them.
   static void Stop(Process& w, int grace_ms) {
     if (w.pid() <= 0) return;
+    const pid_t group = w.pid();
     if (!w.Wait(grace_ms).ok()) {
-      w.Signal(SIGKILL);
+      kill(-group, SIGKILL);
       w.Wait(10000).status().IgnoreError();
     }
+    kill(-group, SIGKILL);
     w = Process();
   }
 
-  static std::string ExitText(Process& w) {
-    StatusOr<int> code = w.Wait(1000);
+  static std::string ExitText(Process& w) { return ExitText(w.Wait(1000)); }
+  static std::string ExitText(const StatusOr<int>& code) {
     if (!code.ok()) return "it closed its output";
     if (*code > 128) return "it was killed by signal " + std::to_string(*code - 128);
     return "it exited with code " + std::to_string(*code);
@@ -186,9 +225,12 @@ class PythonWorkerPool {
   Status Start(Process& w) {
     LAMINAR_ASSIGN_OR_RETURN(
         w,
-        Process::Spawn({options_.python, "-B", "-c", kDriver, options_.path, options_.function,
-                        std::to_string(getpid())},
-                       Process::SpawnOptions{.stderr_path = "", .stdin_pipe = true}),
+        Process::Spawn(
+            {options_.python, "-B", "-c", kDriver, options_.path, options_.function,
+             std::to_string(getpid()), std::to_string(options_.cpu_time_s),
+             std::to_string(options_.memory_mb), std::to_string(options_.max_open_files),
+             options_.network ? "1" : "0"},
+            Process::SpawnOptions{.stderr_path = "", .stdin_pipe = true, .new_session = true}),
         tag_);
     StatusOr<std::string> line = w.ReadLine(ToMs(options_.startup_timeout_s));
     if (!line.ok()) {
@@ -205,7 +247,14 @@ class PythonWorkerPool {
                               "' a Python 3 interpreter? its stderr is above)");
     }
     nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
-    if (reply.is_object() && reply.contains("ready")) return OkStatus();
+    if (reply.is_object() && reply.contains("ready")) {
+      const std::string network = reply.value("network", "");
+      if (!options_.network && network != "isolated" && !warned_network_.exchange(true)) {
+        LAMINAR_LOG(WARN, REWARD) << tag_ << ": the workers keep the host's network (" << network
+                                  << "); set network: true to say that is intended";
+      }
+      return OkStatus();
+    }
     Stop(w, 2000);
     if (reply.is_object() && reply.contains("error") && reply["error"].is_string()) {
       return InvalidArgumentError(tag_ + ": " + reply["error"].get<std::string>());
@@ -239,9 +288,14 @@ class PythonWorkerPool {
                                      std::to_string(options_.timeout_s) +
                                      " s (timeout_s); the worker was killed");
       }
-      std::string what = ExitText(w);
+      const StatusOr<int> code = w.Wait(1000);
       Stop(w, 0);
-      return UnavailableError(tag_ + ": the worker died during the call (" + what + ")");
+      if (code.ok() && *code == 128 + SIGXCPU) {
+        return DeadlineExceededError(tag_ + ": the call used more than " +
+                                     std::to_string(options_.cpu_time_s) +
+                                     " s of CPU time (cpu_time_s); the worker was killed");
+      }
+      return UnavailableError(tag_ + ": the worker died during the call (" + ExitText(code) + ")");
     }
     nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
     if (!reply.is_object()) {
@@ -268,7 +322,8 @@ class PythonWorkerPool {
 
   const PythonRewardOptions options_;
   const std::string tag_;
-  std::vector<Process> workers_;  // workers_[i] belongs to whoever took i off idle_
+  std::vector<Process> workers_;             // workers_[i] belongs to whoever took i off idle_
+  std::atomic<bool> warned_network_{false};  // the host's network was kept (said once)
   Mutex mu_;
   CondVar idle_cv_;  // idle_ is not empty
   std::vector<int> idle_ LAMINAR_GUARDED_BY(mu_);
@@ -288,6 +343,11 @@ StatusOr<RewardFn> MakePythonReward(const PythonRewardOptions& options) {
   if (!(o.timeout_s > 0) || !(o.startup_timeout_s > 0) || !std::isfinite(o.timeout_s) ||
       !std::isfinite(o.startup_timeout_s)) {
     return InvalidArgumentError(tag + ": timeout_s and startup_timeout_s must be > 0");
+  }
+  if (!(o.cpu_time_s >= 0) || !std::isfinite(o.cpu_time_s) || o.memory_mb < 0 ||
+      o.max_open_files < 0) {
+    return InvalidArgumentError(tag + ": cpu_time_s, memory_mb and max_open_files must be >= 0 " +
+                                "(0: no limit)");
   }
   std::error_code ec;
   // Absolute, so that workers restarted after a chdir still find it.

@@ -16,6 +16,16 @@ struct PythonRewardOptions {
   double timeout_s = 10;                   // per call, from sending the request to the reply
   double startup_timeout_s = 60;           // for a worker to import the file (heavy imports)
   std::string python = "python3";          // the interpreter (looked up in PATH without a '/')
+  // The sandbox of each worker (0: no limit). CPU seconds per call (RLIMIT_CPU, set before each
+  // call to what the worker used plus this; past it the kernel kills it: DeadlineExceeded, as
+  // for timeout_s); its address space in MiB (RLIMIT_AS: allocations past it raise MemoryError
+  // in the user's code); open files (RLIMIT_NOFILE). Core dumps are always off.
+  double cpu_time_s = 30;
+  int64_t memory_mb = 4096;
+  int64_t max_open_files = 256;
+  // false: each worker runs in a network namespace of its own (no network at all; where the
+  // kernel refuses one, the host's network is kept and a warning says why); true: the host's.
+  bool network = false;
 };
 
 // A reward that calls `function` in the Python file `path` with verl's signature
@@ -60,7 +70,11 @@ struct PythonRewardOptions {
 //                     or could not be restarted; the next call starts a fresh one.
 // Every message starts "python reward <path>:<function>". Destroying the last copy of the RewardFn
 // closes every worker's stdin, waits briefly for it to exit, kills any that does not, and reaps
-// all: no process is left behind. Processes the user's code starts itself are not tracked.
+// all: no process is left behind. Each worker leads a process group of its own, killed whole when
+// the worker stops or its owner dies, so processes the user's code starts go with it.
+//
+// Sandbox (the options above): each worker runs without core dumps, with its CPU time per call,
+// address space and open files limited, and without network unless `network` is set.
 StatusOr<RewardFn> MakePythonReward(const PythonRewardOptions& options);
 
 }  // namespace laminar::reward

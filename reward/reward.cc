@@ -79,6 +79,21 @@ StatusOr<RewardFn> MakePythonPlugin(internal::ParamReader& params) {
                            params.Number("startup_timeout_s", o.startup_timeout_s));
   LAMINAR_ASSIGN_OR_RETURN(std::string python, params.Text("python", /*required=*/false));
   if (!python.empty()) o.python = python;
+  LAMINAR_ASSIGN_OR_RETURN(o.cpu_time_s, params.Number("cpu_time_s", o.cpu_time_s));
+  LAMINAR_ASSIGN_OR_RETURN(double memory_mb,
+                           params.Number("memory_mb", static_cast<double>(o.memory_mb)));
+  LAMINAR_ASSIGN_OR_RETURN(double open_files,
+                           params.Number("max_open_files", static_cast<double>(o.max_open_files)));
+  for (const auto& [key, value] :
+       {std::pair{"memory_mb", memory_mb}, {"max_open_files", open_files}}) {
+    if (value != std::floor(value) || value < 0 || value > 1e12) {
+      return InvalidArgumentError(std::string("reward python: param ") + key +
+                                  ": expected an integer >= 0 (0: no limit)");
+    }
+  }
+  o.memory_mb = static_cast<int64_t>(memory_mb);
+  o.max_open_files = static_cast<int64_t>(open_files);
+  LAMINAR_ASSIGN_OR_RETURN(o.network, params.Bool("network", o.network));
   // Unknown params fail before a Python process starts.
   LAMINAR_RETURN_IF_ERROR(params.Finish());
   return MakePythonReward(o);

@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -64,6 +66,15 @@ inline std::vector<uint8_t> RandomGgmlBlocks(uint32_t type, int64_t n, int64_t k
     for (size_t i = header; i < block_bytes; ++i) p[i] = static_cast<uint8_t>(rng());
   }
   return out;
+}
+
+// The state letter of /proc/<pid>/stat ('S', 'R', 'Z' for a zombie, ...), or 0 when the process
+// is gone.
+inline char ProcessState(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
 }
 
 // Root of the outside goldens: $LAMINAR_SHARED_DATA, else <repo>/../shared/data. Only fidelity

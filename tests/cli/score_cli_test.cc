@@ -120,13 +120,7 @@ TEST(CliScore, BadLinesNameTheLineAndWriteNothing) {
   }
 }
 
-// The state letter of /proc/<pid>/stat ('Z' for a zombie), or 0 when the process is gone.
-char ProcessState(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
-}
+using testing::ProcessState;
 
 // A Python reward worker in the middle of a call exits once the process that started it is killed
 // (it would otherwise sleep on as an orphan).

@@ -3,8 +3,12 @@
 // python3 cannot run.
 #include "reward/python_reward.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -16,8 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/process.h"
 #include "tests/reward/reward_test_util.h"
+#include "tests/test_util.h"
 
 namespace laminar::reward {
 namespace {
@@ -57,7 +63,7 @@ int CountChildren() {
 
 // The reward file every test uses: behaviour chosen by the response text.
 constexpr const char* kRewardPy = R"py(
-import os, sys, time
+import os, resource, socket, subprocess, sys, time
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if solution_str == "raise":
@@ -78,6 +84,26 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
         return "1.0"
     if solution_str == "extra":
         return float(extra_info["index"]) if extra_info else -1.0
+    if solution_str == "limits":
+        return {"score": 0, "core": resource.getrlimit(resource.RLIMIT_CORE)[0],
+                "files": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                "mb": resource.getrlimit(resource.RLIMIT_AS)[0] >> 20}
+    if solution_str == "alloc":
+        return float(len(bytearray(8 << 30)))
+    if solution_str == "spin":
+        while True:
+            pass
+    if solution_str == "connect":
+        try:
+            socket.create_connection(("127.0.0.1", int(ground_truth)), timeout=5).close()
+            return 1.0
+        except OSError:
+            return 0.0
+    if solution_str == "spawn":
+        child = subprocess.Popen(["sleep", "600"])
+        with open(ground_truth, "w") as f:
+            f.write(str(child.pid))
+        return 1.0
     return 1.0 if solution_str.strip() == ground_truth.strip() else 0.0
 
 def length_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -195,6 +221,78 @@ TEST_F(PythonRewardTest, ExitingWorkerIsAnErrorAndThePoolRecovers) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
   EXPECT_TRUE(Contains(r.status(), "exited with code 3")) << r.status();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Score(*f, "7", "7"), 1.0);
+}
+
+// The sandbox: limits as asked, no core dumps; memory past the limit is an error of that call and
+// CPU past it a timeout, and the pool goes on.
+TEST_F(PythonRewardTest, WorkersRunInsideTheirLimits) {
+  PythonRewardOptions o = Options();
+  o.memory_mb = 1024;
+  o.max_open_files = 64;
+  o.cpu_time_s = 1;
+  o.timeout_s = 60;
+  auto f = MakePythonReward(o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto limits = Call(*f, "limits");
+  ASSERT_TRUE(limits.ok()) << limits.status();
+  EXPECT_EQ(limits->extra,
+            (std::map<std::string, double>{{"core", 0}, {"files", 64}, {"mb", 1024}}));
+  auto alloc = Call(*f, "alloc");
+  ASSERT_FALSE(alloc.ok());
+  EXPECT_EQ(alloc.status().code(), StatusCode::kInvalidArgument) << alloc.status();
+  EXPECT_TRUE(Contains(alloc.status(), "MemoryError")) << alloc.status();
+  auto spin = Call(*f, "spin");
+  ASSERT_FALSE(spin.ok());
+  EXPECT_EQ(spin.status().code(), StatusCode::kDeadlineExceeded) << spin.status();
+  EXPECT_TRUE(Contains(spin.status(), "cpu_time_s")) << spin.status();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Score(*f, "7", "7"), 1.0);
+  o.max_open_files = -1;
+  EXPECT_EQ(MakePythonReward(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A worker has no network unless the options ask for it: a port listening on this process's
+// loopback is out of reach from inside its namespace.
+TEST_F(PythonRewardTest, WorkersHaveNoNetworkUnlessAsked) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  PythonRewardOptions o = Options();
+  auto isolated = MakePythonReward(o);
+  ASSERT_TRUE(isolated.ok()) << isolated.status();
+  EXPECT_EQ(Score(*isolated, "connect", port), 0.0);
+  o.network = true;
+  auto host = MakePythonReward(o);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(Score(*host, "connect", port), 1.0);
+  close(listener);
+}
+
+// What the user's code starts goes with its worker: the worker's process group is killed whole.
+TEST_F(PythonRewardTest, ProcessesTheRewardStartsDieWithTheReward) {
+  const std::string pid_file = dir_ + "/child.pid";
+  {
+    auto f = MakePythonReward(Options());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(Score(*f, "spawn", pid_file), 1.0);
+  }
+  const int child = std::stoi(*ReadFileToString(pid_file));
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        const char state = testing::ProcessState(child);
+        return state == 0 || state == 'Z';
+      },
+      10000))
+      << "sleep " << child << " outlived the reward";
+  if (const char state = testing::ProcessState(child); state != 0 && state != 'Z') {
+    kill(child, SIGKILL);
+  }
 }
 
 TEST_F(PythonRewardTest, ConcurrentCallsFromFourThreads) {
