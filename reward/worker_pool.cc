@@ -1,0 +1,225 @@
+// Sandboxed reward worker processes: the pool, its protocol and the process groups it kills; see
+// worker_pool.h.
+#include "reward/worker_pool.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/host.h"
+#include "core/logging.h"
+#include "core/mutex.h"
+#include "core/process.h"
+
+namespace laminar::reward {
+namespace {
+
+int ToMs(double seconds) { return static_cast<int>(std::ceil(seconds * 1000)); }
+
+std::vector<std::string> SandboxArgv(const RewardWorkerOptions& o);
+
+// The workers behind one reward. Thread-safe: `mu_` guards `idle_`; a worker's Process is used
+// only by the thread that took its index off `idle_`.
+class RewardWorkerPool {
+ public:
+  explicit RewardWorkerPool(RewardWorkerOptions options)
+      : options_(std::move(options)),
+        tag_(options_.tag),
+        argv_(SandboxArgv(options_)),
+        workers_(static_cast<size_t>(options_.num_workers)) {
+    for (int i = options_.num_workers - 1; i >= 0; --i) idle_.push_back(i);
+  }
+  RewardWorkerPool(const RewardWorkerPool&) = delete;
+  RewardWorkerPool& operator=(const RewardWorkerPool&) = delete;
+
+  ~RewardWorkerPool() {
+    // End of stdin first for all, so that they exit together; then reap, killing stragglers.
+    for (Process& w : workers_) w.CloseStdin();
+    for (Process& w : workers_) Stop(w, /*grace_ms=*/2000);
+  }
+
+  // Starts worker 0 now, so that bad user code is reported at creation.
+  Status Validate() { return Start(workers_[0]); }
+
+  StatusOr<RewardResult> Call(const RewardInput& in) {
+    const int index = Acquire();
+    StatusOr<RewardResult> result = CallOn(workers_[static_cast<size_t>(index)], in);
+    Release(index);
+    return result;
+  }
+
+ private:
+  int Acquire() LAMINAR_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (idle_.empty()) idle_cv_.Wait(&mu_);
+    const int index = idle_.back();
+    idle_.pop_back();
+    return index;
+  }
+
+  void Release(int index) LAMINAR_EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      idle_.push_back(index);
+    }
+    idle_cv_.NotifyOne();
+  }
+
+  // Waits up to `grace_ms` for `w` to exit, then kills it; reaps it either way. Then kills what
+  // is left of its process group (what the user's code started), which outlives its leader: the
+  // kernel does not reuse the group's id while a member lives, so the signal reaches only them.
+  static void Stop(Process& w, int grace_ms) {
+    if (w.pid() <= 0) return;
+    const pid_t group = w.pid();
+    if (!w.Wait(grace_ms).ok()) {
+      kill(-group, SIGKILL);
+      w.Wait(10000).status().IgnoreError();
+    }
+    kill(-group, SIGKILL);
+    w = Process();
+  }
+
+  static std::string ExitText(Process& w) { return ExitText(w.Wait(1000)); }
+  static std::string ExitText(const StatusOr<int>& code) {
+    if (!code.ok()) return "it closed its output";
+    if (*code > 128) return "it was killed by signal " + std::to_string(*code - 128);
+    return "it exited with code " + std::to_string(*code);
+  }
+
+  // Spawns a worker into `w` and waits for the driver's "ready".
+  Status Start(Process& w) {
+    LAMINAR_ASSIGN_OR_RETURN(w,
+                             Process::Spawn(argv_, Process::SpawnOptions{.stderr_path = "",
+                                                                         .stdin_pipe = true,
+                                                                         .new_session = true}),
+                             tag_);
+    StatusOr<std::string> line = w.ReadLine(ToMs(options_.startup_timeout_s));
+    if (!line.ok()) {
+      const bool late = line.status().code() == StatusCode::kDeadlineExceeded;
+      std::string what = late ? "" : ExitText(w);
+      Stop(w, 0);
+      if (late) {
+        return DeadlineExceededError(tag_ + ": the worker did not load the code within " +
+                                     std::to_string(options_.startup_timeout_s) +
+                                     " s (startup_timeout_s)");
+      }
+      return UnavailableError(tag_ + ": the worker stopped before it was ready (" + what + "; " +
+                              options_.start_hint + "its stderr is above)");
+    }
+    nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (reply.is_object() && reply.contains("ready")) {
+      const std::string network = reply.value("network", "");
+      if (!options_.network && network != "isolated" && !warned_network_.exchange(true)) {
+        LAMINAR_LOG(WARN, REWARD) << tag_ << ": the workers keep the host's network (" << network
+                                  << "); set network: true to say that is intended";
+      }
+      return OkStatus();
+    }
+    Stop(w, 2000);
+    if (reply.is_object() && reply.contains("error") && reply["error"].is_string()) {
+      return InvalidArgumentError(tag_ + ": " + reply["error"].get<std::string>());
+    }
+    return InternalError(tag_ + ": the worker's first line is not the driver's: " + *line);
+  }
+
+  StatusOr<RewardResult> CallOn(Process& w, const RewardInput& in) {
+    if (w.pid() <= 0 || !w.Running()) {
+      Stop(w, 0);
+      LAMINAR_RETURN_IF_ERROR(Start(w), "restarting a worker");
+    }
+    const int timeout_ms = ToMs(options_.timeout_s);
+    const int64_t deadline = SteadyNowMs() + timeout_ms;
+    Status written = w.WriteStdin(options_.encode(in) + "\n", timeout_ms);
+    StatusOr<std::string> line =
+        written.ok() ? w.ReadLine(static_cast<int>(std::max<int64_t>(0, deadline - SteadyNowMs())))
+                     : StatusOr<std::string>(written);
+    if (!line.ok()) {
+      if (line.status().code() == StatusCode::kDeadlineExceeded) {
+        Stop(w, 0);
+        return DeadlineExceededError(tag_ + ": no score within " +
+                                     std::to_string(options_.timeout_s) +
+                                     " s (timeout_s); the worker was killed");
+      }
+      const StatusOr<int> code = w.Wait(1000);
+      Stop(w, 0);
+      if (code.ok() && *code == 128 + SIGXCPU) {
+        return DeadlineExceededError(tag_ + ": the call used more than " +
+                                     std::to_string(options_.cpu_time_s) +
+                                     " s of CPU time (cpu_time_s); the worker was killed");
+      }
+      return UnavailableError(tag_ + ": the worker died during the call (" + ExitText(code) + ")");
+    }
+    nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (!reply.is_object()) {
+      Stop(w, 0);  // out of step with the driver: start afresh
+      return InternalError(
+          tag_ + ": the worker replied with something that is not JSON: " + line->substr(0, 200));
+    }
+    if (auto e = reply.find("error"); e != reply.end() && e->is_string()) {
+      return InvalidArgumentError(tag_ + ": " + e->get<std::string>());
+    }
+    auto score = reply.find("score");
+    if (score == reply.end() || !score->is_number() || !std::isfinite(score->get<double>())) {
+      return InternalError(tag_ +
+                           ": the worker's reply holds no finite score: " + line->substr(0, 200));
+    }
+    RewardResult result{.score = score->get<double>(), .extra = {}};
+    if (auto extra = reply.find("extra"); extra != reply.end() && extra->is_object()) {
+      for (const auto& [key, value] : extra->items()) {
+        if (value.is_number()) result.extra[key] = value.get<double>();
+      }
+    }
+    return result;
+  }
+
+  const RewardWorkerOptions options_;
+  const std::string tag_;
+  const std::vector<std::string> argv_;      // options_.argv and the sandbox's arguments
+  std::vector<Process> workers_;             // workers_[i] belongs to whoever took i off idle_
+  std::atomic<bool> warned_network_{false};  // the host's network was kept (said once)
+  Mutex mu_;
+  CondVar idle_cv_;  // idle_ is not empty
+  std::vector<int> idle_ LAMINAR_GUARDED_BY(mu_);
+};
+
+// The worker's command line: the reward's argv and the sandbox's arguments (worker_pool.h).
+std::vector<std::string> SandboxArgv(const RewardWorkerOptions& o) {
+  std::vector<std::string> argv = o.argv;
+  argv.insert(argv.end(),
+              {std::to_string(getpid()), std::to_string(o.cpu_time_s), std::to_string(o.memory_mb),
+               std::to_string(o.max_open_files), o.network ? "1" : "0"});
+  return argv;
+}
+
+}  // namespace
+
+StatusOr<RewardFn> MakeRewardWorkers(RewardWorkerOptions options) {
+  const std::string& tag = options.tag;
+  if (options.argv.empty() || !options.encode) {
+    return InvalidArgumentError(tag + ": no worker command or request encoder");
+  }
+  if (options.num_workers < 1) {
+    return InvalidArgumentError(tag + ": num_workers " + std::to_string(options.num_workers) +
+                                " is not >= 1");
+  }
+  if (!(options.timeout_s > 0) || !(options.startup_timeout_s > 0) ||
+      !std::isfinite(options.timeout_s) || !std::isfinite(options.startup_timeout_s)) {
+    return InvalidArgumentError(tag + ": timeout_s and startup_timeout_s must be > 0");
+  }
+  if (!(options.cpu_time_s >= 0) || !std::isfinite(options.cpu_time_s) || options.memory_mb < 0 ||
+      options.max_open_files < 0) {
+    return InvalidArgumentError(tag + ": cpu_time_s, memory_mb and max_open_files must be >= 0 " +
+                                "(0: no limit)");
+  }
+  auto pool = std::make_shared<RewardWorkerPool>(std::move(options));
+  LAMINAR_RETURN_IF_ERROR(pool->Validate());
+  return RewardFn([pool](const RewardInput& in) { return pool->Call(in); });
+}
+
+}  // namespace laminar::reward
