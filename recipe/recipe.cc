@@ -53,7 +53,8 @@ ConfigSchema BuildSchema() {
            "(cpu_time_s: 30 per call, memory_mb: 4096, max_open_files: 256, network: false; "
            "0: no limit)");
   s.AddMap("reward.c",
-           "a C ABI reward plug-in instead of reward.name: {path: libmy_reward.so, "
+           "a C ABI reward plug-in instead of reward.name, run in sandboxed worker processes as "
+           "reward.python is (same limits and params): {path: libmy_reward.so, "
            "symbol: laminar_compute_score} (reward/laminar_reward_plugin.h)");
   s.AddList("reward.components",
             "a weighted sum instead of one reward: a list of names or maps such as "

@@ -1,42 +1,51 @@
-// C ABI reward plug-ins: dlopen, the ABI version check, and calls with NUL-terminated copies of the
-// input; see c_reward.h and laminar_reward_plugin.h.
+// C ABI reward plug-ins: the options, the host's path and the hex-coded requests that carry the
+// input's bytes unchanged; see c_reward.h and reward/host/c_reward_host.cc.
 #include "reward/c_reward.h"
 
-#include <dlfcn.h>
-
-#include <cmath>
+#include <cstdlib>
 #include <filesystem>
-#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
-
-#include "reward/laminar_reward_plugin.h"
+#include <string_view>
 
 namespace laminar::reward {
 namespace {
 
-// glibc keeps dlerror's state per thread, so concurrent loads do not mix their messages.
-std::string DlError() {
-  const char* e = dlerror();  // NOLINT(concurrency-mt-unsafe)
-  return e != nullptr ? e : "unknown dlopen error";
+// The worker executable: $LAMINAR_REWARD_HOST, else beside the running executable (an installed
+// laminar), else the build tree's.
+std::string RewardHostPath() {
+  if (const char* env = std::getenv("LAMINAR_REWARD_HOST"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path beside = self.parent_path() / "laminar-reward-host";
+    if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  }
+  return LAMINAR_REWARD_HOST_BUILD_PATH;
 }
 
-// The library's handle; dlclose when the last RewardFn copy goes.
-struct Library {
-  void* handle = nullptr;
-  Library() = default;
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-  ~Library() {
-    if (handle != nullptr) dlclose(handle);
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (const char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
   }
-};
+  return out;
+}
 
 }  // namespace
 
 StatusOr<RewardFn> MakeCReward(const CRewardOptions& options) {
-  std::string tag = "c reward " + options.path + ":" + options.symbol;
   if (options.path.empty()) return InvalidArgumentError("c reward: no path to a shared library");
-  if (options.symbol.empty()) return InvalidArgumentError(tag + ": empty symbol name");
+  if (options.symbol.empty()) {
+    return InvalidArgumentError("c reward " + options.path + ":" + options.symbol +
+                                ": empty symbol name");
+  }
   // Absolute: dlopen would search the library path for a name without '/', not the working
   // directory.
   std::error_code ec;
@@ -45,54 +54,22 @@ StatusOr<RewardFn> MakeCReward(const CRewardOptions& options) {
     return InvalidArgumentError("c reward " + options.path + ": no such file" +
                                 (abs.string() == options.path ? "" : " (" + abs.string() + ")"));
   }
-  tag = "c reward " + abs.string() + ":" + options.symbol;
-  auto lib = std::make_shared<Library>();
-  lib->handle = dlopen(abs.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib->handle == nullptr) return InvalidArgumentError(tag + ": dlopen: " + DlError());
-  dlerror();  // NOLINT(concurrency-mt-unsafe): clear, so a null symbol can be told from an error
-  auto version = reinterpret_cast<laminar_reward_abi_version_fn>(
-      dlsym(lib->handle, "laminar_reward_abi_version"));
-  if (version == nullptr) {
-    return InvalidArgumentError(tag + ": exports no laminar_reward_abi_version (" + DlError() +
-                                "); build it against reward/laminar_reward_plugin.h");
-  }
-  if (const int v = version(); v != LAMINAR_REWARD_ABI_VERSION) {
-    return InvalidArgumentError(tag + ": built for reward plug-in ABI version " +
-                                std::to_string(v) + ", but this laminar speaks version " +
-                                std::to_string(LAMINAR_REWARD_ABI_VERSION) +
-                                "; rebuild it against reward/laminar_reward_plugin.h");
-  }
-  auto fn = reinterpret_cast<laminar_compute_score_fn>(dlsym(lib->handle, options.symbol.c_str()));
-  if (fn == nullptr) {
-    return InvalidArgumentError(tag + ": exports no '" + options.symbol + "' (" + DlError() + ")");
-  }
-  return RewardFn([lib, fn, tag](const RewardInput& in) -> StatusOr<RewardResult> {
-    // std::string copies: the ABI promises NUL-terminated strings; string_views need not be.
-    const std::string data_source(in.data_source), solution(in.solution_str),
-        truth(in.ground_truth), extra(in.extra_info_json);
-    const laminar_reward_input input{
-        .data_source = data_source.c_str(),
-        .data_source_size = data_source.size(),
-        .solution_str = solution.c_str(),
-        .solution_str_size = solution.size(),
-        .ground_truth = truth.c_str(),
-        .ground_truth_size = truth.size(),
-        .extra_info_json = extra.c_str(),
-        .extra_info_json_size = extra.size(),
-    };
-    double score = 0;
-    char error[1024] = {0};
-    const int rc = fn(&input, &score, error, sizeof(error));
-    error[sizeof(error) - 1] = '\0';  // a plug-in that forgot the NUL
-    if (rc != 0) {
-      return InvalidArgumentError(tag + ": returned " + std::to_string(rc) + ": " +
-                                  (error[0] != '\0' ? error : "(no message)"));
-    }
-    if (!std::isfinite(score)) {
-      return InvalidArgumentError(tag + ": returned the score " + std::to_string(score) +
-                                  ", which is not finite");
-    }
-    return RewardResult{.score = score, .extra = {}};
+  return MakeRewardWorkers({
+      .tag = "c reward " + abs.string() + ":" + options.symbol,
+      .argv = {RewardHostPath(), abs.string(), options.symbol},
+      .encode =
+          [](const RewardInput& in) {
+            return nlohmann::json{{"data_source", Hex(in.data_source)},
+                                  {"solution_str", Hex(in.solution_str)},
+                                  {"ground_truth", Hex(in.ground_truth)},
+                                  {"extra_info", Hex(in.extra_info_json)}}
+                .dump();
+          },
+      .start_hint = "",
+      .num_workers = options.num_workers,
+      .timeout_s = options.timeout_s,
+      .startup_timeout_s = options.startup_timeout_s,
+      .sandbox = options.sandbox,
   });
 }
 

@@ -42,11 +42,11 @@ int laminar_reward_abi_version(void);
  * `error`; laminar then gives the sample `reward.failure_score` and counts reward/error_count.
  * A non-finite score is also counted as an error.
  *
- * Thread-safety: laminar calls this from many threads at once, so it must be reentrant: no
- * unsynchronised mutable globals (use thread-local or locked state). It must return in bounded
- * time (a C plug-in has no deadline: it runs in laminar's process), must not call exit() or
- * longjmp out, and must not throw C++ exceptions across this boundary. Lazy one-time set-up is the
- * plug-in's to guard (pthread_once / a function-local static in C++).
+ * Where it runs: in sandboxed worker processes (laminar-reward-host, reward/worker_pool.h), one
+ * call at a time per process, with a deadline and CPU, memory and open-file limits and no network
+ * unless the recipe asks: a call that hangs, crashes or runs past a limit costs that sample only.
+ * It must not throw C++ exceptions across this boundary. Keep it reentrant all the same (no
+ * unsynchronised mutable globals): a future host may call it from several threads.
  *
  * A plug-in may export this function under another name and have the recipe name it in `symbol`;
  * it must have exactly this signature. */

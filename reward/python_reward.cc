@@ -159,10 +159,7 @@ StatusOr<RewardFn> MakePythonReward(const PythonRewardOptions& options) {
       .num_workers = options.num_workers,
       .timeout_s = options.timeout_s,
       .startup_timeout_s = options.startup_timeout_s,
-      .cpu_time_s = options.cpu_time_s,
-      .memory_mb = options.memory_mb,
-      .max_open_files = options.max_open_files,
-      .network = options.network,
+      .sandbox = options.sandbox,
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "reward/reward.h"
+#include "reward/worker_pool.h"
 
 namespace laminar::reward {
 
@@ -16,16 +17,7 @@ struct PythonRewardOptions {
   double timeout_s = 10;                   // per call, from sending the request to the reply
   double startup_timeout_s = 60;           // for a worker to import the file (heavy imports)
   std::string python = "python3";          // the interpreter (looked up in PATH without a '/')
-  // The sandbox of each worker (0: no limit). CPU seconds per call (RLIMIT_CPU, set before each
-  // call to what the worker used plus this; past it the kernel kills it: DeadlineExceeded, as
-  // for timeout_s); its address space in MiB (RLIMIT_AS: allocations past it raise MemoryError
-  // in the user's code); open files (RLIMIT_NOFILE). Core dumps are always off.
-  double cpu_time_s = 30;
-  int64_t memory_mb = 4096;
-  int64_t max_open_files = 256;
-  // false: each worker runs in a network namespace of its own (no network at all; where the
-  // kernel refuses one, the host's network is kept and a warning says why); true: the host's.
-  bool network = false;
+  RewardSandbox sandbox{};  // each worker's limits and network (reward/worker_pool.h)
 };
 
 // A reward that calls `function` in the Python file `path` with verl's signature
@@ -73,8 +65,9 @@ struct PythonRewardOptions {
 // all: no process is left behind. Each worker leads a process group of its own, killed whole when
 // the worker stops or its owner dies, so processes the user's code starts go with it.
 //
-// Sandbox (the options above): each worker runs without core dumps, with its CPU time per call,
-// address space and open files limited, and without network unless `network` is set.
+// Sandbox (options.sandbox): each worker runs without core dumps, with its CPU time per call,
+// address space and open files limited, and without network unless sandbox.network is set; memory
+// past the limit raises MemoryError in the user's code.
 StatusOr<RewardFn> MakePythonReward(const PythonRewardOptions& options);
 
 }  // namespace laminar::reward

@@ -63,37 +63,41 @@ StatusOr<RewardFn> MakeAutoReward(internal::ParamReader&) {
   });
 }
 
+// The params every plug-in's worker pool reads: num_workers, timeout_s, startup_timeout_s and the
+// sandbox's (cpu_time_s, memory_mb, max_open_files, network). `kind`: "python" or "c".
+Status ReadWorkerParams(internal::ParamReader& params, const std::string& kind, int* num_workers,
+                        double* timeout_s, double* startup_timeout_s, RewardSandbox* sandbox) {
+  const std::string where = "reward " + kind + ": param ";
+  LAMINAR_ASSIGN_OR_RETURN(double workers, params.Number("num_workers", *num_workers));
+  if (workers != std::floor(workers) || workers < 1 || workers > 1024) {
+    return InvalidArgumentError(where + "num_workers: expected an integer in [1, 1024]");
+  }
+  *num_workers = static_cast<int>(workers);
+  LAMINAR_ASSIGN_OR_RETURN(*timeout_s, params.Number("timeout_s", *timeout_s));
+  LAMINAR_ASSIGN_OR_RETURN(*startup_timeout_s,
+                           params.Number("startup_timeout_s", *startup_timeout_s));
+  LAMINAR_ASSIGN_OR_RETURN(sandbox->cpu_time_s, params.Number("cpu_time_s", sandbox->cpu_time_s));
+  for (auto [key, value] : {std::pair{"memory_mb", &sandbox->memory_mb},
+                            std::pair{"max_open_files", &sandbox->max_open_files}}) {
+    LAMINAR_ASSIGN_OR_RETURN(double v, params.Number(key, static_cast<double>(*value)));
+    if (v != std::floor(v) || v < 0 || v > 1e12) {
+      return InvalidArgumentError(where + key + ": expected an integer >= 0 (0: no limit)");
+    }
+    *value = static_cast<int64_t>(v);
+  }
+  LAMINAR_ASSIGN_OR_RETURN(sandbox->network, params.Bool("network", sandbox->network));
+  return OkStatus();
+}
+
 StatusOr<RewardFn> MakePythonPlugin(internal::ParamReader& params) {
   PythonRewardOptions o;
   LAMINAR_ASSIGN_OR_RETURN(o.path, params.Text("path", /*required=*/true));
   LAMINAR_ASSIGN_OR_RETURN(std::string function, params.Text("function", /*required=*/false));
   if (!function.empty()) o.function = function;
-  LAMINAR_ASSIGN_OR_RETURN(double workers, params.Number("num_workers", o.num_workers));
-  if (workers != std::floor(workers) || workers < 1 || workers > 1024) {
-    return InvalidArgumentError(
-        "reward python: param num_workers: expected an integer in [1, 1024]");
-  }
-  o.num_workers = static_cast<int>(workers);
-  LAMINAR_ASSIGN_OR_RETURN(o.timeout_s, params.Number("timeout_s", o.timeout_s));
-  LAMINAR_ASSIGN_OR_RETURN(o.startup_timeout_s,
-                           params.Number("startup_timeout_s", o.startup_timeout_s));
   LAMINAR_ASSIGN_OR_RETURN(std::string python, params.Text("python", /*required=*/false));
   if (!python.empty()) o.python = python;
-  LAMINAR_ASSIGN_OR_RETURN(o.cpu_time_s, params.Number("cpu_time_s", o.cpu_time_s));
-  LAMINAR_ASSIGN_OR_RETURN(double memory_mb,
-                           params.Number("memory_mb", static_cast<double>(o.memory_mb)));
-  LAMINAR_ASSIGN_OR_RETURN(double open_files,
-                           params.Number("max_open_files", static_cast<double>(o.max_open_files)));
-  for (const auto& [key, value] :
-       {std::pair{"memory_mb", memory_mb}, {"max_open_files", open_files}}) {
-    if (value != std::floor(value) || value < 0 || value > 1e12) {
-      return InvalidArgumentError(std::string("reward python: param ") + key +
-                                  ": expected an integer >= 0 (0: no limit)");
-    }
-  }
-  o.memory_mb = static_cast<int64_t>(memory_mb);
-  o.max_open_files = static_cast<int64_t>(open_files);
-  LAMINAR_ASSIGN_OR_RETURN(o.network, params.Bool("network", o.network));
+  LAMINAR_RETURN_IF_ERROR(ReadWorkerParams(params, "python", &o.num_workers, &o.timeout_s,
+                                           &o.startup_timeout_s, &o.sandbox));
   // Unknown params fail before a Python process starts.
   LAMINAR_RETURN_IF_ERROR(params.Finish());
   return MakePythonReward(o);
@@ -104,6 +108,8 @@ StatusOr<RewardFn> MakeCPlugin(internal::ParamReader& params) {
   LAMINAR_ASSIGN_OR_RETURN(o.path, params.Text("path", /*required=*/true));
   LAMINAR_ASSIGN_OR_RETURN(std::string symbol, params.Text("symbol", /*required=*/false));
   if (!symbol.empty()) o.symbol = symbol;
+  LAMINAR_RETURN_IF_ERROR(ReadWorkerParams(params, "c", &o.num_workers, &o.timeout_s,
+                                           &o.startup_timeout_s, &o.sandbox));
   LAMINAR_RETURN_IF_ERROR(params.Finish());
   return MakeCReward(o);
 }

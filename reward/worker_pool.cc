@@ -115,7 +115,7 @@ class RewardWorkerPool {
     nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
     if (reply.is_object() && reply.contains("ready")) {
       const std::string network = reply.value("network", "");
-      if (!options_.network && network != "isolated" && !warned_network_.exchange(true)) {
+      if (!options_.sandbox.network && network != "isolated" && !warned_network_.exchange(true)) {
         LAMINAR_LOG(WARN, REWARD) << tag_ << ": the workers keep the host's network (" << network
                                   << "); set network: true to say that is intended";
       }
@@ -150,7 +150,7 @@ class RewardWorkerPool {
       Stop(w, 0);
       if (code.ok() && *code == 128 + SIGXCPU) {
         return DeadlineExceededError(tag_ + ": the call used more than " +
-                                     std::to_string(options_.cpu_time_s) +
+                                     std::to_string(options_.sandbox.cpu_time_s) +
                                      " s of CPU time (cpu_time_s); the worker was killed");
       }
       return UnavailableError(tag_ + ": the worker died during the call (" + ExitText(code) + ")");
@@ -192,8 +192,9 @@ class RewardWorkerPool {
 std::vector<std::string> SandboxArgv(const RewardWorkerOptions& o) {
   std::vector<std::string> argv = o.argv;
   argv.insert(argv.end(),
-              {std::to_string(getpid()), std::to_string(o.cpu_time_s), std::to_string(o.memory_mb),
-               std::to_string(o.max_open_files), o.network ? "1" : "0"});
+              {std::to_string(getpid()), std::to_string(o.sandbox.cpu_time_s),
+               std::to_string(o.sandbox.memory_mb), std::to_string(o.sandbox.max_open_files),
+               o.sandbox.network ? "1" : "0"});
   return argv;
 }
 
@@ -212,8 +213,8 @@ StatusOr<RewardFn> MakeRewardWorkers(RewardWorkerOptions options) {
       !std::isfinite(options.timeout_s) || !std::isfinite(options.startup_timeout_s)) {
     return InvalidArgumentError(tag + ": timeout_s and startup_timeout_s must be > 0");
   }
-  if (!(options.cpu_time_s >= 0) || !std::isfinite(options.cpu_time_s) || options.memory_mb < 0 ||
-      options.max_open_files < 0) {
+  if (!(options.sandbox.cpu_time_s >= 0) || !std::isfinite(options.sandbox.cpu_time_s) ||
+      options.sandbox.memory_mb < 0 || options.sandbox.max_open_files < 0) {
     return InvalidArgumentError(tag + ": cpu_time_s, memory_mb and max_open_files must be >= 0 " +
                                 "(0: no limit)");
   }

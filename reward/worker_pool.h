@@ -22,6 +22,19 @@
 
 namespace laminar::reward {
 
+// The limits each worker sets on itself (0: no limit): CPU seconds per call (RLIMIT_CPU, set before
+// each call to what the worker used plus this; past it the kernel kills it and the call is a
+// timeout), address space in MiB (RLIMIT_AS: allocations past it fail in the user's code), open
+// files (RLIMIT_NOFILE); core dumps are always off. network: false runs each worker in a network
+// namespace of its own (no network at all; where the kernel refuses one, the host's network is
+// kept and a warning says why); true keeps the host's.
+struct RewardSandbox {
+  double cpu_time_s = 30;
+  int64_t memory_mb = 4096;
+  int64_t max_open_files = 256;
+  bool network = false;
+};
+
 struct RewardWorkerOptions {
   // Starts every message: "python reward /abs/r.py:compute_score".
   std::string tag;
@@ -35,12 +48,7 @@ struct RewardWorkerOptions {
   int num_workers = 2;            // processes, each serving one call at a time
   double timeout_s = 10;          // per call, from sending the request to the reply
   double startup_timeout_s = 60;  // for a worker to load the user's code
-  // The sandbox (0: no limit): CPU seconds per call, address space in MiB, open files; network:
-  // the host's network (true) or none (false).
-  double cpu_time_s = 30;
-  int64_t memory_mb = 4096;
-  int64_t max_open_files = 256;
-  bool network = false;
+  RewardSandbox sandbox{};
 };
 
 // A reward served by `options.num_workers` worker processes. Creation checks the options

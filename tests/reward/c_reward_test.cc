@@ -2,8 +2,12 @@
 // non-finite score, the ABI version check, missing symbols and files, and the registry's `c` spec.
 #include "reward/c_reward.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -94,6 +98,71 @@ TEST(CRewardTest, LoadErrorsNameTheLibrary) {
   std::remove(text_file.c_str());
   ASSERT_FALSE(not_elf.ok());
   EXPECT_TRUE(Contains(not_elf.status(), "dlopen: ")) << not_elf.status();
+}
+
+// The plug-in runs in sandboxed worker processes: a crash, a hang or a CPU spin costs that call
+// only (named), printing cannot corrupt the replies, and the pool goes on scoring.
+TEST(CRewardTest, AMisbehavingPluginCostsOneCallOnly) {
+  // A wall-clock deadline of 1 s; or a CPU limit of 1 s well inside a deadline of 30 s.
+  auto f = MakeCReward({.path = TEST_REWARD_PLUGIN,
+                        .symbol = "misbehave",
+                        .num_workers = 1,
+                        .timeout_s = 1,
+                        .sandbox = {.cpu_time_s = 0}});
+  auto g = MakeCReward({.path = TEST_REWARD_PLUGIN,
+                        .symbol = "misbehave",
+                        .num_workers = 1,
+                        .timeout_s = 30,
+                        .sandbox = {.cpu_time_s = 1}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto call = [](const RewardFn& fn, const char* truth) {
+    return fn(
+        {.data_source = "d", .solution_str = "s", .ground_truth = truth, .extra_info_json = ""});
+  };
+  auto crash = call(*f, "crash");
+  ASSERT_FALSE(crash.ok());
+  EXPECT_EQ(crash.status().code(), StatusCode::kUnavailable) << crash.status();
+  EXPECT_TRUE(Contains(crash.status(), "killed by signal 11")) << crash.status();
+  auto hang = call(*f, "hang");
+  ASSERT_FALSE(hang.ok());
+  EXPECT_EQ(hang.status().code(), StatusCode::kDeadlineExceeded) << hang.status();
+  auto spin = call(*g, "spin");
+  ASSERT_FALSE(spin.ok());
+  EXPECT_EQ(spin.status().code(), StatusCode::kDeadlineExceeded) << spin.status();
+  EXPECT_TRUE(Contains(spin.status(), "cpu_time_s")) << spin.status();
+  auto printed = call(*f, "print");
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  EXPECT_EQ(printed->score, 1.0);
+  EXPECT_EQ(call(*f, "ok")->score, 1.0);
+  EXPECT_EQ(call(*g, "ok")->score, 1.0);
+}
+
+// The host sandboxes itself as the Python driver does: its limits, no core dumps, and no network
+// unless asked (a port listening on this process's loopback is out of reach).
+TEST(CRewardTest, TheHostRunsThePluginInsideItsSandbox) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  CRewardOptions o{.path = TEST_REWARD_PLUGIN, .symbol = "sandbox_probe"};
+  o.sandbox.max_open_files = 32;
+  auto isolated = MakeCReward(o);
+  ASSERT_TRUE(isolated.ok()) << isolated.status();
+  EXPECT_EQ(Score(*isolated, "", "files"), 32.0);
+  EXPECT_EQ(Score(*isolated, "", "core"), 0.0);
+  EXPECT_EQ(Score(*isolated, "", port), 0.0);
+  o.sandbox.network = true;
+  auto host = MakeCReward(o);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(Score(*host, "", port), 1.0);
+  close(listener);
 }
 
 TEST(CRewardTest, RecipeSpecsCombineWithBuiltins) {

@@ -227,9 +227,9 @@ TEST_F(PythonRewardTest, ExitingWorkerIsAnErrorAndThePoolRecovers) {
 // CPU past it a timeout, and the pool goes on.
 TEST_F(PythonRewardTest, WorkersRunInsideTheirLimits) {
   PythonRewardOptions o = Options();
-  o.memory_mb = 1024;
-  o.max_open_files = 64;
-  o.cpu_time_s = 1;
+  o.sandbox.memory_mb = 1024;
+  o.sandbox.max_open_files = 64;
+  o.sandbox.cpu_time_s = 1;
   o.timeout_s = 60;
   auto f = MakePythonReward(o);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -246,7 +246,7 @@ TEST_F(PythonRewardTest, WorkersRunInsideTheirLimits) {
   EXPECT_EQ(spin.status().code(), StatusCode::kDeadlineExceeded) << spin.status();
   EXPECT_TRUE(Contains(spin.status(), "cpu_time_s")) << spin.status();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Score(*f, "7", "7"), 1.0);
-  o.max_open_files = -1;
+  o.sandbox.max_open_files = -1;
   EXPECT_EQ(MakePythonReward(o).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -267,7 +267,7 @@ TEST_F(PythonRewardTest, WorkersHaveNoNetworkUnlessAsked) {
   auto isolated = MakePythonReward(o);
   ASSERT_TRUE(isolated.ok()) << isolated.status();
   EXPECT_EQ(Score(*isolated, "connect", port), 0.0);
-  o.network = true;
+  o.sandbox.network = true;
   auto host = MakePythonReward(o);
   ASSERT_TRUE(host.ok()) << host.status();
   EXPECT_EQ(Score(*host, "connect", port), 1.0);
