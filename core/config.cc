@@ -1,6 +1,9 @@
 // Config loading: YAML parse, dotted overrides, schema validation with "did you mean".
 #include "core/config.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -11,6 +14,35 @@
 
 namespace laminar {
 namespace {
+
+// A handler that drops yaml-cpp's parse events: only the number of documents is wanted.
+class IgnoreEvents : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// The YAML documents in `yaml`, counted up to 2. Not YAML::LoadAll: on a ',' outside a flow
+// collection at the top level (",x", "[1],") yaml-cpp 0.7 yields empty documents forever, and
+// LoadAll collects them until memory runs out (found by tests/fuzz/recipe_fuzz.cc).
+int CountDocumentsUpTo2(const std::string& yaml) {
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  IgnoreEvents events;
+  int docs = 0;
+  while (docs < 2 && parser.HandleNextDocument(events)) ++docs;
+  return docs;
+}
 
 // The shortest text that reads back as `x` (std::to_chars): 0.1, 1e-06, 63; "inf" / "nan" for
 // the others.
@@ -353,12 +385,12 @@ StatusOr<Config> Config::FromString(const std::string& yaml, const std::string& 
   Config cfg;
   cfg.source_ = source;
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
-    if (docs.size() > 1) {
-      return InvalidArgumentError(source + ": holds " + std::to_string(docs.size()) +
-                                  " YAML documents ('---'); a recipe is one document");
+    if (CountDocumentsUpTo2(yaml) > 1) {
+      return InvalidArgumentError(source +
+                                  ": holds more than one YAML document ('---', or a ',' outside a "
+                                  "[ ] or { } collection); a recipe is one document");
     }
-    cfg.root_ = docs.empty() ? YAML::Node() : docs[0];
+    cfg.root_ = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(Where(source, e.mark) + ": YAML syntax error: " + e.msg);
   }

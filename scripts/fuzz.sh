@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) in build-fuzz/ and runs each
-# for a while on a seed corpus: generated seeds (scripts/make_fuzz_seeds.py) plus matching real
-# files from ../shared/data when present. Crashes are written to build-fuzz/artifacts/<target>/.
+# for a while on a seed corpus: generated seeds (scripts/make_fuzz_seeds.py), the committed corpus
+# of tests/fuzz/corpus/<target>/ and matching real files from ../shared/data when present. Crashes are written to build-fuzz/artifacts/<target>/.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET=30] [TARGET ...]     (default: every target)
 #   JOBS=2 BUILD_DIR=build-fuzz MAX_LEN=65536 scripts/fuzz.sh 60 gguf
+#   FUZZ_SEED=1 scripts/fuzz.sh 20       # libFuzzer's seed fixed (CI), so a run repeats its inputs
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -46,13 +47,16 @@ for t in "${TARGETS[@]}"; do
   artifacts="$BUILD_DIR/artifacts/$t"
   mkdir -p "$corpus" "$artifacts"
   [[ -d "$SEEDS/$t" ]] && cp -n "$SEEDS/$t"/* "$corpus"/ 2>/dev/null || true
+  [[ -d "tests/fuzz/corpus/$t" ]] && cp -n "tests/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
   for f in ${REAL[$t]:-}; do
     [[ -f "$SHARED/$f" ]] && cp -n "$SHARED/$f" "$corpus"/ 2>/dev/null || true
   done
   echo "== fuzzing $t for ${SECONDS_PER_TARGET}s (corpus $corpus)"
-  if ! "$BUILD_DIR/tests/fuzz/${t}_fuzz" "$corpus" -max_total_time="$SECONDS_PER_TARGET" \
+  # The outer timeout bounds a fuzzer that wedges itself (its out-of-memory report can hang).
+  if ! timeout -s KILL $((SECONDS_PER_TARGET + 120)) \
+      "$BUILD_DIR/tests/fuzz/${t}_fuzz" "$corpus" -max_total_time="$SECONDS_PER_TARGET" \
       -max_len="$MAX_LEN" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-      -artifact_prefix="$artifacts/"; then
+      -artifact_prefix="$artifacts/" ${FUZZ_SEED:+-seed="$FUZZ_SEED"}; then
     echo "!! $t: fuzzer found a failure; see $artifacts/" >&2
     status=1
   fi

@@ -258,7 +258,8 @@ StatusOr<std::unique_ptr<Tokenizer>> ParseHfTokenizer(const std::string& tokeniz
   Json root;
   try {
     root = Json::parse(tokenizer_json);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error, and out_of_range for a number past 64 bits (found by tests/fuzz).
     return InvalidArgumentError(source + ": invalid JSON (truncated or corrupted?): " + e.what());
   }
   if (!root.is_object() || !root.contains("model")) {

@@ -118,6 +118,13 @@ TEST(TokenizerLoader, RejectsWhatIsNotATokenizer) {
   EXPECT_NE(unigram.status().message().find("Unigram"), std::string::npos);
   std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 5}}})";
   EXPECT_FALSE(LoadTokenizer(dir.string()).ok());
+  // A number past 64 bits is an error naming the file, not an uncaught exception (found by
+  // tests/fuzz/hf_tokenizer_fuzz.cc).
+  std::ofstream(dir / "tokenizer.json", std::ios::trunc)
+      << R"({"added_tokens": [4)" << std::string(400, '0') << R"(], "model": {}})";
+  auto huge = LoadTokenizer(dir.string());
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("invalid JSON"), std::string::npos) << huge.status();
 }
 
 TEST(TokenizerLoader, HfMergesAsPairsAndAddedTokens) {
