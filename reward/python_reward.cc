@@ -55,8 +55,19 @@ def to_reply(result):
         return {"error": "returned the score %r, which is not finite" % x}
     return {"score": x, "extra": extra}
 
-def exit_with_parent(parent):
-    while os.getppid() == parent:
+def exit_with_parent(owner):
+    # The owner's death re-parents the worker; an interpreter started through a wrapper that
+    # forks has the wrapper as parent, so the owner is also watched directly.
+    start = os.getppid()
+    def owner_alive():
+        try:
+            os.kill(owner, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    while os.getppid() == start and (start == owner or owner_alive()):
         time.sleep(0.2)
     os.killpg(0, signal.SIGKILL)  # the worker and whatever the user's code started
 
@@ -71,21 +82,35 @@ def sandbox(memory_mb, open_files, network):
         else:
             where = "host: unshare: " + os.strerror(ctypes.get_errno())
     if open_files > 0:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+        limit(resource.RLIMIT_NOFILE, open_files)
     if memory_mb > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        limit(resource.RLIMIT_AS, memory_mb << 20)
     return where
+
+def limit(which, value):
+    # Never above the hard limit the worker has (Slurm or ulimit may have set one).
+    hard = resource.getrlimit(which)[1]
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
 
 def limit_cpu(seconds):
     if seconds > 0:
         used = resource.getrusage(resource.RUSAGE_SELF)
         soft = int(math.ceil(used.ru_utime + used.ru_stime + seconds))
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     path, name = sys.argv[1], sys.argv[2]
     cpu_s, memory_mb, open_files = float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+    # One thread per numeric library unless the user says otherwise: calls run in parallel across
+    # workers, and a thread pool per library would eat the address-space limit (OpenBLAS).
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     network = sandbox(memory_mb, open_files, sys.argv[7] == "1")  # single-threaded: before the watcher
     threading.Thread(target=exit_with_parent, args=(int(sys.argv[3]),), daemon=True).start()
     reply = os.fdopen(os.dup(1), "w", encoding="utf-8")

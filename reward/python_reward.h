@@ -41,7 +41,9 @@ struct PythonRewardOptions {
 // (sys.stdout, and fd 1 itself) go to the worker's stderr, which is the caller's stderr, so they
 // never corrupt replies. Workers ignore SIGINT: the owner decides when they stop. A worker whose
 // owner is gone (killed or crashed, or one started while it shut down) exits within about 0.2 s,
-// also in the middle of a call: a thread of the driver watches its parent pid.
+// also in the middle of a call: a thread of the driver watches its parent. That thread needs
+// Python's GIL, so user code holding it in C (an extension, a backtracking regex) delays the exit
+// until the call's CPU limit (sandbox.cpu_time_s) ends it.
 //
 // Creation starts one worker and waits for it to import the file, so a bad file fails here,
 // before anything runs; the other workers start at their first call. Errors at creation:

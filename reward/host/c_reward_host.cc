@@ -11,6 +11,7 @@
 // which need not be UTF-8): {"data_source", "solution_str", "ground_truth", "extra_info"}. What
 // the plug-in writes to stdout goes to stderr, so it never corrupts replies.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -33,9 +34,22 @@ namespace {
 FILE* g_reply = nullptr;  // a private copy of the original stdout
 
 void Send(const nlohmann::json& reply) {
-  const std::string line = reply.dump(-1, ' ', true) + "\n";
+  // replace: a plug-in's message (or a path in dlerror's) need not be UTF-8.
+  const std::string line =
+      reply.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(line.data(), 1, line.size(), g_reply);
   std::fflush(g_reply);
+}
+
+// Sets `resource`'s soft and hard limit to `value`, never above the hard limit it has (which only
+// privileged processes may raise: Slurm or `ulimit` may have set one).
+void Limit(int resource, rlim_t value) {
+  rlimit now{};
+  if (getrlimit(resource, &now) == 0 && now.rlim_max != RLIM_INFINITY && value > now.rlim_max) {
+    value = now.rlim_max;
+  }
+  const rlimit want{value, value};
+  setrlimit(resource, &want);
 }
 
 // The sandbox before any plug-in code runs; returns where the network is ("isolated", "host",
@@ -51,15 +65,8 @@ std::string Sandbox(long memory_mb, long open_files, bool network) {
       where = std::string("host: unshare: ") + std::strerror(errno);
     }
   }
-  if (open_files > 0) {
-    const rlimit files{static_cast<rlim_t>(open_files), static_cast<rlim_t>(open_files)};
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
-  if (memory_mb > 0) {
-    const rlim_t bytes = static_cast<rlim_t>(memory_mb) << 20;
-    const rlimit as{bytes, bytes};
-    setrlimit(RLIMIT_AS, &as);
-  }
+  if (open_files > 0) Limit(RLIMIT_NOFILE, static_cast<rlim_t>(open_files));
+  if (memory_mb > 0) Limit(RLIMIT_AS, static_cast<rlim_t>(memory_mb) << 20);
   return where;
 }
 
@@ -70,7 +77,10 @@ void LimitCpu(double seconds) {
   getrusage(RUSAGE_SELF, &used);
   const double spent = static_cast<double>(used.ru_utime.tv_sec + used.ru_stime.tv_sec) +
                        static_cast<double>(used.ru_utime.tv_usec + used.ru_stime.tv_usec) / 1e6;
-  const rlimit cpu{static_cast<rlim_t>(std::ceil(spent + seconds)), RLIM_INFINITY};
+  rlimit cpu{};
+  getrlimit(RLIMIT_CPU, &cpu);  // the soft limit moves; the hard one stays as it is
+  cpu.rlim_cur = static_cast<rlim_t>(std::ceil(spent + seconds));
+  if (cpu.rlim_max != RLIM_INFINITY && cpu.rlim_cur > cpu.rlim_max) cpu.rlim_cur = cpu.rlim_max;
   setrlimit(RLIMIT_CPU, &cpu);
 }
 
@@ -135,13 +145,20 @@ int main(int argc, char** argv) {
   const long memory_mb = std::atol(argv[5]), open_files = std::atol(argv[6]);
   const bool network = std::string(argv[7]) == "1";
   // Replies on a private copy of stdout; fd 1 itself (the plug-in's printf) goes to stderr.
-  g_reply = fdopen(dup(STDOUT_FILENO), "w");
+  // Close-on-exec: a process the plug-in starts must not hold the reply pipe open.
+  g_reply = fdopen(fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3), "w");
   if (g_reply == nullptr) return 1;
   dup2(STDERR_FILENO, STDOUT_FILENO);
   signal(SIGINT, SIG_IGN);  // the pool decides when workers stop
   const std::string where = Sandbox(memory_mb, open_files, network);  // single-threaded still
   std::thread([parent] {
-    while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // The owner's death re-parents this process; under a wrapper that forks, the parent is the
+    // wrapper, so the owner is also watched directly.
+    const pid_t start = getppid();
+    auto owner_alive = [parent] { return kill(parent, 0) == 0 || errno == EPERM; };
+    while (getppid() == start && (start == parent || owner_alive())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     kill(0, SIGKILL);  // this worker's group: it and whatever the plug-in started
   }).detach();
 

@@ -124,16 +124,18 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
     case proto::ManagerRequest::kTrajectories: {
       int32_t dropped = 0;
       for (const proto::Trajectory& t : r.trajectories().trajectories()) {
-        // Counted on arrival, before any batch can take the sample: the step that trains it
-        // reports its failure. A sample dropped as late failed all the same.
-        if (t.reward_outcome() == proto::REWARD_OUTCOME_ERROR)
-          ++counter_totals_["reward/error_count"];
-        if (t.reward_outcome() == proto::REWARD_OUTCOME_TIMEOUT) {
-          ++counter_totals_["reward/timeout_count"];
-        }
         if (Status st = state_->OnTrajectory(t, now); !st.ok()) {
           ++dropped;
           LAMINAR_LOG(DEBUG, MANAGER) << "dropped a trajectory: " << st.message();
+          continue;
+        }
+        // Counted when accepted, before any batch can take the sample: the step that trains it
+        // reports its failure, and a batch the rollout sends again (a slow reply) counts once.
+        if (t.reward_outcome() == proto::REWARD_OUTCOME_ERROR) {
+          ++counter_totals_["reward/error_count"];
+        }
+        if (t.reward_outcome() == proto::REWARD_OUTCOME_TIMEOUT) {
+          ++counter_totals_["reward/timeout_count"];
         }
       }
       reply.set_dropped(dropped);

@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -248,6 +250,29 @@ TEST_F(PythonRewardTest, WorkersRunInsideTheirLimits) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Score(*f, "7", "7"), 1.0);
   o.sandbox.max_open_files = -1;
   EXPECT_EQ(MakePythonReward(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A limit above the hard one the worker inherits (Slurm's, ulimit's) is clamped to it rather than
+// failing every call. CTest runs each test in a process of its own, so lowering this process's
+// hard limit touches no other test.
+TEST_F(PythonRewardTest, LimitsAboveTheInheritedHardLimitAreClamped) {
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max = 100;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  rlimit cpu{};
+  ASSERT_EQ(getrlimit(RLIMIT_CPU, &cpu), 0);
+  cpu.rlim_max = 3600;
+  cpu.rlim_cur = std::min<rlim_t>(cpu.rlim_cur, cpu.rlim_max);
+  ASSERT_EQ(setrlimit(RLIMIT_CPU, &cpu), 0);
+  PythonRewardOptions o = Options();
+  o.sandbox.max_open_files = 256;
+  auto f = MakePythonReward(o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto limits = Call(*f, "limits");
+  ASSERT_TRUE(limits.ok()) << limits.status();
+  EXPECT_EQ(limits->extra.at("files"), 100);
+  EXPECT_EQ(Score(*f, "7", "7"), 1.0);
 }
 
 // A worker has no network unless the options ask for it: a port listening on this process's
