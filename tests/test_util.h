@@ -158,6 +158,24 @@ inline int FreeTcpPort() {
   return ntohs(addr.sin_port);
 }
 
+// A socket listening on a loopback port chosen by the kernel (connections wait in its backlog;
+// nothing accepts them): its descriptor, or -1, and the port in `*port`. The caller closes it.
+inline int ListenOnLoopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 4) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 }  // namespace laminar::testing
 
 // The skip message of a test whose outside golden is absent; scripts/test.sh counts them.

@@ -2,11 +2,8 @@
 // non-finite score, the ABI version check, missing symbols and files, and the registry's `c` spec.
 #include "reward/c_reward.h"
 
-#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -16,6 +13,7 @@
 #include <string>
 
 #include "tests/reward/reward_test_util.h"
+#include "tests/test_util.h"
 
 namespace laminar::reward {
 namespace {
@@ -92,7 +90,7 @@ TEST(CRewardTest, LoadErrorsNameTheLibrary) {
       << not_plugin.status();
 
   // Not a shared library at all: dlopen's message.
-  const std::string text_file = testing::TempDir() + "laminar_not_a_library.so";
+  const std::string text_file = ::testing::TempDir() + "laminar_not_a_library.so";
   std::ofstream(text_file) << "not a library\n";
   auto not_elf = MakeCReward({.path = text_file, .symbol = "f"});
   std::remove(text_file.c_str());
@@ -141,16 +139,10 @@ TEST(CRewardTest, AMisbehavingPluginCostsOneCallOnly) {
 // The host sandboxes itself as the Python driver does: its limits, no core dumps, and no network
 // unless asked (a port listening on this process's loopback is out of reach).
 TEST(CRewardTest, TheHostRunsThePluginInsideItsSandbox) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int listening_port = 0;
+  const int listener = ::laminar::testing::ListenOnLoopback(&listening_port);
   ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string port = std::to_string(listening_port);
   CRewardOptions o{.path = TEST_REWARD_PLUGIN, .symbol = "sandbox_probe"};
   o.sandbox.max_open_files = 32;
   auto isolated = MakeCReward(o);

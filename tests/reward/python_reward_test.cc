@@ -3,13 +3,10 @@
 // python3 cannot run.
 #include "reward/python_reward.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -278,16 +275,10 @@ TEST_F(PythonRewardTest, LimitsAboveTheInheritedHardLimitAreClamped) {
 // A worker has no network unless the options ask for it: a port listening on this process's
 // loopback is out of reach from inside its namespace.
 TEST_F(PythonRewardTest, WorkersHaveNoNetworkUnlessAsked) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int listening_port = 0;
+  const int listener = ::laminar::testing::ListenOnLoopback(&listening_port);
   ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string port = std::to_string(listening_port);
   PythonRewardOptions o = Options();
   auto isolated = MakePythonReward(o);
   ASSERT_TRUE(isolated.ok()) << isolated.status();
