@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -343,8 +344,82 @@ Status Actor::WriteStepMetrics(const StepMetrics& m) {
   return OkStatus();
 }
 
+void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
+  const double now = FaultClockNow();
+  const std::string step = std::to_string(trainer_->global_step());
+  auto record = [&](Fault f) {
+    f.role = options_.id;
+    f.rank = 0;
+    f.seen_by = options_.id;
+    if (Status st = options_.faults.Record(std::move(f)); !st.ok()) {
+      LAMINAR_LOG(WARN, ACTOR) << st;
+    }
+  };
+  if (skipped) {
+    record({.kind = FaultKind::kNonFinite,
+            .detail = "step " + step + ": non-finite loss or gradient; the update was skipped",
+            .detected_unix_s = now,
+            .recovered_unix_s = now});
+  } else {
+    kept_s_ += step_s;
+  }
+  // A step over 3x the median of the steps before it (5 at least) straggled: it is recorded as
+  // detected when it passed that mark and recovered when it ended.
+  constexpr size_t kMinHistory = 5;
+  constexpr double kOutlier = 3;
+  if (step_times_.size() >= kMinHistory) {
+    std::vector<double> sorted = step_times_;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    if (median > 0 && step_s > kOutlier * median) {
+      record({.kind = FaultKind::kStraggler,
+              .detail = "step " + step + " took " + std::to_string(step_s) + " s, " +
+                        std::to_string(step_s / median) + "x the median " + std::to_string(median) +
+                        " s of the steps before",
+              .detected_unix_s = now - step_s + kOutlier * median,
+              .recovered_unix_s = now});
+    }
+  }
+  step_times_.push_back(step_s);
+  const double wall = now - options_.run_start_unix_s;
+  m["perf/ettr"] = wall > 0 ? std::min(1.0, kept_s_ / wall) : 1.0;
+}
+
+Status Actor::SavePeriodicCheckpoint() {
+  Status st = SaveCheckpoint();
+  if (st.ok()) {
+    if (disk_full_since_unix_s_ != 0) {
+      if (Status rec = options_.faults.Record({.kind = FaultKind::kDiskFull,
+                                               .role = options_.id,
+                                               .rank = 0,
+                                               .detail = "checkpoints failed for want of space",
+                                               .seen_by = options_.id,
+                                               .detected_unix_s = disk_full_since_unix_s_,
+                                               .recovered_unix_s = FaultClockNow()});
+          !rec.ok()) {
+        LAMINAR_LOG(WARN, ACTOR) << rec;
+      }
+      disk_full_since_unix_s_ = 0;
+    }
+    return st;
+  }
+  // A full disk is survivable: the earlier checkpoints are intact and the next save retries.
+  std::error_code ec;
+  const auto space = std::filesystem::space(options_.checkpoint_dir, ec);
+  constexpr uintmax_t kLowSpace = 64u << 20;
+  const bool full = st.message().find("No space left") != std::string_view::npos ||
+                    (!ec && space.available < kLowSpace);
+  if (!full) return st;
+  LAMINAR_LOG(WARN, ACTOR) << "checkpoint at step " << trainer_->global_step()
+                           << " failed, the disk is full; training goes on and the next save "
+                           << "tries again: " << st.message();
+  if (disk_full_since_unix_s_ == 0) disk_full_since_unix_s_ = FaultClockNow();
+  return OkStatus();
+}
+
 Status Actor::Run(const std::atomic<bool>& stop,
                   const std::function<void(const StepMetrics&)>& on_step) {
+  if (!std::isfinite(options_.run_start_unix_s)) options_.run_start_unix_s = FaultClockNow();
   LAMINAR_RETURN_IF_ERROR(OpenRunOutputs());
   LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
   auto last_update = Clock::now();
@@ -362,6 +437,7 @@ Status Actor::Run(const std::atomic<bool>& stop,
     if (trajectory_file_) {
       LogTrajectories(*batch, trainer_->global_step() + 1, version, trajectory_file_);
     }
+    const int64_t skipped_steps_before = trainer_->skipped_steps();
     LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(summary.samples),
                              "actor step " + std::to_string(trainer_->global_step() + 1));
     m.insert(trained.begin(), trained.end());
@@ -381,10 +457,11 @@ Status Actor::Run(const std::atomic<bool>& stop,
     m["training/global_step"] = static_cast<double>(trainer_->global_step());
     m["training/version"] = static_cast<double>(trainer_->policy_version());
     last_update = now;
+    AccountStep(step_s, trainer_->skipped_steps() > skipped_steps_before, m);
     LAMINAR_RETURN_IF_ERROR(WriteStepMetrics(m));
     if (on_step) on_step(m);
     if (options_.save_every > 0 && trainer_->global_step() % options_.save_every == 0) {
-      LAMINAR_RETURN_IF_ERROR(SaveCheckpoint());
+      LAMINAR_RETURN_IF_ERROR(SavePeriodicCheckpoint());
     }
   }
   return SaveCheckpoint();

@@ -18,6 +18,7 @@
 
 #include "actor/console.h"
 #include "actor/tensorboard.h"
+#include "core/fault_log.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
 #include "model/model_config.h"
@@ -64,12 +65,23 @@ struct ActorOptions {
   // JSONL, one line per trained sample ("" = none): step, actor version, prompt_id,
   // sample_index, version, rollout_id, reward, response_length, finish_reason.
   std::string trajectory_log;
+  // faults.jsonl (core/fault_log.h): skipped non-finite updates, steps far slower than the median
+  // of the ones before (stragglers), checkpoints that failed for want of disk space (training
+  // goes on; the next save tries again).
+  FaultLog faults;
+  // When the run began (seconds since the epoch; NaN: when Run starts): perf/ettr, the effective
+  // training time ratio, is the time of the kept steps over the wall time since then.
+  double run_start_unix_s = NAN;
   int poll_ms = 20;  // between TakeBatch calls while the buffer is short
   int request_timeout_ms = 5000;
   int request_attempts = 3;
   // Status InvalidArgument naming the field.
   Status Validate() const;
 };
+
+// The environment variable by which `laminar run` tells its roles when the run began (seconds
+// since the epoch), for ActorOptions::run_start_unix_s.
+inline constexpr char kRunStartEnv[] = "LAMINAR_RUN_START_UNIX";
 
 // StepMetrics (one training step's result) and StepProgress are in actor/console.h.
 
@@ -102,6 +114,11 @@ class Actor {
   StatusOr<std::optional<std::vector<proto::Trajectory>>> TakeBatch(const std::atomic<bool>& stop,
                                                                     StepMetrics* metrics);
   Status SaveCheckpoint();
+  // A periodic checkpoint: SaveCheckpoint, where a full disk is recorded as a fault and training
+  // goes on (nothing saved earlier is touched; the next save tries again).
+  Status SavePeriodicCheckpoint();
+  // The fault records and perf/ettr of one step that took `step_s` and skipped its update or not.
+  void AccountStep(double step_s, bool skipped, StepMetrics& m);
   // Records `progress` in progress_path when it changed, and draws the generating phase's bar on
   // a terminal.
   void ShowProgress(const StepProgress& progress);
@@ -123,6 +140,9 @@ class Actor {
   uint64_t seq_ = 0;
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;
+  double kept_s_ = 0;                  // time of the steps whose update was kept
+  std::vector<double> step_times_;     // of this process's steps, for straggler detection
+  double disk_full_since_unix_s_ = 0;  // a periodic checkpoint failed for space (0: none)
   std::optional<StepProgress> progress_written_;  // what progress_path holds
   bool bar_on_screen_ = false;
 };

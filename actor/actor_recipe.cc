@@ -1,6 +1,9 @@
 // Recipe keys to options; see actor_recipe.h.
 #include "actor/actor_recipe.h"
 
+#include <cmath>
+#include <cstdlib>
+
 namespace laminar::actor {
 
 StatusOr<trainer::TrainerConfig> TrainerConfigOf(const Config& r) {
@@ -46,6 +49,12 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   a.keep_last = static_cast<int>(r.GetInt("actor.keep_last"));
   a.export_dir = r.GetString("actor.export_dir");
   a.metrics_path = r.GetString("actor.metrics");
+  a.faults = FaultLog(r.GetString("run.faults"));
+  if (const char* start = std::getenv(kRunStartEnv)) {
+    char* end = nullptr;
+    const double t = std::strtod(start, &end);
+    if (end != start && *end == '\0' && std::isfinite(t)) a.run_start_unix_s = t;
+  }
   a.tensorboard_dir = r.GetString("actor.tensorboard_dir");
   a.progress_path = r.GetString("actor.progress_file");
   a.trajectory_log = r.GetString("actor.trajectory_log");

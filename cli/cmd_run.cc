@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "actor/actor_recipe.h"
 #include "actor/console.h"
 #include "cli/command.h"
+#include "core/fault_log.h"
 #include "core/mapped_file.h"
 #include "launch/supervisor.h"
 #include "model/model_path.h"
@@ -167,6 +169,7 @@ StatusOr<RunFolder> PrepareRunFolder(const RunArgs& a, const Config& recipe) {
   default_path("actor.progress_file", dir / "progress.json");
   default_path("actor.checkpoint_dir", dir / "checkpoints");
   default_path("actor.export_dir", dir / "model");
+  default_path("run.faults", dir / "faults.jsonl");
   if (recipe::RecipeSchema().Find("actor.tensorboard_dir") != nullptr) {
     default_path("actor.tensorboard_dir", dir / "tensorboard");
   }
@@ -188,9 +191,52 @@ StatusOr<RunFolder> PrepareRunFolder(const RunArgs& a, const Config& recipe) {
   return f;
 }
 
+// "N faults (crash 2, hang 1) in FILE; " for a non-empty faults.jsonl, then "effective training
+// time ratio X" from the last step's perf/ettr in `metrics`; empty when there is neither.
+std::string FaultSummary(const fs::path& faults, const fs::path& metrics) {
+  std::map<std::string, int> by_kind;
+  int total = 0;
+  std::ifstream in(faults);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) continue;
+    ++by_kind[j["kind"].get<std::string>()];
+    ++total;
+  }
+  std::string out;
+  if (total > 0) {
+    out = std::to_string(total) + (total == 1 ? " fault (" : " faults (");
+    bool first = true;
+    for (const auto& [kind, n] : by_kind) {
+      out += (first ? "" : ", ") + kind + " " + std::to_string(n);
+      first = false;
+    }
+    out += ") in " + faults.string();
+  }
+  std::ifstream m(metrics);
+  std::optional<double> ettr;
+  for (std::string line; std::getline(m, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("perf/ettr") && j["perf/ettr"].is_number()) {
+      ettr = j["perf/ettr"].get<double>();
+    }
+  }
+  if (ettr) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "effective training time ratio %.3f", *ettr);
+    out += (out.empty() ? "" : "; ") + std::string(buf);
+  }
+  return out;
+}
+
 // How the run ended, on the console; returns the exit code.
 int ReportEnd(const RunArgs& a, const RunFolder& f, const launch::RunRoles& roles,
               const launch::WatchResult& end, Console& console) {
+  if (const std::string faults =
+          FaultSummary(f.effective.GetString("run.faults"), f.effective.GetString("actor.metrics"));
+      !faults.empty()) {
+    console.Say("[run] %s\n", faults.c_str());
+  }
   if (end.end == launch::RunEnd::kInterrupted) {
     std::string again = "laminar run " + a.recipe;
     for (const std::string& o : a.overrides) again += " " + o;
@@ -235,6 +281,8 @@ int RunJob(const RunArgs& a) {
 
   // Every role stops when this process dies, even by SIGKILL (cli/main.cc StopWithSupervisor).
   ::setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), /*overwrite=*/1);
+  // The actor's effective training time ratio counts from here (actor/actor.h).
+  ::setenv(actor::kRunStartEnv, std::to_string(FaultClockNow()).c_str(), /*overwrite=*/1);
   std::error_code self_ec;
   launch::RunLaunch launch;
   launch.self = fs::read_symlink("/proc/self/exe", self_ec).string();
@@ -254,8 +302,12 @@ int RunJob(const RunArgs& a) {
 
   Console console(metrics_path, metrics_offset, folder->effective.GetString("actor.progress_file"));
   auto say = [&console](const std::string& line) { console.SayLine(line); };
-  const launch::WatchResult end = launch::WatchRun(
-      *roles, stop_signals, a.max_restarts, [&console] { console.Update(); }, say);
+  const launch::WatchResult end =
+      launch::WatchRun(*roles, stop_signals,
+                       {.max_restarts = a.max_restarts,
+                        .tick = [&console] { console.Update(); },
+                        .say = say,
+                        .faults = FaultLog(folder->effective.GetString("run.faults"))});
   if (end.end == launch::RunEnd::kActorExited) console.Finish();
   launch::StopRun(*roles, say, [&console] { console.Finish(); });
   return ReportEnd(a, *folder, *roles, end, console);

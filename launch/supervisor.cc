@@ -83,9 +83,21 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
 
 namespace {
 
+// Records the death of `role`, which exited with `code` (Process::Wait's); `recovered_unix_s`
+// NaN when it was not brought back.
+void RecordCrash(const WatchOptions& options, const SupervisedRole& role, int code,
+                 double detected_unix_s, double recovered_unix_s) {
+  Fault f{.kind = FaultKind::kCrash,
+          .role = role.name,
+          .detail = ExitCodeDetail(code),
+          .seen_by = "supervisor",
+          .detected_unix_s = detected_unix_s,
+          .recovered_unix_s = recovered_unix_s};
+  if (Status st = options.faults.Record(f); !st.ok()) options.say("[run] " + st.ToString());
+}
+
 // Restarts the dead rollouts (each up to max_restarts times); returns how many are running.
-int KeepRolloutsUp(RunRoles& roles, int max_restarts, int start_timeout_ms,
-                   const std::function<void(const std::string&)>& say) {
+int KeepRolloutsUp(RunRoles& roles, const WatchOptions& options, int start_timeout_ms) {
   int alive = 0;
   for (SupervisedRole& r : roles.rollouts) {
     if (r.gone) continue;
@@ -93,21 +105,26 @@ int KeepRolloutsUp(RunRoles& roles, int max_restarts, int start_timeout_ms,
       ++alive;
       continue;
     }
+    const double detected = FaultClockNow();
     auto code = r.process.Wait(1000);
-    const std::string exit = std::to_string(code.ok() ? *code : -1);
-    if (r.restarts >= max_restarts) {
-      say("[run] " + r.name + " exited (" + exit + ") after " + std::to_string(r.restarts) +
-          " restarts; giving up on it. " + r.log.string() + ":" + LogTail(r.log, 3));
+    const int exit_code = code.ok() ? *code : -1;
+    const std::string exit = ExitCodeDetail(exit_code);
+    if (r.restarts >= options.max_restarts) {
+      options.say("[run] " + r.name + " " + exit + " after " + std::to_string(r.restarts) +
+                  " restarts; giving up on it. " + r.log.string() + ":" + LogTail(r.log, 3));
+      RecordCrash(options, r, exit_code, detected, NAN);
       r.gone = true;
       continue;
     }
     ++r.restarts;
-    say("[run] " + r.name + " exited (" + exit + "); restarting it (" + std::to_string(r.restarts) +
-        " of " + std::to_string(max_restarts) + ")");
+    options.say("[run] " + r.name + " " + exit + "; restarting it (" + std::to_string(r.restarts) +
+                " of " + std::to_string(options.max_restarts) + ")");
     if (auto st = StartRole(&r, start_timeout_ms); !st.ok()) {
-      say("[run] " + std::string(st.status().message()));
+      options.say("[run] " + std::string(st.status().message()));
+      RecordCrash(options, r, exit_code, detected, NAN);
       continue;  // its Process is not running: the next round counts another restart
     }
+    RecordCrash(options, r, exit_code, detected, FaultClockNow());
     ++alive;
   }
   return alive;
@@ -115,28 +132,33 @@ int KeepRolloutsUp(RunRoles& roles, int max_restarts, int start_timeout_ms,
 
 }  // namespace
 
-WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, int max_restarts,
-                     const std::function<void()>& tick,
-                     const std::function<void(const std::string&)>& say) {
+WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchOptions& options) {
   constexpr int kStartTimeoutMs = 120000;
   while (true) {
     const timespec wait = {.tv_sec = 0, .tv_nsec = 200'000'000};
     if (sigtimedwait(&stop_signals, nullptr, &wait) > 0) return {RunEnd::kInterrupted, 130};
-    tick();
+    options.tick();
     if (!roles.actor.process.Running()) {
+      const double detected = FaultClockNow();
       auto code = roles.actor.process.Wait(1000);
-      return {RunEnd::kActorExited, code.ok() ? *code : 1};
+      const int exit_code = code.ok() ? *code : 1;
+      if (exit_code != 0) RecordCrash(options, roles.actor, exit_code, detected, NAN);
+      return {RunEnd::kActorExited, exit_code};
     }
     bool down = false;
     for (SupervisedRole* r : {&roles.relay, &roles.manager}) {
       if (!r->process.Running()) {
-        say("[run] the " + r->name + " exited; " + r->log.string() + ":" + LogTail(r->log, 5));
+        const double detected = FaultClockNow();
+        auto code = r->process.Wait(1000);
+        RecordCrash(options, *r, code.ok() ? *code : -1, detected, NAN);
+        options.say("[run] the " + r->name + " exited; " + r->log.string() + ":" +
+                    LogTail(r->log, 5));
         down = true;
       }
     }
     if (down) return {RunEnd::kRoleDown, 1};
-    if (KeepRolloutsUp(roles, max_restarts, kStartTimeoutMs, say) == 0) {
-      say("[run] every rollout is gone; nothing can generate");
+    if (KeepRolloutsUp(roles, options, kStartTimeoutMs) == 0) {
+      options.say("[run] every rollout is gone; nothing can generate");
       return {RunEnd::kNoRollouts, 1};
     }
   }

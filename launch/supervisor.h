@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fault_log.h"
 #include "core/process.h"
 #include "core/status.h"
 
@@ -75,12 +76,20 @@ struct WatchResult {
   int exit_code = 0;  // the actor's exit code, 1 for kRoleDown and kNoRollouts, 130 interrupted
 };
 
+// How WatchRun watches: `tick` is called every round, each event is told to `say` as one line,
+// each dead rollout is restarted up to `max_restarts` times, and each death is recorded in
+// `faults` (a crash naming the role, host and exit code or signal; recovered when a restarted
+// rollout is ready again).
+struct WatchOptions {
+  int max_restarts = 5;
+  std::function<void()> tick = [] {};
+  std::function<void(const std::string&)> say = [](const std::string&) {};
+  FaultLog faults;
+};
+
 // Watches `roles` until the run ends (RunEnd), every 200 ms taking a pending signal of
-// `stop_signals` (blocked by the caller), calling `tick`, and restarting each dead rollout up to
-// `max_restarts` times. Each event is told to `say` as one line.
-WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, int max_restarts,
-                     const std::function<void()>& tick,
-                     const std::function<void(const std::string&)>& say);
+// `stop_signals` (blocked by the caller).
+WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchOptions& options);
 
 // Stops a run: the actor first with SIGTERM (it saves a checkpoint, which needs the manager's
 // snapshot; killed after `actor_timeout_ms`), `after_actor` is called, then the rollouts, manager

@@ -20,6 +20,10 @@ ConfigSchema BuildSchema() {
   s.AddString("run.dir", "",
               "laminar run: where metrics.jsonl, checkpoints/, tensorboard/ and logs/ go (empty: "
               "runs/<recipe file name>)");
+  s.AddString("run.faults", "",
+              "faults.jsonl: each fault the supervisor, manager and actor see (crash, hang, "
+              "non_finite, straggler, disk_full, lost_link) with its role, host and detection and "
+              "recovery times (laminar run: <run.dir>/faults.jsonl; empty elsewhere: none)");
   s.AddRequired("model.path", ConfigType::kString,
                 "policy checkpoint: a Hugging Face folder, GGUF or llama2.c file");
   s.AddString("model.tokenizer", "", "tokenizer file overriding the checkpoint's");

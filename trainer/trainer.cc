@@ -593,4 +593,6 @@ Status Trainer::ExportHuggingFace(const std::string& dir,
   return collective_->Barrier();
 }
 
+int64_t Trainer::skipped_steps() const { return optimizer_->skipped_steps(); }
+
 }  // namespace laminar::trainer

@@ -105,6 +105,8 @@ class Trainer {
                            bool overwrite = false);
 
   int64_t global_step() const { return global_step_; }
+  // Updates skipped for a non-finite loss or gradient (actor/skipped_steps), since the run began.
+  int64_t skipped_steps() const;
   int64_t policy_version() const { return policy_version_; }
   const ParameterSet& params() const { return params_; }
   const model::ModelConfig& model_config() const { return model_; }

@@ -54,6 +54,7 @@ StatusOr<ManagerServerOptions> ManagerServerOptionsOf(const Config& r) {
   so.repack.enabled = r.GetBool("repack.enabled") && so.mode == RunMode::kAsync;
   so.repack.max_batch = static_cast<int32_t>(r.GetInt("repack.max_batch"));
   so.repack_interval_s = r.GetFloat("repack.interval_s");
+  so.faults = FaultLog(r.GetString("run.faults"));
   return so;
 }
 

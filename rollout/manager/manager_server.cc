@@ -65,6 +65,8 @@ ManagerServer::~ManagerServer() { Stop(); }
 
 void ManagerServer::Stop() {
   if (server_) server_->Stop();
+  MutexLock lock(&mu_);
+  for (const auto& [id, rate] : rates_) EndStraggler(id);
 }
 
 double ManagerServer::Now() const {
@@ -98,17 +100,95 @@ std::string ManagerServer::Handle(std::string_view request, std::string_view pee
   return proto::Encode(std::move(reply));
 }
 
+std::string ManagerServer::HostOf(const std::string& id) const {
+  auto it = hosts_.find(id);
+  return it != hosts_.end() ? it->second : "unknown";
+}
+
+void ManagerServer::RecordFault(Fault fault) const {
+  fault.seen_by = "manager";
+  if (Status st = options_.faults.Record(std::move(fault)); !st.ok()) {
+    LAMINAR_LOG(WARN, MANAGER) << st;
+  }
+}
+
 void ManagerServer::ExpireDead(double now) {
   for (const std::string& id : state_->ExpireDead(now, options_.heartbeat_timeout_s)) {
     LAMINAR_LOG(WARN, MANAGER) << "rollout " << id << " missed its heartbeats for "
                                << options_.heartbeat_timeout_s << " s: its groups are re-issued";
+    EndStraggler(id);
+    // Detected now; recovered at once: its groups went back to the pool for the others.
+    const double t = FaultClockNow();
+    RecordFault({.kind = FaultKind::kHang,
+                 .role = id,
+                 .host = HostOf(id),
+                 .detail = "no heartbeat for " + std::to_string(options_.heartbeat_timeout_s) +
+                           " s; its groups are re-issued",
+                 .detected_unix_s = t,
+                 .recovered_unix_s = t});
     running_.erase(id);
     orders_.erase(id);
     // Samples waiting to be imported there are lost with it; their groups were re-issued whole.
     imports_.erase(id);
     kv_at_last_round_.erase(id);
     placed_.erase(id);
+    rates_.erase(id);
   }
+}
+
+void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
+  DecodeRate& r = rates_[hb.id()];
+  auto steps_it = hb.counters().find("rollout/spec_decode_steps");
+  if (steps_it == hb.counters().end()) return;
+  const double steps = steps_it->second;
+  const double dt = now - r.last_s;
+  if (r.last_steps < 0 || steps < r.last_steps) {  // first heartbeat, or a restarted process
+    r.last_steps = steps;
+    r.last_s = now;
+    return;
+  }
+  if (dt < 0.5) return;  // too short an interval to say
+  r.busy = hb.running() > 0;
+  r.rate = r.busy ? (steps - r.last_steps) / dt / hb.running() : 0;
+  r.last_steps = steps;
+  r.last_s = now;
+  if (!r.busy) return;
+  std::vector<double> others;
+  for (const auto& [id, o] : rates_) {
+    if (id != hb.id() && o.busy && now - o.last_s < 4 * options_.heartbeat_timeout_s) {
+      others.push_back(o.rate);
+    }
+  }
+  if (others.empty()) return;
+  std::sort(others.begin(), others.end());
+  const double median = others.size() % 2 == 1
+                            ? others[others.size() / 2]
+                            : (others[others.size() / 2 - 1] + others[others.size() / 2]) / 2;
+  if (r.straggling_since_unix_s == 0 && r.rate < median / 3) {
+    r.straggling_since_unix_s = FaultClockNow();
+    r.detail = "decoding " + std::to_string(r.rate) + " steps/s per sequence, the other busy " +
+               "rollouts' median " + std::to_string(median);
+    LAMINAR_LOG(WARN, MANAGER) << hb.id() << " straggles: " << r.detail;
+  } else if (r.straggling_since_unix_s != 0 && r.rate >= median / 2) {
+    RecordFault({.kind = FaultKind::kStraggler,
+                 .role = hb.id(),
+                 .host = HostOf(hb.id()),
+                 .detail = r.detail,
+                 .detected_unix_s = r.straggling_since_unix_s,
+                 .recovered_unix_s = FaultClockNow()});
+    r.straggling_since_unix_s = 0;
+  }
+}
+
+void ManagerServer::EndStraggler(const std::string& id) {
+  auto it = rates_.find(id);
+  if (it == rates_.end() || it->second.straggling_since_unix_s == 0) return;
+  RecordFault({.kind = FaultKind::kStraggler,
+               .role = id,
+               .host = HostOf(id),
+               .detail = it->second.detail,
+               .detected_unix_s = it->second.straggling_since_unix_s});
+  it->second.straggling_since_unix_s = 0;
 }
 
 proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, double now) {
@@ -137,6 +217,18 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
         if (t.reward_outcome() == proto::REWARD_OUTCOME_TIMEOUT) {
           ++counter_totals_["reward/timeout_count"];
         }
+        if (t.finish_reason() == proto::FINISH_REASON_NON_FINITE_LOGITS) {
+          // The rollout ended the response at once; the sample is trained as it stands.
+          const double at = FaultClockNow();
+          RecordFault({.kind = FaultKind::kNonFinite,
+                       .role = t.rollout_id(),
+                       .host = HostOf(t.rollout_id()),
+                       .detail = "non-finite logits ended " + t.prompt_id() + " sample " +
+                                 std::to_string(t.sample_index()) + " at version " +
+                                 std::to_string(t.version()),
+                       .detected_unix_s = at,
+                       .recovered_unix_s = at});
+        }
       }
       reply.set_dropped(dropped);
       break;
@@ -163,6 +255,8 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
         orders_.erase(r.returned().rollout_id());
         imports_.erase(r.returned().rollout_id());
         last_counters_.erase(r.returned().rollout_id());  // the new process counts from 0
+        EndStraggler(r.returned().rollout_id());
+        rates_.erase(r.returned().rollout_id());
         placed_.erase(r.returned().rollout_id());
         break;
       }
@@ -256,6 +350,8 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
     return;
   }
   running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
+  if (!hb.host().empty()) hosts_[hb.id()] = hb.host();
+  TrackStragglers(hb, now);
   ReissueOrphans(hb);
   for (const auto& [name, value] : hb.counters()) {
     double& last = last_counters_[hb.id()][name];

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fault_log.h"
 #include "core/mutex.h"
 #include "core/status.h"
 #include "core/zmq_transport.h"
@@ -36,6 +37,10 @@ struct ManagerServerOptions {
   double heartbeat_timeout_s = 5;  // a rollout silent this long is dead
   rollout::RepackConfig repack;
   double repack_interval_s = 5;  // also right after each new version (docs/architecture.md)
+  // The faults the manager sees, each naming the rollout and its host (core/fault_log.h): a hang
+  // (missed heartbeats), non-finite logits that ended a response, a straggler (a rollout whose
+  // per-sequence decode rate falls below a third of the median of the other busy rollouts').
+  FaultLog faults;
   Status Validate() const;
 };
 
@@ -76,6 +81,14 @@ class ManagerServer {
   void DeliverOrders(const std::string& rollout_id, proto::ManagerReply* reply)
       LAMINAR_REQUIRES(mu_);
   void ExpireDead(double now) LAMINAR_REQUIRES(mu_);
+  // The host rollout `id` named in its heartbeats ("unknown" before the first).
+  std::string HostOf(const std::string& id) const LAMINAR_REQUIRES(mu_);
+  // Records `fault` (seen by the manager) in options_.faults; a failure is logged.
+  void RecordFault(Fault fault) const;
+  // Updates the decode rate of heartbeat.id() and records stragglers that recovered.
+  void TrackStragglers(const proto::Heartbeat& heartbeat, double now) LAMINAR_REQUIRES(mu_);
+  // Records the straggler `id` as not recovered (it died, or the manager stops), if it was one.
+  void EndStraggler(const std::string& id) LAMINAR_REQUIRES(mu_);
 
   ManagerServerOptions options_;
   std::chrono::steady_clock::time_point start_;
@@ -114,6 +127,16 @@ class ManagerServer {
   std::map<std::string, double> counter_totals_ LAMINAR_GUARDED_BY(mu_);
   // Run totals of repack/* and manager/orphans_reissued.
   std::map<std::string, double> totals_ LAMINAR_GUARDED_BY(mu_);
+  // Each rollout's host (from its heartbeats) and per-sequence decode rate, for fault records.
+  std::map<std::string, std::string> hosts_ LAMINAR_GUARDED_BY(mu_);
+  struct DecodeRate {
+    double last_steps = -1, last_s = 0;
+    double rate = 0;    // decode steps per second per running sequence, last interval
+    bool busy = false;  // it ran sequences over the last interval
+    double straggling_since_unix_s = 0;  // 0: not straggling
+    std::string detail;
+  };
+  std::map<std::string, DecodeRate> rates_ LAMINAR_GUARDED_BY(mu_);
   std::unique_ptr<ZmqReplyServer> server_;
 };
 

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/host.h"
 #include "core/logging.h"
 #include "proto/codec.h"
 #include "relay/policy_weights.h"
@@ -193,6 +194,7 @@ Status RolloutWorker::SendHeartbeat() {
   h->set_role("rollout");
   h->set_id(options_.id);
   h->set_version(engine_ ? engine_->weight_version() : -1);
+  h->set_host(Hostname());
   if (engine_) {
     const SchedulerStats s = engine_->scheduler().stats();
     h->set_running(static_cast<int32_t>(s.num_running));

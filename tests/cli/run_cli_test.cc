@@ -14,6 +14,7 @@
 
 #include "actor/console.h"
 #include "actor/tensorboard.h"
+#include "core/host.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
 #include "tests/cli/cli_util.h"
@@ -162,7 +163,10 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
   ASSERT_GT(rollout, 0);
   kill(rollout, SIGKILL);
   ASSERT_TRUE(WaitFor(
-      [&] { return Slurp(dir / "run.err").find("rollout/0 exited") != std::string::npos; }, 30000))
+      [&] {
+        return Slurp(dir / "run.err").find("rollout/0 killed by SIGKILL") != std::string::npos;
+      },
+      30000))
       << Slurp(dir / "run.err");
   EXPECT_TRUE(WaitFor(
       [&] {
@@ -180,6 +184,25 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
   const std::string err = Slurp(dir / "run.err");
   EXPECT_NE(err.find("restarting it"), std::string::npos) << err;
   EXPECT_NE(err.find("--resume"), std::string::npos) << err;
+  // The kill is demarcated in faults.jsonl: the role, this host, the signal, the time to recover;
+  // the run's summary counts it and gives the effective training time ratio.
+  nlohmann::json crash;
+  for (const auto& f : Lines(out / "faults.jsonl")) {
+    if (f["kind"] == "crash") crash = f;
+  }
+  ASSERT_TRUE(crash.is_object()) << Slurp(out / "faults.jsonl");
+  EXPECT_EQ(crash["kind"], "crash") << crash.dump();
+  EXPECT_EQ(crash["role"], "rollout/0") << crash.dump();
+  EXPECT_EQ(crash["host"], Hostname()) << crash.dump();
+  EXPECT_EQ(crash["detail"], "killed by SIGKILL") << crash.dump();
+  EXPECT_EQ(crash["seen_by"], "supervisor") << crash.dump();
+  EXPECT_GE(crash["recovery_s"].get<double>(), 0) << crash.dump();
+  EXPECT_NE(err.find("crash 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("effective training time ratio"), std::string::npos) << err;
+  for (const auto& m : Lines(metrics)) {
+    EXPECT_GT(m.value("perf/ettr", -1.0), 0) << m.dump();
+    EXPECT_LE(m.value("perf/ettr", 2.0), 1) << m.dump();
+  }
   // Nothing of the run is left running.
   EXPECT_EQ(FindProcess({recipe}), -1);
   const double last = Lines(metrics).back()["training/global_step"].get<double>();
