@@ -315,7 +315,47 @@ void AddBatchMetrics(const BatchSummary& b, StepMetrics& m) {
 
 }  // namespace
 
+Status DropStepsAfter(const std::string& path, const std::string& key, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return OkStatus();
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains(key) && j[key].is_number() &&
+        j[key].get<double>() > static_cast<double>(step)) {
+      ++dropped;
+      continue;
+    }
+    if (!line.empty()) kept += line + "\n";  // a torn last line goes too
+  }
+  in.close();
+  if (dropped == 0) return OkStatus();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out.flush()) return InternalError("actor: cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return InternalError("actor: cannot replace " + path + ": " + ec.message());
+  LAMINAR_LOG(INFO, ACTOR) << path << ": dropped " << dropped << " lines of steps after " << step
+                           << ", which this run trains again";
+  return OkStatus();
+}
+
 Status Actor::OpenRunOutputs() {
+  // What an interrupted run wrote past its newest checkpoint is trained again: no step appears
+  // twice in the outputs.
+  if (!options_.metrics_path.empty()) {
+    LAMINAR_RETURN_IF_ERROR(
+        DropStepsAfter(options_.metrics_path, "training/global_step", trainer_->global_step()));
+  }
+  if (!options_.trajectory_log.empty()) {
+    LAMINAR_RETURN_IF_ERROR(
+        DropStepsAfter(options_.trajectory_log, "step", trainer_->global_step()));
+  }
   if (!options_.metrics_path.empty()) {
     metrics_file_.open(options_.metrics_path, std::ios::app);
     if (!metrics_file_) return InvalidArgumentError("actor: cannot open " + options_.metrics_path);
@@ -364,14 +404,16 @@ void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
     kept_s_ += step_s;
   }
   // A step over 3x the median of the steps before it (5 at least) straggled: it is recorded as
-  // detected when it passed that mark and recovered when it ended.
+  // detected when it passed that mark and recovered when it ended...
   constexpr size_t kMinHistory = 5;
   constexpr double kOutlier = 3;
   if (step_times_.size() >= kMinHistory) {
     std::vector<double> sorted = step_times_;
     std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
     const double median = sorted[sorted.size() / 2];
-    if (median > 0 && step_s > kOutlier * median) {
+    // ... and by a second at least: a step of milliseconds that takes a few more is noise.
+    constexpr double kMinExcessS = 1;
+    if (median > 0 && step_s > kOutlier * median && step_s - median >= kMinExcessS) {
       record({.kind = FaultKind::kStraggler,
               .detail = "step " + step + " took " + std::to_string(step_s) + " s, " +
                         std::to_string(step_s / median) + "x the median " + std::to_string(median) +

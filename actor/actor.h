@@ -83,6 +83,12 @@ struct ActorOptions {
 // since the epoch), for ActorOptions::run_start_unix_s.
 inline constexpr char kRunStartEnv[] = "LAMINAR_RUN_START_UNIX";
 
+// Drops the lines of the JSONL file `path` whose number `key` is above `step`: the steps a run
+// trained after its newest checkpoint, which its resumption trains again, so that no step appears
+// twice in metrics.jsonl or the trajectory log. Atomic (a temporary file renamed over it); a
+// missing file is fine. Errors name the file.
+Status DropStepsAfter(const std::string& path, const std::string& key, int64_t step);
+
 // StepMetrics (one training step's result) and StepProgress are in actor/console.h.
 
 // Not thread-safe: one thread calls Run.

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/actor.h"
 #include "actor/actor_recipe.h"
 #include "actor/console.h"
 #include "cli/command.h"
@@ -31,6 +32,7 @@
 #include "recipe/recipe.h"
 #include "reward/reward_recipe.h"
 #include "rollout/worker/worker_recipe.h"
+#include "trainer/checkpoint.h"
 
 namespace laminar::cli {
 namespace {
@@ -272,6 +274,21 @@ int RunJob(const RunArgs& a) {
   auto folder = PrepareRunFolder(a, *recipe);
   if (!folder.ok()) return Fail(folder.status().message());
   const fs::path metrics_path = folder->effective.GetString("actor.metrics");
+  // Steps an interrupted run trained after its newest checkpoint are trained again: their lines
+  // go now (the actor does the same), before the console's offset is taken.
+  int64_t resume_step = 0;
+  if (a.resume) {
+    auto latest =
+        trainer::LatestCheckpointStep(folder->effective.GetString("actor.checkpoint_dir"));
+    if (latest.ok()) resume_step = *latest;
+  }
+  for (const auto& [key, path] :
+       {std::pair{"training/global_step", metrics_path.string()},
+        std::pair{"step", folder->effective.GetString("actor.trajectory_log")}}) {
+    if (path.empty()) continue;
+    if (Status st = actor::DropStepsAfter(path, key, resume_step); !st.ok())
+      return Fail(st.message());
+  }
   // The console shows the steps this run adds, from the first: the offset is taken before any
   // role starts (a fast actor may finish steps before the last rollout is ready).
   std::streamoff metrics_offset = 0;
@@ -281,6 +298,8 @@ int RunJob(const RunArgs& a) {
 
   // Every role stops when this process dies, even by SIGKILL (cli/main.cc StopWithSupervisor).
   ::setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), /*overwrite=*/1);
+  // Every role's reward pool records its workers' deaths there (core/fault_log.h).
+  ::setenv(kFaultsEnv, folder->effective.GetString("run.faults").c_str(), /*overwrite=*/1);
   // The actor's effective training time ratio counts from here (actor/actor.h).
   ::setenv(actor::kRunStartEnv, std::to_string(FaultClockNow()).c_str(), /*overwrite=*/1);
   std::error_code self_ec;
@@ -309,7 +328,13 @@ int RunJob(const RunArgs& a) {
                         .say = say,
                         .faults = FaultLog(folder->effective.GetString("run.faults"))});
   if (end.end == launch::RunEnd::kActorExited) console.Finish();
-  launch::StopRun(*roles, say, [&console] { console.Finish(); });
+  // Without its manager the actor cannot save (a checkpoint holds the manager's snapshot): it
+  // gets a moment, not the ten minutes a save may take; the run resumes from its last checkpoint.
+  constexpr int kNoManagerActorTimeoutMs = 3000, kActorTimeoutMs = 600000;
+  const bool manager_down = !roles->manager.process.Running();
+  launch::StopRun(
+      *roles, say, [&console] { console.Finish(); },
+      manager_down ? kNoManagerActorTimeoutMs : kActorTimeoutMs);
   return ReportEnd(a, *folder, *roles, end, console);
 }
 

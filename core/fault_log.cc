@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -75,6 +76,11 @@ Status FaultLog::Record(Fault fault) const {
                          (n < 0 ? std::strerror(err) : "short write"));
   }
   return OkStatus();
+}
+
+FaultLog FaultLogFromEnvironment() {
+  const char* path = std::getenv(kFaultsEnv);
+  return path != nullptr ? FaultLog(path) : FaultLog();
 }
 
 double FaultClockNow() {

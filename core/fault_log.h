@@ -61,6 +61,12 @@ class FaultLog {
   std::string path_;
 };
 
+// The environment variable by which `laminar run` names its faults.jsonl to every role, for code
+// with no recipe at hand (the reward worker pools).
+inline constexpr char kFaultsEnv[] = "LAMINAR_FAULTS";
+// A log of the file $LAMINAR_FAULTS names; records nothing when it is unset or empty.
+FaultLog FaultLogFromEnvironment();
+
 // Seconds since the epoch, as the records store them.
 double FaultClockNow();
 

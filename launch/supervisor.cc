@@ -1,6 +1,8 @@
 // The supervisor of `laminar run`; see supervisor.h.
 #include "launch/supervisor.h"
 
+#include <sys/mman.h>
+
 #include <ctime>
 #include <fstream>
 #include <utility>
@@ -61,6 +63,7 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
       log_of("relay"));
   LAMINAR_ASSIGN_OR_RETURN(nlohmann::json relay_ready, StartRole(&roles.relay, timeout));
   roles.relay_endpoint = relay_ready["control"].get<std::string>();
+  roles.shm_prefix = launch.shm_prefix;
   roles.manager = SupervisedRole("manager", role_argv("manager", {}), log_of("manager"));
   LAMINAR_ASSIGN_OR_RETURN(nlohmann::json manager_ready, StartRole(&roles.manager, timeout));
   roles.manager_endpoint = manager_ready["endpoint"].get<std::string>();
@@ -178,6 +181,25 @@ void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say
   for (SupervisedRole& r : roles.rollouts) r.process.Signal(SIGTERM);
   roles.manager.process.Signal(SIGTERM);
   roles.relay.process.Signal(SIGTERM);
+  if (!roles.relay.process.Wait(Process::kTermGraceMs).ok()) {
+    roles.relay.process.Signal(SIGKILL);
+    (void)roles.relay.process.Wait(5000);
+  }
+  if (!roles.shm_prefix.empty()) {
+    if (const int n = RemoveSharedMemory(roles.shm_prefix); n > 0) {
+      say("[run] removed " + std::to_string(n) + " shared-memory segment(s) the relay left");
+    }
+  }
+}
+
+int RemoveSharedMemory(const std::string& prefix) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(prefix + "-") && shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace laminar::launch

@@ -45,6 +45,7 @@ struct RunRoles {
   SupervisedRole relay, manager, actor;
   std::vector<SupervisedRole> rollouts;
   std::string relay_endpoint, manager_endpoint;
+  std::string shm_prefix;  // the master relay's shared-memory names
 };
 
 // How a run is started: `self` is this binary; every role but the relay gets `recipe_args`
@@ -93,8 +94,14 @@ WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchO
 
 // Stops a run: the actor first with SIGTERM (it saves a checkpoint, which needs the manager's
 // snapshot; killed after `actor_timeout_ms`), `after_actor` is called, then the rollouts, manager
-// and relay get SIGTERM (each Process's destructor waits, then kills what is left).
+// and relay get SIGTERM; the relay is waited for (killed after Process::kTermGraceMs) and the
+// shared-memory segments of its prefix are removed, also those of a relay that was killed (each
+// other Process's destructor waits, then kills what is left).
 void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say,
              const std::function<void()>& after_actor, int actor_timeout_ms = 600000);
+
+// Unlinks every /dev/shm segment named `prefix`-*: what a relay killed by SIGKILL leaves.
+// Readers that still map one keep intact bytes. Returns how many went.
+int RemoveSharedMemory(const std::string& prefix);
 
 }  // namespace laminar::launch

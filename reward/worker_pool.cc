@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fault_log.h"
 #include "core/host.h"
 #include "core/logging.h"
 #include "core/mutex.h"
@@ -86,6 +87,17 @@ class RewardWorkerPool {
   }
 
   static std::string ExitText(Process& w) { return ExitText(w.Wait(1000)); }
+
+  // A worker's death in the run's faults.jsonl ($LAMINAR_FAULTS), as role "reward".
+  static void RecordCrash(const std::string& detail, double detected, double recovered) {
+    Status st = FaultLogFromEnvironment().Record({.kind = FaultKind::kCrash,
+                                                  .role = "reward",
+                                                  .detail = detail,
+                                                  .seen_by = "reward pool",
+                                                  .detected_unix_s = detected,
+                                                  .recovered_unix_s = recovered});
+    if (!st.ok()) LAMINAR_LOG(WARN, REWARD) << st;
+  }
   static std::string ExitText(const StatusOr<int>& code) {
     if (!code.ok()) return "it closed its output";
     if (*code > 128) return "it was killed by signal " + std::to_string(*code - 128);
@@ -130,8 +142,13 @@ class RewardWorkerPool {
 
   StatusOr<RewardResult> CallOn(Process& w, const RewardInput& in) {
     if (w.pid() <= 0 || !w.Running()) {
+      // Not started yet, or it died while idle (killed, out of memory): a fresh one takes the call.
+      const bool died = w.pid() > 0;
+      const double at = FaultClockNow();
+      const std::string how = died ? ExitText(w) : "";
       Stop(w, 0);
       LAMINAR_RETURN_IF_ERROR(Start(w), "restarting a worker");
+      if (died) RecordCrash(tag_ + ": an idle worker died (" + how + ")", at, FaultClockNow());
     }
     const int timeout_ms = ToMs(options_.timeout_s);
     const int64_t deadline = SteadyNowMs() + timeout_ms;
@@ -153,7 +170,10 @@ class RewardWorkerPool {
                                      std::to_string(options_.sandbox.cpu_time_s) +
                                      " s of CPU time (cpu_time_s); the worker was killed");
       }
-      return UnavailableError(tag_ + ": the worker died during the call (" + ExitText(code) + ")");
+      const std::string died = tag_ + ": the worker died during the call (" + ExitText(code) + ")";
+      const double at = FaultClockNow();  // a fresh worker starts with the next call
+      RecordCrash(died, at, at);
+      return UnavailableError(died);
     }
     nlohmann::json reply = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
     if (!reply.is_object()) {

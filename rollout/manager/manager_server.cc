@@ -137,46 +137,71 @@ void ManagerServer::ExpireDead(double now) {
 }
 
 void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
-  DecodeRate& r = rates_[hb.id()];
-  auto steps_it = hb.counters().find("rollout/spec_decode_steps");
-  if (steps_it == hb.counters().end()) return;
-  const double steps = steps_it->second;
+  GenerationRate& r = rates_[hb.id()];
+  auto tokens_it = hb.counters().find("rollout/tokens_generated");
+  if (tokens_it == hb.counters().end()) return;
+  const double tokens = tokens_it->second;
   const double dt = now - r.last_s;
-  if (r.last_steps < 0 || steps < r.last_steps) {  // first heartbeat, or a restarted process
-    r.last_steps = steps;
+  if (r.last_tokens < 0 || tokens < r.last_tokens) {  // first heartbeat, or a restarted process
+    r.last_tokens = tokens;
     r.last_s = now;
     return;
   }
   if (dt < 0.5) return;  // too short an interval to say
-  r.busy = hb.running() > 0;
-  r.rate = r.busy ? (steps - r.last_steps) / dt / hb.running() : 0;
-  r.last_steps = steps;
+  // Busy: it holds groups (it should be decoding them); the rate is per group held, so that a
+  // rollout with a larger share of the work is not taken for a fast one.
+  const std::optional<RolloutHealth> health = state_->Rollout(hb.id());
+  const int64_t groups = health ? health->num_groups : 0;
+  r.busy = groups > 0;
+  r.rate = r.busy ? (tokens - r.last_tokens) / dt / static_cast<double>(groups) : 0;
+  r.last_tokens = tokens;
   r.last_s = now;
-  if (!r.busy) return;
+  if (r.busy) r.busy_s = now;
+  // The others' rates while they last had work (within a few heartbeat timeouts): a straggler
+  // holding groups can leave the others idle, waiting for the actor, which waits for it.
   std::vector<double> others;
   for (const auto& [id, o] : rates_) {
-    if (id != hb.id() && o.busy && now - o.last_s < 4 * options_.heartbeat_timeout_s) {
-      others.push_back(o.rate);
+    if (id != hb.id() && o.busy_s > 0 && now - o.busy_s < 4 * options_.heartbeat_timeout_s) {
+      others.push_back(o.busy_rate);
     }
   }
-  if (others.empty()) return;
+  if (r.busy) r.busy_rate = r.rate;
   std::sort(others.begin(), others.end());
-  const double median = others.size() % 2 == 1
+  const double median = others.empty() ? 0
+                        : others.size() % 2 == 1
                             ? others[others.size() / 2]
                             : (others[others.size() / 2 - 1] + others[others.size() / 2]) / 2;
-  if (r.straggling_since_unix_s == 0 && r.rate < median / 3) {
-    r.straggling_since_unix_s = FaultClockNow();
-    r.detail = "decoding " + std::to_string(r.rate) + " steps/s per sequence, the other busy " +
-               "rollouts' median " + std::to_string(median);
+  // Two intervals in a row decide either way, so that one unlucky interval (a scheduling hiccup,
+  // a batch finishing) neither raises nor ends a straggler.
+  constexpr int kIntervals = 2;
+  if (r.straggling_since_unix_s != 0) {
+    // Recovered: back over half the others' rate, or done with its work (nothing waits on it).
+    const bool fine = !r.busy || others.empty() || r.rate >= median / 2;
+    r.streak = fine ? r.streak + 1 : 0;
+    if (r.streak >= kIntervals) {
+      RecordFault({.kind = FaultKind::kStraggler,
+                   .role = hb.id(),
+                   .host = HostOf(hb.id()),
+                   .detail = r.detail,
+                   .detected_unix_s = r.straggling_since_unix_s,
+                   .recovered_unix_s = FaultClockNow()});
+      r.straggling_since_unix_s = 0;
+      r.streak = 0;
+    }
+    return;
+  }
+  const bool slow = r.busy && !others.empty() && r.rate < median / 3;
+  if (!slow) {
+    r.streak = 0;
+    return;
+  }
+  if (r.streak++ == 0) r.first_slow_unix_s = FaultClockNow();
+  if (r.streak >= kIntervals) {
+    r.straggling_since_unix_s = r.first_slow_unix_s;
+    r.streak = 0;
+    r.detail = "generating " + std::to_string(r.rate) + " tokens/s per group held, the other " +
+               "busy rollouts' median " + std::to_string(median);
     LAMINAR_LOG(WARN, MANAGER) << hb.id() << " straggles: " << r.detail;
-  } else if (r.straggling_since_unix_s != 0 && r.rate >= median / 2) {
-    RecordFault({.kind = FaultKind::kStraggler,
-                 .role = hb.id(),
-                 .host = HostOf(hb.id()),
-                 .detail = r.detail,
-                 .detected_unix_s = r.straggling_since_unix_s,
-                 .recovered_unix_s = FaultClockNow()});
-    r.straggling_since_unix_s = 0;
   }
 }
 

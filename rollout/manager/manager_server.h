@@ -39,7 +39,8 @@ struct ManagerServerOptions {
   double repack_interval_s = 5;  // also right after each new version (docs/architecture.md)
   // The faults the manager sees, each naming the rollout and its host (core/fault_log.h): a hang
   // (missed heartbeats), non-finite logits that ended a response, a straggler (a rollout whose
-  // per-sequence decode rate falls below a third of the median of the other busy rollouts').
+  // rate of generated tokens per group held falls below a third of the median of the other busy
+  // rollouts').
   FaultLog faults;
   Status Validate() const;
 };
@@ -85,7 +86,7 @@ class ManagerServer {
   std::string HostOf(const std::string& id) const LAMINAR_REQUIRES(mu_);
   // Records `fault` (seen by the manager) in options_.faults; a failure is logged.
   void RecordFault(Fault fault) const;
-  // Updates the decode rate of heartbeat.id() and records stragglers that recovered.
+  // Updates the generation rate of heartbeat.id() and records stragglers that recovered.
   void TrackStragglers(const proto::Heartbeat& heartbeat, double now) LAMINAR_REQUIRES(mu_);
   // Records the straggler `id` as not recovered (it died, or the manager stops), if it was one.
   void EndStraggler(const std::string& id) LAMINAR_REQUIRES(mu_);
@@ -127,16 +128,20 @@ class ManagerServer {
   std::map<std::string, double> counter_totals_ LAMINAR_GUARDED_BY(mu_);
   // Run totals of repack/* and manager/orphans_reissued.
   std::map<std::string, double> totals_ LAMINAR_GUARDED_BY(mu_);
-  // Each rollout's host (from its heartbeats) and per-sequence decode rate, for fault records.
+  // Each rollout's host (from its heartbeats) and generation rate, for fault records.
   std::map<std::string, std::string> hosts_ LAMINAR_GUARDED_BY(mu_);
-  struct DecodeRate {
-    double last_steps = -1, last_s = 0;
-    double rate = 0;    // decode steps per second per running sequence, last interval
-    bool busy = false;  // it ran sequences over the last interval
+  struct GenerationRate {
+    double last_tokens = -1, last_s = 0;  // rollout/tokens_generated at the last interval's end
+    double rate = 0;       // generated tokens per second per group held, last interval
+    bool busy = false;     // it held groups at its last heartbeat
+    double busy_rate = 0;  // the rate of the last interval it held groups
+    double busy_s = 0;     // when that was (manager clock; 0: never)
     double straggling_since_unix_s = 0;  // 0: not straggling
+    int streak = 0;                      // intervals in a row toward a change of state
+    double first_slow_unix_s = 0;        // the first slow interval of the streak
     std::string detail;
   };
-  std::map<std::string, DecodeRate> rates_ LAMINAR_GUARDED_BY(mu_);
+  std::map<std::string, GenerationRate> rates_ LAMINAR_GUARDED_BY(mu_);
   std::unique_ptr<ZmqReplyServer> server_;
 };
 

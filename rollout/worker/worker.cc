@@ -226,6 +226,7 @@ Status RolloutWorker::SendHeartbeat() {
     auto& c = *h->mutable_counters();
     c["relay/pull_wait_s"] = stats_.pull_wait_s;
     c["rollout/weight_build_s"] = stats_.weight_build_s;
+    c["rollout/tokens_generated"] = static_cast<double>(stats_.tokens_generated);
   }
   if (engine_) {
     const SpecStats& sp = engine_->spec_stats();

@@ -255,8 +255,8 @@ class ScriptedRollout {
   }
 
   // A heartbeat saying sample 0 of each of `running` is in flight, from `host`, with
-  // `decode_steps` decoded so far (< 0: no such counter).
-  void Heartbeat(int64_t version, const std::vector<std::string>& running, double decode_steps = -1,
+  // `tokens` generated so far (< 0: no such counter).
+  void Heartbeat(int64_t version, const std::vector<std::string>& running, double tokens = -1,
                  const std::string& host = "") {
     proto::ManagerRequest req;
     proto::Heartbeat* h = req.mutable_heartbeat();
@@ -264,7 +264,7 @@ class ScriptedRollout {
     h->set_id(id_);
     h->set_version(version);
     h->set_host(host);
-    if (decode_steps >= 0) (*h->mutable_counters())["rollout/spec_decode_steps"] = decode_steps;
+    if (tokens >= 0) (*h->mutable_counters())["rollout/tokens_generated"] = tokens;
     h->set_running(static_cast<int32_t>(running.size()));
     for (const std::string& p : running) h->add_running_samples()->set_prompt_id(p);
     Call(std::move(req));
@@ -393,23 +393,24 @@ TEST(ManagerServerTest, FaultsNameTheRolloutAndItsHost) {
   ASSERT_TRUE(server.ok()) << server.status();
   ScriptedRollout a((*server)->endpoint(), "rollout/a"), b((*server)->endpoint(), "rollout/b"),
       c((*server)->endpoint(), "rollout/c");
-  auto held = a.Work(0, 1);
-  ASSERT_EQ(held.size(), 1u);
-  // rollout/c decodes at a tenth of a's and b's rate for two intervals, then catches up.
-  double steps_ab = 0, steps_c = 0;
+  auto held = a.Work(0, 1), held_b = b.Work(0, 1), held_c = c.Work(0, 1);
+  ASSERT_EQ(held.size() + held_b.size() + held_c.size(), 3u);
+  // Each holds a group; rollout/c generates at a tenth of a's and b's rate for two intervals,
+  // then catches up.
+  double tokens_ab = 0, tokens_c = 0;
   for (int round = 0; round < 5; ++round) {
-    a.Heartbeat(0, {held[0].prompt_id()}, steps_ab, "host-a");
-    b.Heartbeat(0, {"y"}, steps_ab, "host-b");
-    c.Heartbeat(0, {"z"}, steps_c, "host-c");
+    a.Heartbeat(0, {held[0].prompt_id()}, tokens_ab, "host-a");
+    b.Heartbeat(0, {held_b[0].prompt_id()}, tokens_ab, "host-b");
+    c.Heartbeat(0, {held_c[0].prompt_id()}, tokens_c, "host-c");
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    steps_ab += 100;
-    steps_c += round < 2 ? 10 : 100;
+    tokens_ab += 100;
+    tokens_c += round < 2 ? 10 : 100;
   }
   EXPECT_EQ(a.Finish(held[0], 0, {}, proto::FINISH_REASON_NON_FINITE_LOGITS), 0);
   // b and c fall silent; a, still beating, finds them dead past the timeout.
   for (int i = 0; i < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1400));
-    a.Heartbeat(0, {}, steps_ab, "host-a");
+    a.Heartbeat(0, {}, tokens_ab, "host-a");
   }
   (*server)->Stop();
   std::map<std::string, std::vector<nlohmann::json>> by_kind;

@@ -1,0 +1,726 @@
+// `laminar chaos RECIPE --kill rollout,reward,relay,manager,actor --every 20s --for 10m --seed S`:
+// a real `laminar run` of the recipe with faults injected at random (seeded) times, then an audit.
+// Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager declares it dead, then
+// SIGCONT); a straggler (a rollout stopped nine tenths of the time for a while: the manager
+// records it when the rollouts are what the actor waits for); a reward worker killed;
+// the relay, manager or actor killed, after which the run is resumed from its newest checkpoint
+// (`laminar run --resume`). The audit, against the manager's ledger in the final checkpoint and
+// the trajectories the actor trained on: every sample trained at most once, every prompt handed
+// out trained, buffered or in flight (none lost), versions never going back per rollout, no
+// process or shared-memory segment of the run left, each fault demarcated in faults.jsonl to the
+// role it struck, the recovery time per fault, and the effective training time ratio. The report
+// goes to the console and to RUN_DIR/chaos_report.json; the exit code is 0 only when the audit is
+// clean.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/fault_log.h"
+#include "core/mapped_file.h"
+#include "core/process.h"
+#include "recipe/recipe.h"
+
+namespace laminar::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+struct ChaosArgs {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+  std::string kill = "rollout,reward";
+  std::string every = "20s";
+  std::string duration = "10m";
+  uint64_t seed = 1;
+  int rollouts = 0;
+};
+
+int Fail(std::string_view message) { return CommandFail("chaos", message); }
+
+// "20s", "10m", "1h", "1.5" (seconds) to seconds. Errors: InvalidArgument naming the text.
+StatusOr<double> ParseDuration(const std::string& text, const std::string& what) {
+  double scale = 1;
+  std::string number = text;
+  if (!number.empty() && std::string("smh").find(number.back()) != std::string::npos) {
+    scale = number.back() == 's' ? 1 : number.back() == 'm' ? 60 : 3600;
+    number.pop_back();
+  }
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || !(value > 0)) {
+    return InvalidArgumentError(what + " '" + text +
+                                "' is not a positive duration such as 20s, 10m or 1h");
+  }
+  return value * scale;
+}
+
+double Now() { return FaultClockNow(); }
+
+// One process of the system under test, from /proc.
+struct ProcInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  std::vector<std::string> argv{};
+};
+
+std::vector<ProcInfo> ListProcesses() {
+  std::vector<ProcInfo> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    const std::string base = "/proc/" + std::string(e->d_name);
+    std::ifstream stat(base + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(text.substr(paren + 2));
+    char state = 0;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (state == 'Z') continue;  // exited, not yet reaped
+    ProcInfo p{.pid = static_cast<pid_t>(pid), .ppid = static_cast<pid_t>(ppid), .argv = {}};
+    std::ifstream cmd(base + "/cmdline");
+    for (std::string arg; std::getline(cmd, arg, '\0');) p.argv.push_back(arg);
+    out.push_back(std::move(p));
+  }
+  closedir(dir);
+  return out;
+}
+
+// The value of --id in `argv`, or "".
+std::string IdArg(const std::vector<std::string>& argv) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--id") return argv[i + 1];
+  }
+  return "";
+}
+
+// The roles of the run supervised by `supervisor` by name ("relay", "manager", "actor",
+// "rollout/0", ...), and the reward workers under each rollout.
+struct RunProcesses {
+  std::map<std::string, pid_t> roles;
+  std::vector<pid_t> reward_workers;
+};
+
+RunProcesses FindRunProcesses(pid_t supervisor) {
+  const std::vector<ProcInfo> all = ListProcesses();
+  RunProcesses out;
+  std::set<pid_t> rollouts;
+  for (const ProcInfo& p : all) {
+    if (p.ppid != supervisor || p.argv.size() < 2) continue;
+    const std::string& verb = p.argv[1];
+    if (verb == "relay" || verb == "manager" || verb == "actor") {
+      out.roles[verb] = p.pid;
+    } else if (verb == "rollout") {
+      out.roles[IdArg(p.argv)] = p.pid;
+      rollouts.insert(p.pid);
+    }
+  }
+  // A rollout's descendants are its reward workers (a worker may run under a wrapper).
+  std::set<pid_t> under = rollouts;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const ProcInfo& p : all) {
+      if (under.count(p.ppid) != 0 && under.insert(p.pid).second) {
+        out.reward_workers.push_back(p.pid);
+        grew = true;
+      }
+    }
+  }
+  return out;
+}
+
+// Processes whose environment names one of `supervisors` as their supervisor: what a run left.
+std::vector<ProcInfo> LeftoverProcesses(const std::set<pid_t>& supervisors) {
+  std::vector<ProcInfo> out;
+  for (const ProcInfo& p : ListProcesses()) {
+    if (supervisors.count(p.pid) != 0) continue;
+    std::ifstream env("/proc/" + std::to_string(p.pid) + "/environ");
+    for (std::string var; std::getline(env, var, '\0');) {
+      const std::string key = std::string(kSupervisorPidEnv) + "=";
+      if (var.starts_with(key) &&
+          supervisors.count(static_cast<pid_t>(std::atol(var.c_str() + key.size()))) != 0) {
+        out.push_back(p);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Shared-memory segments named after one of `supervisors` (the master relay's prefix).
+std::vector<std::string> LeftoverSegments(const std::set<pid_t>& supervisors) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    for (pid_t s : supervisors) {
+      if (name.starts_with("laminar-run-" + std::to_string(s) + "-")) out.push_back(name);
+    }
+  }
+  return out;
+}
+
+std::vector<Json> ReadJsonLines(const fs::path& path) {
+  std::vector<Json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line, nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// One injected fault and what became of it.
+struct Injection {
+  double at = 0;
+  std::string kind{};    // rollout, reward, relay, manager, actor
+  std::string how{};     // kill, hang, straggle
+  std::string target{};  // the role ("rollout/1", "reward", "actor", ...)
+  pid_t pid = 0;
+  bool resumed = false;  // the run ended and was resumed
+  double recovered = NAN;
+  bool demarcated = false;
+};
+
+// A fault in progress: a stopped process to continue, or a straggler's duty cycle.
+struct Pending {
+  pid_t pid = 0;
+  double until = 0;
+  bool straggle = false;
+};
+
+class ChaosRun {
+ public:
+  ChaosRun(const ChaosArgs& a, fs::path dir, std::vector<std::string> kinds, double every_s,
+           double for_s, double heartbeat_timeout_s, std::string self)
+      : a_(a),
+        dir_(std::move(dir)),
+        kinds_(std::move(kinds)),
+        every_s_(every_s),
+        for_s_(for_s),
+        heartbeat_timeout_s_(heartbeat_timeout_s),
+        self_(std::move(self)),
+        rng_(a.seed) {}
+
+  // Runs, injects, stops; the audit's report. Errors: a run that cannot start or resume.
+  StatusOr<Json> Go(const sigset_t& stop_signals);
+
+ private:
+  Status StartRun(bool resume);
+  // True once the current invocation has started every role (its "[run] N rollouts" line).
+  bool RunIsUp();
+  void Inject(double now);
+  void Tick(double now);
+  void ReleaseAll();
+  size_t StepsSoFar() const { return ReadJsonLines(dir_ / "metrics.jsonl").size(); }
+  Json Audit(double wall_s) const;
+
+  const ChaosArgs& a_;
+  fs::path dir_;
+  std::vector<std::string> kinds_;
+  double every_s_, for_s_, heartbeat_timeout_s_;
+  std::string self_;
+  std::mt19937_64 rng_;
+  Process run_;
+  int invocations_ = 0;
+  std::set<pid_t> supervisors_;
+  std::vector<Injection> injections_;
+  std::vector<Pending> pending_;
+  std::vector<std::string> notes_;
+  double start_ = 0;
+  fs::path run_log_;     // the current invocation's stderr
+  bool run_up_ = false;  // RunIsUp's answer, once true
+};
+
+Status ChaosRun::StartRun(bool resume) {
+  std::vector<std::string> argv = {self_, "run", a_.recipe};
+  argv.insert(argv.end(), a_.overrides.begin(), a_.overrides.end());
+  argv.push_back("actor.trajectory_log=" + (dir_ / "trajectories.jsonl").string());
+  argv.insert(argv.end(), {"--run-dir", dir_.string()});
+  if (a_.rollouts > 0) argv.insert(argv.end(), {"--rollouts", std::to_string(a_.rollouts)});
+  if (resume) argv.push_back("--resume");
+  run_log_ = dir_ / ("chaos_run." + std::to_string(invocations_++) + ".log");
+  run_up_ = false;
+  LAMINAR_ASSIGN_OR_RETURN(run_, Process::Spawn(argv, run_log_.string()));
+  supervisors_.insert(run_.pid());
+  return OkStatus();
+}
+
+bool ChaosRun::RunIsUp() {
+  if (run_up_) return true;
+  auto text = ReadFileToString(run_log_.string());
+  run_up_ = text.ok() && text->find(" rollouts, manager ") != std::string::npos;
+  return run_up_;
+}
+
+void ChaosRun::Inject(double now) {
+  const RunProcesses procs = FindRunProcesses(run_.pid());
+  std::uniform_int_distribution<size_t> pick_kind(0, kinds_.size() - 1);
+  Injection inj{.at = now, .kind = kinds_[pick_kind(rng_)]};
+  if (inj.kind == "rollout" || inj.kind == "straggler") {
+    std::vector<std::pair<std::string, pid_t>> rollouts;
+    for (const auto& [name, pid] : procs.roles) {
+      if (name.starts_with("rollout/")) rollouts.emplace_back(name, pid);
+    }
+    if (rollouts.empty()) return;  // all restarting: try again at the next time
+    std::uniform_int_distribution<size_t> pick(0, rollouts.size() - 1);
+    std::tie(inj.target, inj.pid) = rollouts[pick(rng_)];
+    std::uniform_int_distribution<int> how(0, 1);
+    inj.how = inj.kind == "straggler" ? "straggle" : how(rng_) == 0 ? "kill" : "hang";
+  } else if (inj.kind == "reward") {
+    if (procs.reward_workers.empty()) {
+      notes_.push_back("no reward worker process to kill (the recipe's reward is built in)");
+      return;
+    }
+    std::uniform_int_distribution<size_t> pick(0, procs.reward_workers.size() - 1);
+    inj.target = "reward";
+    inj.pid = procs.reward_workers[pick(rng_)];
+    inj.how = "kill";
+  } else {
+    auto it = procs.roles.find(inj.kind);
+    if (it == procs.roles.end()) return;
+    inj.target = it->first;
+    inj.pid = it->second;
+    inj.how = "kill";
+  }
+  if (inj.how == "kill") {
+    kill(inj.pid, SIGKILL);
+  } else if (inj.how == "hang") {
+    kill(inj.pid, SIGSTOP);
+    pending_.push_back(
+        {.pid = inj.pid, .until = now + heartbeat_timeout_s_ + 2, .straggle = false});
+  } else {
+    pending_.push_back({.pid = inj.pid, .until = now + 4 * heartbeat_timeout_s_, .straggle = true});
+  }
+  std::fprintf(stderr, "[chaos] %.1f s: %s %s (pid %d)\n", now - start_, inj.how.c_str(),
+               inj.target.c_str(), static_cast<int>(inj.pid));
+  injections_.push_back(std::move(inj));
+}
+
+void ChaosRun::Tick(double now) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (now >= it->until) {
+      kill(it->pid, SIGCONT);
+      it = pending_.erase(it);
+      continue;
+    }
+    if (it->straggle) {
+      // Stopped for nine tenths of every 200 ms.
+      const double phase = std::fmod(now, 0.2);
+      kill(it->pid, phase < 0.18 ? SIGSTOP : SIGCONT);
+    }
+    ++it;
+  }
+}
+
+void ChaosRun::ReleaseAll() {
+  for (const Pending& p : pending_) kill(p.pid, SIGCONT);
+  pending_.clear();
+}
+
+StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
+  const double start = start_ = Now();
+  LAMINAR_RETURN_IF_ERROR(StartRun(/*resume=*/false));
+  double next = 0;               // set once the first step is trained
+  int64_t steps_at_resume = -1;  // >= 0 while a resumed run has not trained a step
+  bool awaiting_end = false;     // a relay, manager or actor was killed: the run is ending
+  double last_step_check = 0;
+  bool interrupted = false;
+  int exit_code = -1;
+  while (true) {
+    const timespec wait = {.tv_sec = 0, .tv_nsec = 20'000'000};
+    if (sigtimedwait(&stop_signals, nullptr, &wait) > 0) {
+      interrupted = true;
+      break;
+    }
+    const double now = Now();
+    Tick(now);
+    if (!run_.Running()) {
+      auto code = run_.Wait(1000);
+      exit_code = code.ok() ? *code : -1;
+      if (exit_code == 0) break;  // the recipe's steps or data are done
+      if (!awaiting_end) {
+        return InternalError("the run stopped (" + ExitCodeDetail(exit_code) +
+                             ") without an injected fault to explain it; see " + dir_.string() +
+                             "/chaos_run." + std::to_string(invocations_ - 1) + ".log");
+      }
+      // A killed relay, manager or actor ends the run: resume it from its newest checkpoint.
+      awaiting_end = false;
+      ReleaseAll();
+      injections_.back().resumed = true;
+      std::fprintf(stderr, "[chaos] the run stopped (%s); resuming it\n",
+                   ExitCodeDetail(exit_code).c_str());
+      steps_at_resume = static_cast<int64_t>(StepsSoFar());
+      LAMINAR_RETURN_IF_ERROR(StartRun(/*resume=*/true));
+      continue;
+    }
+    // A resumed run has recovered when it trains its first step.
+    if (steps_at_resume >= 0 && now - last_step_check >= 0.2) {
+      last_step_check = now;
+      if (StepsSoFar() > static_cast<size_t>(steps_at_resume)) {
+        injections_.back().recovered = now;
+        steps_at_resume = -1;
+      }
+    }
+    // Past the injection window, the last fault settles (a hang is declared, a straggler
+    // recovers, a resumed run trains) before the run is stopped.
+    if (now - start >= for_s_) {
+      const double last = injections_.empty() ? start : injections_.back().at;
+      if (pending_.empty() && steps_at_resume < 0 && !awaiting_end &&
+          now - last >= 2 * heartbeat_timeout_s_ + 2) {
+        break;
+      }
+      if (now - start >= for_s_ + 300) break;  // it does not settle: the audit will say so
+      continue;
+    }
+    if (awaiting_end) {
+      // A killed relay, manager or actor ends the run; nothing more is injected until it has.
+      if (now - injections_.back().at > 120) {
+        return InternalError("the run did not stop within 120 s after its " +
+                             injections_.back().target + " was killed; see " + dir_.string() +
+                             "/chaos_run." + std::to_string(invocations_ - 1) + ".log");
+      }
+      continue;
+    }
+    if (next == 0) {
+      if (RunIsUp() && StepsSoFar() > 0) {
+        std::uniform_real_distribution<double> jitter(0.5, 1.5);
+        next = now + every_s_ * jitter(rng_);
+      }
+      continue;
+    }
+    // Faults strike a run whose roles are all up (one failing to start ends the run).
+    if (now >= next && pending_.empty() && steps_at_resume < 0 && RunIsUp()) {
+      const size_t before = injections_.size();
+      Inject(now);
+      if (injections_.size() > before) {
+        const std::string& kind = injections_.back().kind;
+        awaiting_end = kind == "relay" || kind == "manager" || kind == "actor";
+      }
+      std::uniform_real_distribution<double> jitter(0.5, 1.5);
+      next = now + every_s_ * jitter(rng_);
+    }
+  }
+  ReleaseAll();
+  if (run_.Running()) {
+    run_.Signal(SIGINT);  // the actor saves a checkpoint, then every role stops
+    if (auto code = run_.Wait(300000); code.ok()) exit_code = *code;
+  }
+  Json report = Audit(Now() - start);
+  report["interrupted"] = interrupted;
+  report["last_exit"] = exit_code;
+  return report;
+}
+
+// The trajectories of the kept steps: for each step up to `last_step`, the lines of the last time
+// it was trained (a resumed run trains again the steps after its checkpoint).
+std::vector<Json> KeptTrajectories(const fs::path& log, int64_t last_step) {
+  std::map<int64_t, std::vector<Json>> by_step;
+  int64_t current = -1;
+  for (Json& j : ReadJsonLines(log)) {
+    const int64_t step = j.value("step", int64_t{-1});
+    if (step != current) {
+      by_step[step].clear();  // a step trained again replaces the earlier one
+      current = step;
+    }
+    by_step[step].push_back(std::move(j));
+  }
+  std::vector<Json> out;
+  for (auto& [step, lines] : by_step) {
+    if (step > last_step) continue;
+    for (Json& j : lines) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Json ChaosRun::Audit(double wall_s) const {
+  Json r;
+  // The final checkpoint: the trained steps and the manager's ledger.
+  const fs::path ckpts = dir_ / "checkpoints";
+  std::string latest;
+  if (auto text = ReadFileToString((ckpts / "latest").string()); text.ok()) latest = *text;
+  while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
+  Json state;
+  if (!latest.empty()) {
+    if (auto text = ReadFileToString((ckpts / latest / "trainer_state.json").string()); text.ok()) {
+      state = Json::parse(*text, nullptr, false);
+    }
+  }
+  const Json snapshot = state.is_object()
+                            ? state.value("user", Json::object()).value("manager_snapshot", Json())
+                            : Json();
+  int64_t last_step = 0;
+  if (state.is_object()) last_step = state.value("global_step", int64_t{0});
+  r["checkpoint"] = latest;
+  r["steps"] = last_step;
+
+  // Exactly once: each sample trained at most once; each prompt handed out trained, buffered or
+  // in flight.
+  const std::vector<Json> kept = KeptTrajectories(dir_ / "trajectories.jsonl", last_step);
+  std::map<std::pair<std::string, int64_t>, int> samples;
+  std::set<std::string> trained;
+  for (const Json& t : kept) {
+    const std::string id = t.value("prompt_id", "");
+    ++samples[{id, t.value("sample_index", int64_t{-1})}];
+    trained.insert(id);
+  }
+  int64_t duplicated = 0;
+  for (const auto& [key, n] : samples) duplicated += n - 1;
+  std::set<std::string> held;
+  int64_t handed_out = -1, overlaps = 0;
+  if (snapshot.is_object()) {
+    const int64_t rows = snapshot["dataset"].value("num_rows", int64_t{0});
+    handed_out = snapshot["cursor"].value("epoch", int64_t{0}) * rows +
+                 snapshot["cursor"].value("index", int64_t{0});
+    for (const char* part : {"buffer", "in_flight"}) {
+      for (const Json& g : snapshot.value(part, Json::array())) {
+        const std::string id = g.value("prompt_id", "");
+        overlaps += trained.count(id) + (held.insert(id).second ? 0 : 1);
+      }
+    }
+  }
+  const int64_t accounted = static_cast<int64_t>(trained.size() + held.size());
+  r["samples_trained"] = kept.size();
+  r["groups_trained"] = trained.size();
+  r["groups_buffered_or_in_flight"] = held.size();
+  r["groups_handed_out"] = handed_out;
+  r["duplicated"] = duplicated + overlaps;
+  r["lost"] = handed_out < 0 ? -1 : std::max<int64_t>(0, handed_out - accounted);
+  r["unaccounted_extra"] = handed_out < 0 ? 0 : std::max<int64_t>(0, accounted - handed_out);
+
+  // Versions never go back per rollout, in the order the actor trained them.
+  std::map<std::string, int64_t> newest;
+  int64_t regressions = 0;
+  for (const Json& t : kept) {
+    const std::string rollout = t.value("rollout_id", "");
+    const int64_t v = t.value("version", int64_t{-1});
+    auto [it, fresh] = newest.emplace(rollout, v);
+    if (!fresh) {
+      regressions += v < it->second;
+      it->second = std::max(it->second, v);
+    }
+  }
+  r["version_regressions"] = regressions;
+
+  // Leaks.
+  Json leaked = Json::array();
+  for (const ProcInfo& p : LeftoverProcesses(supervisors_)) {
+    std::string cmd;
+    for (const std::string& arg : p.argv) cmd += (cmd.empty() ? "" : " ") + arg;
+    leaked.push_back("process " + std::to_string(p.pid) + ": " + cmd.substr(0, 120));
+  }
+  for (const std::string& seg : LeftoverSegments(supervisors_)) {
+    leaked.push_back("shared memory /dev/shm/" + seg);
+  }
+  r["leaked"] = leaked;
+
+  // Demarcation and recovery: each injection against faults.jsonl and the steps after it.
+  const std::vector<Json> faults = ReadJsonLines(dir_ / "faults.jsonl");
+  std::map<std::string, std::string> expected_kind = {
+      {"kill", "crash"}, {"hang", "hang"}, {"straggle", "straggler"}};
+  Json per = Json::array();
+  std::map<std::string, std::vector<double>> recovery_by_kind;
+  int64_t undemarcated = 0;
+  for (const Injection& inj : injections_) {
+    Injection out = inj;
+    const std::string want = expected_kind[inj.how];
+    for (const Json& f : faults) {
+      const double detected = f.value("detected_unix_s", 0.0);
+      if (f.value("kind", "") != want || f.value("role", "") != inj.target ||
+          detected < inj.at - 1 || detected > inj.at + 120) {
+        continue;
+      }
+      out.demarcated = true;
+      if (!std::isfinite(out.recovered) && f["recovered_unix_s"].is_number()) {
+        out.recovered = f["recovered_unix_s"].get<double>();
+      }
+      break;
+    }
+    undemarcated += !out.demarcated;
+    const double recovery = std::isfinite(out.recovered) ? out.recovered - inj.at : NAN;
+    if (std::isfinite(recovery)) recovery_by_kind[inj.how + " " + inj.kind].push_back(recovery);
+    per.push_back({{"at_s", inj.at},
+                   {"kind", inj.kind},
+                   {"how", inj.how},
+                   {"target", inj.target},
+                   {"pid", inj.pid},
+                   {"resumed", inj.resumed},
+                   {"demarcated", out.demarcated},
+                   {"recovery_s", std::isfinite(recovery) ? Json(recovery) : Json(nullptr)}});
+  }
+  r["injections"] = per;
+  r["undemarcated"] = undemarcated;
+  Json recovery = Json::object();
+  for (const auto& [kind, times] : recovery_by_kind) {
+    double sum = 0, worst = 0;
+    for (double t : times) {
+      sum += t;
+      worst = std::max(worst, t);
+    }
+    recovery[kind] = {{"count", times.size()},
+                      {"mean_s", sum / static_cast<double>(times.size())},
+                      {"max_s", worst}};
+  }
+  r["recovery"] = recovery;
+  r["faults_recorded"] = faults.size();
+
+  // The effective training time ratio over the whole chaos run: the kept steps' time over the
+  // wall time, resumes included.
+  std::map<int64_t, double> step_s;
+  for (const Json& m : ReadJsonLines(dir_ / "metrics.jsonl")) {
+    const auto step = static_cast<int64_t>(m.value("training/global_step", -1.0));
+    if (step >= 1 && step <= last_step) step_s[step] = m.value("timing_s/step", 0.0);
+  }
+  double kept_s = 0;
+  for (const auto& [step, s] : step_s) kept_s += s;
+  r["wall_s"] = wall_s;
+  r["ettr"] = wall_s > 0 ? std::min(1.0, kept_s / wall_s) : 0.0;
+  r["notes"] = notes_;
+  r["invocations"] = invocations_;
+  const bool clean = r["lost"] == 0 && r["duplicated"] == 0 && leaked.empty() && regressions == 0 &&
+                     undemarcated == 0 && r["unaccounted_extra"] == 0;
+  r["clean"] = clean;
+  return r;
+}
+
+void PrintReport(const Json& r, const fs::path& path) {
+  std::fprintf(stderr, "[chaos] %zu faults injected over %.0f s, %d run invocation(s):\n",
+               r["injections"].size(), r["wall_s"].get<double>(), r["invocations"].get<int>());
+  std::map<std::string, std::pair<int, int>> by;  // kind -> injected, demarcated
+  for (const Json& i : r["injections"]) {
+    auto& [n, d] = by[i["how"].get<std::string>() + " " + i["kind"].get<std::string>()];
+    ++n;
+    d += i["demarcated"].get<bool>();
+  }
+  std::fprintf(stderr, "  %-18s %8s %10s %10s %10s\n", "fault", "injected", "demarcated",
+               "recovery", "max");
+  for (const auto& [kind, nd] : by) {
+    const Json rec = r["recovery"].value(kind, Json());
+    std::fprintf(stderr, "  %-18s %8d %10d %9.1fs %9.1fs\n", kind.c_str(), nd.first, nd.second,
+                 rec.is_object() ? rec["mean_s"].get<double>() : NAN,
+                 rec.is_object() ? rec["max_s"].get<double>() : NAN);
+  }
+  std::fprintf(stderr,
+               "  steps %lld, samples trained %lld; lost %lld, duplicated %lld, version "
+               "regressions %lld, leaked %zu; ETTR %.3f\n",
+               static_cast<long long>(r["steps"].get<int64_t>()),
+               static_cast<long long>(r["samples_trained"].get<int64_t>()),
+               static_cast<long long>(r["lost"].get<int64_t>()),
+               static_cast<long long>(r["duplicated"].get<int64_t>()),
+               static_cast<long long>(r["version_regressions"].get<int64_t>()), r["leaked"].size(),
+               r["ettr"].get<double>());
+  for (const Json& l : r["leaked"])
+    std::fprintf(stderr, "  leaked: %s\n", l.get<std::string>().c_str());
+  for (const Json& n : r["notes"])
+    std::fprintf(stderr, "  note: %s\n", n.get<std::string>().c_str());
+  std::fprintf(stderr, "[chaos] %s; report %s\n", r["clean"].get<bool>() ? "clean" : "NOT clean",
+               path.string().c_str());
+}
+
+int RunChaos(const ChaosArgs& a) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto every = ParseDuration(a.every, "--every");
+  if (!every.ok()) return CommandFail("chaos", every.status().message(), 2);
+  auto duration = ParseDuration(a.duration, "--for");
+  if (!duration.ok()) return CommandFail("chaos", duration.status().message(), 2);
+  std::vector<std::string> kinds;
+  std::stringstream list(a.kill);
+  for (std::string k; std::getline(list, k, ',');) {
+    static const std::set<std::string> kKinds = {"rollout", "straggler", "reward",
+                                                 "relay",   "manager",   "actor"};
+    if (kKinds.count(k) == 0) {
+      return CommandFail(
+          "chaos",
+          "--kill '" + k + "' is not one of rollout, straggler, reward, relay, manager, actor", 2);
+    }
+    kinds.push_back(k);
+  }
+  if (kinds.empty()) return CommandFail("chaos", "--kill names no fault", 2);
+  auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
+  if (!recipe.ok()) return Fail(recipe.status().message());
+  const fs::path dir = !a.run_dir.empty()
+                           ? fs::path(a.run_dir)
+                           : fs::path("runs") / ("chaos-" + fs::path(a.recipe).stem().string());
+  if (fs::exists(dir / "checkpoints" / "latest") || fs::exists(dir / "trajectories.jsonl")) {
+    return Fail(dir.string() +
+                " holds an earlier run: a chaos run starts afresh (choose another "
+                "--run-dir)");
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Fail("cannot create " + dir.string() + ": " + ec.message());
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return Fail("cannot find this binary: " + ec.message());
+  ChaosRun chaos(a, dir, kinds, *every, *duration, recipe->GetFloat("rollout.heartbeat_timeout_s"),
+                 self.string());
+  auto report = chaos.Go(stop_signals);
+  if (!report.ok()) return Fail(report.status().message());
+  (*report)["seed"] = a.seed;
+  (*report)["kill"] = kinds;
+  const fs::path path = dir / "chaos_report.json";
+  std::ofstream(path) << report->dump(2) << "\n";
+  PrintReport(*report, path);
+  return (*report)["clean"].get<bool>() ? 0 : 1;
+}
+
+std::function<int()> SetupChaos(CLI::App* app) {
+  auto a = std::make_shared<ChaosArgs>();
+  app->add_option("recipe", a->recipe, "the run's recipe (YAML)")->required();
+  app->add_option("overrides", a->overrides, "dotted overrides, e.g. actor.save_every=2");
+  app->add_option("--kill", a->kill,
+                  "what to hit, comma-separated: rollout (killed or hung), straggler (a rollout "
+                  "slowed down), reward (a worker killed), relay, manager, actor (killed; the run "
+                  "is resumed)")
+      ->capture_default_str();
+  app->add_option("--every", a->every, "mean time between faults (20s, 1m, ...)")
+      ->capture_default_str();
+  app->add_option("--for", a->duration, "how long to inject faults before stopping the run")
+      ->capture_default_str();
+  app->add_option("--seed", a->seed, "seed of the fault times, kinds and targets")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  app->add_option("--run-dir", a->run_dir, "the run's folder (default runs/chaos-<recipe>)");
+  app->add_option("--rollouts", a->rollouts, "rollout processes (default: rollout.num_workers)")
+      ->check(CLI::Range(1, 1024));
+  return [a] { return RunChaos(*a); };
+}
+
+}  // namespace
+
+LAMINAR_REGISTER_COMMAND("chaos",
+                         "run a recipe while killing, hanging and slowing its roles at random, "
+                         "then audit: nothing lost or trained twice, nothing leaked, each fault "
+                         "demarcated, recovery times and ETTR",
+                         SetupChaos);
+
+}  // namespace laminar::cli
