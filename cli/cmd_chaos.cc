@@ -1,5 +1,6 @@
-// `laminar chaos RECIPE --kill rollout,reward,relay,manager,actor --every 20s --for 10m --seed S`:
-// a real `laminar run` of the recipe with faults injected at random (seeded) times, then an audit.
+// `laminar chaos RECIPE --kill rollout,straggler,reward,relay,manager,actor --every 20s --for 10m
+// --seed S`: a real `laminar run` of the recipe with faults injected at random (seeded) times,
+// then an audit.
 // Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager declares it dead, then
 // SIGCONT); a straggler (a rollout stopped nine tenths of the time for a while: the manager
 // records it when the rollouts are what the actor waits for); a reward worker killed;
@@ -17,7 +18,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -25,12 +25,11 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cli/command.h"
@@ -294,7 +293,8 @@ void ChaosRun::Inject(double now) {
     inj.how = inj.kind == "straggler" ? "straggle" : how(rng_) == 0 ? "kill" : "hang";
   } else if (inj.kind == "reward") {
     if (procs.reward_workers.empty()) {
-      notes_.push_back("no reward worker process to kill (the recipe's reward is built in)");
+      const std::string note = "no reward worker process to kill (the recipe's reward is built in)";
+      if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
       return;
     }
     std::uniform_int_distribution<size_t> pick(0, procs.reward_workers.size() - 1);
