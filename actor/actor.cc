@@ -403,8 +403,8 @@ void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
   } else {
     kept_s_ += step_s;
   }
-  // A step over 3x the median of the steps before it (5 at least) straggled: it is recorded as
-  // detected when it passed that mark and recovered when it ended...
+  // A step over 3x the median of the (up to 50) steps before it (5 at least) straggled: it is
+  // recorded as detected when it passed that mark and recovered when it ended...
   constexpr size_t kMinHistory = 5;
   constexpr double kOutlier = 3;
   if (step_times_.size() >= kMinHistory) {
@@ -423,6 +423,8 @@ void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
     }
   }
   step_times_.push_back(step_s);
+  constexpr size_t kHistory = 50;  // the median of the recent steps: a run's pace drifts
+  if (step_times_.size() > kHistory) step_times_.erase(step_times_.begin());
   const double wall = now - options_.run_start_unix_s;
   m["perf/ettr"] = wall > 0 ? std::min(1.0, kept_s_ / wall) : 1.0;
 }

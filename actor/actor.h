@@ -147,7 +147,7 @@ class Actor {
   int64_t stale_groups_ = 0;  // dropped or kept-and-counted, since start
   int64_t last_saved_step_ = -1;
   double kept_s_ = 0;                  // time of the steps whose update was kept
-  std::vector<double> step_times_;     // of this process's steps, for straggler detection
+  std::vector<double> step_times_;     // of this process's last steps, for straggler detection
   double disk_full_since_unix_s_ = 0;  // a periodic checkpoint failed for space (0: none)
   std::optional<StepProgress> progress_written_;  // what progress_path holds
   bool bar_on_screen_ = false;
