@@ -36,6 +36,7 @@
 #include "core/fault_log.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
+#include "launch/supervisor.h"
 #include "recipe/recipe.h"
 
 namespace laminar::cli {
@@ -171,14 +172,12 @@ std::vector<ProcInfo> LeftoverProcesses(const std::set<pid_t>& supervisors) {
   return out;
 }
 
-// Shared-memory segments named after one of `supervisors` (the master relay's prefix).
+// Shared-memory segments of the master relays of `supervisors`' runs.
 std::vector<std::string> LeftoverSegments(const std::set<pid_t>& supervisors) {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
-    const std::string name = e.path().filename().string();
-    for (pid_t s : supervisors) {
-      if (name.starts_with("laminar-run-" + std::to_string(s) + "-")) out.push_back(name);
+  for (pid_t s : supervisors) {
+    for (std::string& name : launch::SharedMemorySegments(launch::RunShmPrefix(s))) {
+      out.push_back(std::move(name));
     }
   }
   return out;
@@ -236,7 +235,12 @@ class ChaosRun {
   void Inject(double now);
   void Tick(double now);
   void ReleaseAll();
-  size_t StepsSoFar() const { return ReadJsonLines(dir_ / "metrics.jsonl").size(); }
+  // Lines in metrics.jsonl, one a step: polled, so counted without parsing them.
+  size_t StepsSoFar() const {
+    std::ifstream in(dir_ / "metrics.jsonl");
+    return static_cast<size_t>(
+        std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
+  }
   Json Audit(double wall_s) const;
 
   const ChaosArgs& a_;
@@ -643,11 +647,7 @@ void PrintReport(const Json& r, const fs::path& path) {
 }
 
 int RunChaos(const ChaosArgs& a) {
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = launch::BlockStopSignals();
 
   auto every = ParseDuration(a.every, "--every");
   if (!every.ok()) return CommandFail("chaos", every.status().message(), 2);

@@ -262,11 +262,7 @@ int ReportEnd(const RunArgs& a, const RunFolder& f, const launch::RunRoles& role
 
 int RunJob(const RunArgs& a) {
   // Block the stop signals before any child exists; WatchRun takes them with sigtimedwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = launch::BlockStopSignals();
 
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return Fail(recipe.status().message());
@@ -312,7 +308,7 @@ int RunJob(const RunArgs& a) {
   launch.log_dir = folder->dir / "logs";
   launch.num_rollouts = static_cast<int>(folder->effective.GetInt("rollout.num_workers"));
   launch.resume = a.resume;
-  launch.shm_prefix = "laminar-run-" + std::to_string(getpid());
+  launch.shm_prefix = launch::RunShmPrefix(getpid());
   auto roles = launch::StartRunRoles(launch);
   if (!roles.ok()) return Fail(roles.status().message());
   std::fprintf(stderr, "[run] %d rollouts, manager %s, relay %s; logs in %s\n", launch.num_rollouts,

@@ -192,12 +192,31 @@ void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say
   }
 }
 
-int RemoveSharedMemory(const std::string& prefix) {
-  int removed = 0;
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+std::string RunShmPrefix(pid_t supervisor) { return "laminar-run-" + std::to_string(supervisor); }
+
+std::vector<std::string> SharedMemorySegments(const std::string& prefix) {
+  std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.starts_with(prefix + "-") && shm_unlink(("/" + name).c_str()) == 0) ++removed;
+    std::string name = e.path().filename().string();
+    if (name.starts_with(prefix + "-")) out.push_back(std::move(name));
+  }
+  return out;
+}
+
+int RemoveSharedMemory(const std::string& prefix) {
+  int removed = 0;
+  for (const std::string& name : SharedMemorySegments(prefix)) {
+    removed += shm_unlink(("/" + name).c_str()) == 0;
   }
   return removed;
 }

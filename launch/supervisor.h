@@ -100,6 +100,16 @@ WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchO
 void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say,
              const std::function<void()>& after_actor, int actor_timeout_ms = 600000);
 
+// Blocks SIGINT and SIGTERM in the calling thread (before any child or thread exists, so that all
+// inherit the mask) and returns that set, for sigtimedwait: how a launcher takes Ctrl-C itself.
+sigset_t BlockStopSignals();
+
+// The master relay's shared-memory prefix of the run supervised by process `supervisor`.
+std::string RunShmPrefix(pid_t supervisor);
+
+// The names of the /dev/shm segments named `prefix`-*.
+std::vector<std::string> SharedMemorySegments(const std::string& prefix);
+
 // Unlinks every /dev/shm segment named `prefix`-*: what a relay killed by SIGKILL leaves.
 // Readers that still map one keep intact bytes. Returns how many went.
 int RemoveSharedMemory(const std::string& prefix);
