@@ -1,7 +1,8 @@
 // `laminar cluster-plan --recipe R [key=value ...]`: where each role instance of a multi-machine
 // launch goes (the recipe's cluster: section, launch/cluster.h), for launchers such as
 // scripts/launch_slurm.sh, so that no script parses YAML. --format json prints one object;
-// --format lines prints "nodes N", "coordinator_port P", "connect_timeout_s T", then one
+// --format lines prints "nodes N", "coordinator_port P", "connect_timeout_s T", "keys_needed 0|1"
+// (1: a multi-machine recipe without run.keys or run.insecure), then one
 // "role ROLE RANK NODE" line per instance, in launch order, for `while read` in a shell.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -31,8 +32,13 @@ int Run(const PlanArgs& a) {
     std::printf("%s\n", plan->ToJson().dump(2).c_str());
     return 0;
   }
-  std::printf("nodes %d\ncoordinator_port %d\nconnect_timeout_s %g\n", plan->num_nodes,
-              plan->coordinator_port, plan->connect_timeout_s);
+  // A multi-machine run authenticates its roles (launch/run_keys.h): the launcher makes keys when
+  // the recipe names none and does not say run.insecure.
+  const bool keys_needed = plan->num_nodes > 1 && recipe->GetString("run.keys").empty() &&
+                           !recipe->GetBool("run.insecure");
+  std::printf("nodes %d\ncoordinator_port %d\nconnect_timeout_s %g\nkeys_needed %d\n",
+              plan->num_nodes, plan->coordinator_port, plan->connect_timeout_s,
+              keys_needed ? 1 : 0);
   for (const launch::ClusterRole& r : plan->roles) {
     std::printf("role %s %d %d\n", r.role.c_str(), r.rank, r.node);
   }

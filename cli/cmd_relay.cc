@@ -16,7 +16,9 @@
 #include "cli/command.h"
 #include "core/bulk_transport.h"
 #include "core/logging.h"
+#include "core/zmq_transport.h"
 #include "launch/cluster.h"
+#include "launch/run_keys.h"
 #include "recipe/recipe.h"
 #include "relay/relay.h"
 
@@ -31,6 +33,7 @@ struct RelayArgs {
   std::string host = "127.0.0.1";
   std::string topology = "chain";
   std::string shm_prefix;
+  std::string keys;  // run.keys: CURVE for every connection (core/zmq_transport.h)
   int ping_interval_ms = 200;
   int dead_after = 3;
   int join_timeout_ms = 5000;
@@ -54,6 +57,7 @@ StatusOr<std::unique_ptr<launch::CoordinatorClient>> JoinAsRelay(RelayArgs* a,
     return InvalidArgumentError("--coordinator needs --recipe (its cluster: section)");
   }
   LAMINAR_ASSIGN_OR_RETURN(Config recipe, recipe::LoadRecipe(a->recipe, a->overrides));
+  LAMINAR_RETURN_IF_ERROR(launch::SecureRunTransport(recipe));
   LAMINAR_ASSIGN_OR_RETURN(launch::ClusterPlan plan, launch::ClusterPlanOf(recipe));
   LAMINAR_ASSIGN_OR_RETURN(auto client,
                            launch::JoinCluster(plan, "relay", a->rank, a->coordinator,
@@ -83,6 +87,11 @@ int Run(RelayArgs a) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (!a.keys.empty()) {
+    auto keys = ReadCurveKeys(a.keys);
+    if (!keys.ok()) return Fail("--keys: " + std::string(keys.status().message()));
+    if (Status s = EnableCurve(*keys); !s.ok()) return Fail(std::string(s.message()));
+  }
   std::unique_ptr<launch::CoordinatorClient> coordinator;
   int node = 0;
   if (!a.coordinator.empty()) {
@@ -162,6 +171,8 @@ std::function<int()> SetupRelay(CLI::App* app) {
   app->add_option("--topology", a->topology,
                   "master only: chain (pipelined, Laminar) or star (master sends to each relay)")
       ->check(CLI::IsMember({"chain", "star"}));
+  app->add_option("--keys", a->keys,
+                  "the run's CURVE key file (`laminar keys FILE`; with --recipe, its run.keys)");
   app->add_option("--shm-prefix", a->shm_prefix,
                   "shared-memory names /PREFIX-vN (default laminar-ID-PID)");
   app->add_option("--ping-interval-ms", a->ping_interval_ms,

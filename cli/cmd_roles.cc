@@ -25,6 +25,7 @@
 #include "core/host.h"
 #include "core/logging.h"
 #include "launch/cluster.h"
+#include "launch/run_keys.h"
 #include "model/checkpoint.h"
 #include "model/model_path.h"
 #include "model/tokenizer/chat_format.h"
@@ -128,6 +129,7 @@ int RunManager(const RoleArgs& a) {
   const sigset_t signals = BlockStopSignals();
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
+  if (Status s = launch::SecureRunTransport(*recipe); !s.ok()) return fail(s.message());
   const Config& r = *recipe;
   // With --coordinator the rendezvous comes up first, so that roles started beside the manager
   // find it while the manager still loads the model and the dataset.
@@ -194,6 +196,7 @@ int RunRollout(const RoleArgs& a) {
   const sigset_t signals = BlockStopSignals();
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
+  if (Status s = launch::SecureRunTransport(*recipe); !s.ok()) return fail(s.message());
   auto policy = LoadPolicy(*recipe);
   if (!policy.ok()) return fail(policy.status().message());
   const model::ModelConfig& mc = policy->checkpoint.config;
@@ -254,6 +257,7 @@ int RunActor(const RoleArgs& a) {
   const sigset_t signals = BlockStopSignals();
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
+  if (Status s = launch::SecureRunTransport(*recipe); !s.ok()) return fail(s.message());
   auto policy = LoadPolicy(*recipe);
   if (!policy.ok()) return fail(policy.status().message());
   auto options = actor::ActorOptionsOf(*recipe);

@@ -27,6 +27,7 @@
 #include "cli/command.h"
 #include "core/fault_log.h"
 #include "core/mapped_file.h"
+#include "launch/run_keys.h"
 #include "launch/supervisor.h"
 #include "model/model_path.h"
 #include "recipe/recipe.h"
@@ -309,6 +310,11 @@ int RunJob(const RunArgs& a) {
   launch.num_rollouts = static_cast<int>(folder->effective.GetInt("rollout.num_workers"));
   launch.resume = a.resume;
   launch.shm_prefix = launch::RunShmPrefix(getpid());
+  launch.keys = folder->effective.GetString("run.keys");
+  if (!launch.keys.empty()) {
+    // Read here first, so that a bad key file is reported before any role starts.
+    if (Status s = launch::SecureRunTransport(folder->effective); !s.ok()) return Fail(s.message());
+  }
   auto roles = launch::StartRunRoles(launch);
   if (!roles.ok()) return Fail(roles.status().message());
   std::fprintf(stderr, "[run] %d rollouts, manager %s, relay %s; logs in %s\n", launch.num_rollouts,

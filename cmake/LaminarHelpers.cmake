@@ -39,7 +39,8 @@ function(laminar_test name)
   # are read from the environment when libucs loads, so only the environment can turn them off.
   set(env "")
   if(LAMINAR_SANITIZE STREQUAL "thread")
-    set(env ENVIRONMENT UCX_MEM_EVENTS=no)
+    set(env ENVIRONMENT
+        "UCX_MEM_EVENTS=no;TSAN_OPTIONS=halt_on_error=1 suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp")
   endif()
   include(GoogleTest)
   # Tests over ~5 s (tests/slow_tests.txt) also carry the label `slow`: scripts/test.sh --fast

@@ -24,6 +24,34 @@ namespace laminar {
 // The process-wide ZeroMQ context (inproc:// endpoints only connect within one context).
 zmq::context_t& ZmqContext();
 
+// A run's CURVE keys (ZeroMQ's elliptic-curve security: every connection encrypted and
+// authenticated), as Z85 text of 40 characters each. Every role of a run holds the same pair: it
+// serves with the secret key and connects with the pair, so a client proves it holds the run's
+// secret.
+struct CurveKeys {
+  std::string public_key;
+  std::string secret_key;
+};
+
+// A fresh pair. Errors: Internal when ZeroMQ was built without CURVE.
+StatusOr<CurveKeys> GenerateCurveKeys();
+// Writes `keys` to `path`, readable by its owner only. Errors: AlreadyExists (an existing key file
+// is never overwritten), Unavailable naming the path when it cannot be written.
+Status WriteCurveKeys(const CurveKeys& keys, const std::string& path);
+// Reads a key file WriteCurveKeys wrote. Errors: NotFound, or InvalidArgument naming the file and
+// what is wrong (a missing or malformed key, a public key that is not the secret key's).
+StatusOr<CurveKeys> ReadCurveKeys(const std::string& path);
+
+// From now on every ZeroMQ socket this process makes uses CURVE with `keys`: reply servers and
+// pull sockets accept only clients holding the same keys (a ZAP handler refuses any other key and
+// logs the refusal with the client's address; a client without CURVE fails its handshake, which
+// the reply servers log), and request clients and push sockets connect with them. Call before
+// making sockets; sockets made earlier stay as they are. Errors: FailedPrecondition when enabled
+// already with other keys; InvalidArgument for malformed keys.
+Status EnableCurve(const CurveKeys& keys);
+// Whether EnableCurve was called in this process.
+bool CurveEnabled();
+
 // Client side of request/reply. Each call carries a request id, so a reply to an earlier,
 // timed-out attempt is recognised and dropped. Not thread-safe: one caller at a time.
 class ZmqRequestClient {
@@ -46,7 +74,8 @@ class ZmqRequestClient {
 };
 
 // Server side: a thread that answers each request with handler(request, peer), where peer is
-// the client's routing id in hex ("zmq-peer-00a1b2c3d4"). The handler runs
+// the client's routing id in hex and its address ("zmq-peer-00a1b2c3d4 at 10.78.0.3", with
+// " (CURVE)" once the client authenticated with the run's keys). The handler runs
 // on the server thread, one request at a time. Stop() (or the destructor) ends it.
 class ZmqReplyServer {
  public:
@@ -67,9 +96,12 @@ class ZmqReplyServer {
  private:
   ZmqReplyServer() = default;
   void Loop();
+  void LogHandshakeFailure();
   std::string endpoint_;
   Handler handler_;
   std::unique_ptr<zmq::socket_t> socket_;
+  std::unique_ptr<zmq::socket_t> monitor_;  // handshake failures (with CURVE only)
+  int64_t handshake_failures_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

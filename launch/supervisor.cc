@@ -58,9 +58,10 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
   };
   const int timeout = launch.start_timeout_ms;
   RunRoles roles;
-  roles.relay = SupervisedRole(
-      "relay", {launch.self, "relay", "--id", "master", "--shm-prefix", launch.shm_prefix},
-      log_of("relay"));
+  std::vector<std::string> relay_argv = {launch.self, "relay",        "--id",
+                                         "master",    "--shm-prefix", launch.shm_prefix};
+  if (!launch.keys.empty()) relay_argv.insert(relay_argv.end(), {"--keys", launch.keys});
+  roles.relay = SupervisedRole("relay", std::move(relay_argv), log_of("relay"));
   LAMINAR_ASSIGN_OR_RETURN(nlohmann::json relay_ready, StartRole(&roles.relay, timeout));
   roles.relay_endpoint = relay_ready["control"].get<std::string>();
   roles.shm_prefix = launch.shm_prefix;

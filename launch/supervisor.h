@@ -57,6 +57,7 @@ struct RunLaunch {
   int num_rollouts = 1;
   bool resume = false;            // the actor continues from its newest checkpoint
   std::string shm_prefix;         // the master relay's shared-memory names
+  std::string keys;               // run.keys, for the relay (the others read it in the recipe)
   int start_timeout_ms = 120000;  // loading a model can take a while
 };
 

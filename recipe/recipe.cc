@@ -24,6 +24,13 @@ ConfigSchema BuildSchema() {
               "faults.jsonl: each fault the supervisor, manager and actor see (crash, hang, "
               "non_finite, straggler, disk_full, lost_link) with its role, host and detection and "
               "recovery times (laminar run: <run.dir>/faults.jsonl; empty elsewhere: none)");
+  s.AddString("run.keys", "",
+              "the run's ZeroMQ CURVE key file (`laminar keys FILE`): every role authenticates and "
+              "encrypts its connections with it and refuses clients without it (empty: no "
+              "authentication; a multi-machine run needs keys or run.insecure)");
+  s.AddBool("run.insecure", false,
+            "let a multi-machine run (cluster.nodes > 1) go without run.keys: any client that "
+            "reaches a role's port is served");
   s.AddRequired("model.path", ConfigType::kString,
                 "policy checkpoint: a Hugging Face folder, GGUF or llama2.c file");
   s.AddString("model.tokenizer", "", "tokenizer file overriding the checkpoint's");
@@ -76,7 +83,8 @@ ConfigSchema BuildSchema() {
   s.AddInt("rollout.max_tokens", 256, "new tokens per response at most", 1);
   s.AddStringList("rollout.stop", {}, "stop strings");
   s.AddBool("rollout.stop_at_eos", true, "stop on the model's EOS tokens");
-  s.AddInt("rollout.max_groups", 4, "prompt groups in flight per rollout", 1);
+  s.AddInt("rollout.max_groups", 4,
+           "prompt groups in flight per rollout at most (fewer while its KV pool is full)", 1);
   s.AddString("rollout.weight_dtype", "f32",
               "the rollout's projection weights, quantized from each pulled version: f32, bf16, "
               "w8a8 (int8), w4a8 (4-bit groups over int8), q8_0 or q4_1 (ggml's blocks of 32)",

@@ -50,6 +50,7 @@ struct RelayOptions {
   int send_timeout_ms = 5000;
   int join_timeout_ms = 5000;   // non-master: how long to keep trying to reach the master
   size_t max_queued_pulls = 8;  // whole versions queued for pulls before new pulls are refused
+  int busy_retry_ms = 100;      // ... with this hint to ask again (RelayClient waits, jittered)
   // Use this transport instead of creating one (tests wrap a FaultyTransport around one).
   std::unique_ptr<BulkTransport> transport;
 };
@@ -72,6 +73,9 @@ class Relay {
   // The master's chain, head first (empty on other relays).
   std::vector<proto::RelayInfo> Chain() const LAMINAR_EXCLUDES(chain_mu_);
   uint64_t chain_rebuilds() const LAMINAR_EXCLUDES(chain_mu_);
+  // Pulls of whole versions queued for sending, and pulls refused while the queue was full.
+  uint64_t pulls_served() const { return pulls_served_.load(); }
+  uint64_t pulls_refused_busy() const { return pulls_refused_busy_.load(); }
   void Stop();
 
  private:
@@ -156,6 +160,7 @@ class Relay {
   std::map<std::string, int64_t> completions_ LAMINAR_GUARDED_BY(chain_mu_);
 
   std::atomic<int64_t> last_ping_ms_{0};
+  std::atomic<uint64_t> pulls_served_{0}, pulls_refused_busy_{0};
   std::atomic<bool> stop_{false};
   Mutex stop_mu_;  // with stop_cv_: wakes the monitor when stop_ is set
   CondVar stop_cv_;

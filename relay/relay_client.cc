@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <random>
+#include <thread>
 
 #include "core/host.h"
 #include "core/logging.h"
@@ -60,24 +63,47 @@ StatusOr<int64_t> RelayClient::LatestVersion() {
 
 StatusOr<std::shared_ptr<const PulledVersion>> RelayClient::PullLatest(int64_t newer_than) {
   const auto start = std::chrono::steady_clock::now();
-  std::string errors;
-  for (size_t k = 0; k < options_.relays.size(); ++k) {
-    const size_t i = (current_ + k) % options_.relays.size();
-    auto pulled = PullFrom(options_.relays[i], newer_than);
-    if (pulled.ok()) {
-      auto v = std::const_pointer_cast<PulledVersion>(*pulled);
-      v->pull_wait_s_ =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t deadline =
+      SteadyNowMs() + std::min(options_.busy_wait_ms, options_.pull_timeout_ms);
+  std::minstd_rand jitter(static_cast<uint32_t>(getpid()) ^
+                          static_cast<uint32_t>(start.time_since_epoch().count()));
+  int64_t busy_waits = 0;
+  while (true) {
+    std::string errors;
+    uint32_t retry_after_ms = 0;  // > 0: some relay was only busy (back-pressure): ask again
+    for (size_t k = 0; k < options_.relays.size(); ++k) {
+      const size_t i = (current_ + k) % options_.relays.size();
+      auto pulled = PullFrom(options_.relays[i], newer_than);
+      if (pulled.ok()) {
+        auto v = std::const_pointer_cast<PulledVersion>(*pulled);
+        v->pull_wait_s_ =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        v->busy_waits_ = busy_waits;
+      }
+      if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
+        current_ = i;
+        return pulled;
+      }
+      if (pulled.status().code() == StatusCode::kResourceExhausted) {
+        retry_after_ms = std::max({retry_after_ms, busy_retry_ms_, 1u});
+        errors += "; " + pulled.status().ToString();
+        continue;
+      }
+      LAMINAR_LOG(WARN, RELAY) << "rollout " << options_.id << ": relay " << options_.relays[i]
+                               << " failed (" << pulled.status() << "); trying the next";
+      errors += "; " + pulled.status().ToString();
     }
-    if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
-      current_ = i;
-      return pulled;
+    if (retry_after_ms == 0) return UnavailableError("no relay could serve a version" + errors);
+    if (SteadyNowMs() + retry_after_ms > deadline) {
+      return ResourceExhaustedError("every relay that answered is busy; ask again later" + errors);
     }
-    LAMINAR_LOG(WARN, RELAY) << "rollout " << options_.id << ": relay " << options_.relays[i]
-                             << " failed (" << pulled.status() << "); trying the next";
-    errors += "; " + pulled.status().ToString();
+    // Every relay that could serve is busy: wait its hint, jittered so that the refused pulls do
+    // not all come back at once.
+    ++busy_waits;
+    std::uniform_int_distribution<uint32_t> wait(retry_after_ms / 2, retry_after_ms * 3 / 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
+    busy_retry_ms_ = 0;  // each round takes the hint of its own refusals
   }
-  return UnavailableError("no relay could serve a version" + errors);
 }
 
 StatusOr<std::shared_ptr<const PulledVersion>> RelayClient::PullFrom(const std::string& relay,
@@ -131,10 +157,16 @@ StatusOr<std::shared_ptr<PulledVersion>> RelayClient::PullBulk(const std::string
     LAMINAR_ASSIGN_OR_RETURN(std::string bytes, Call(relay, proto::Encode(pull)));
     LAMINAR_ASSIGN_OR_RETURN(proto::RelayReply reply,
                              proto::Decode<proto::RelayReply>(bytes, relay));
+    if (reply.retry_after_ms() > 0) {  // busy: PullLatest asks again after the hint
+      busy_retry_ms_ = std::min<uint32_t>(reply.retry_after_ms(), kMaxBusyRetryMs);
+      return ResourceExhaustedError(relay + ": " + reply.error());
+    }
     if (!reply.error().empty()) return FailedPreconditionError(relay + ": " + reply.error());
     return OkStatus();
   };
   LAMINAR_RETURN_IF_ERROR(send_pull());
+  int64_t pull_sent_ms = SteadyNowMs();
+  constexpr int64_t kRepullAfterMs = 5000;  // RelayOptions::send_timeout_ms's default
   auto v = std::make_shared<PulledVersion>();
   std::unique_ptr<ChunkAssembler> assembler;
   const int64_t deadline = SteadyNowMs() + options_.pull_timeout_ms;
@@ -149,7 +181,15 @@ StatusOr<std::shared_ptr<PulledVersion>> RelayClient::PullBulk(const std::string
     if (SteadyNowMs() - last_progress > options_.stall_resend_ms) {
       last_progress = SteadyNowMs();
       if (!assembler) {
-        LAMINAR_RETURN_IF_ERROR(send_pull());
+        // No manifest yet: the pull waits in the relay's queue behind others (a relay sending
+        // to a peer gives up after its send timeout), so it is asked for again only after that
+        // long, not at every stall; a busy refusal keeps the pull already queued.
+        if (SteadyNowMs() - pull_sent_ms >= kRepullAfterMs) {
+          pull_sent_ms = SteadyNowMs();
+          if (Status st = send_pull(); !st.ok() && st.code() != StatusCode::kResourceExhausted) {
+            return st;
+          }
+        }
       } else {
         proto::RelayRequest resend;
         resend.mutable_header()->set_sender("rollout/" + options_.id);

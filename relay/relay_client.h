@@ -31,6 +31,8 @@ class PulledVersion {
   const std::string& relay() const { return relay_; }
   // Seconds the pull took (the metric relay/pull_wait_s, docs/architecture.md).
   double pull_wait_s() const { return pull_wait_s_; }
+  // Times the pull waited because every relay was busy (back-pressure).
+  int64_t busy_waits() const { return busy_waits_; }
   // The bytes of tensor `name`; NotFound naming it.
   StatusOr<std::span<const uint8_t>> Tensor(const std::string& name) const;
 
@@ -43,6 +45,7 @@ class PulledVersion {
   std::string source_;
   std::string relay_;
   double pull_wait_s_ = 0;
+  int64_t busy_waits_ = 0;
 };
 
 struct RelayClientOptions {
@@ -55,6 +58,9 @@ struct RelayClientOptions {
   int request_timeout_ms = 1000;
   int pull_timeout_ms = 60000;
   int stall_resend_ms = 500;
+  // How long PullLatest waits out relays that are busy before it returns ResourceExhausted (the
+  // caller asks again later; a rollout keeps heartbeating meanwhile). At most pull_timeout_ms.
+  int busy_wait_ms = 1000;
 };
 
 // Not thread-safe: one rollout thread uses it.
@@ -65,7 +71,10 @@ class RelayClient {
   // Errors: Unavailable when no relay answers, naming each.
   StatusOr<int64_t> LatestVersion();
   // Pulls the newest complete version if it is above `newer_than`; NotFound when there is none.
-  // Errors: Unavailable when no relay could serve it, naming each relay and why.
+  // A relay that refuses because it is busy (its send queue is full) is asked again after the
+  // wait it names, jittered, for up to busy_wait_ms. Errors: ResourceExhausted when the relays
+  // that answered were all still busy then; Unavailable when no relay could serve it, naming each
+  // relay and why.
   StatusOr<std::shared_ptr<const PulledVersion>> PullLatest(int64_t newer_than = -1);
 
  private:
@@ -77,6 +86,8 @@ class RelayClient {
 
   RelayClientOptions options_;
   size_t current_ = 0;
+  static constexpr uint32_t kMaxBusyRetryMs = 5000;
+  uint32_t busy_retry_ms_ = 0;  // the last busy relay's retry hint
   std::string hostname_;
   std::map<std::string, std::unique_ptr<ZmqRequestClient>> clients_;
   std::unique_ptr<BulkTransport> transport_;  // created at the first bulk pull

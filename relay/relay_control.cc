@@ -19,6 +19,12 @@ std::string Relay::HandleRequest(std::string_view request, std::string_view peer
     LAMINAR_LOG(WARN, RELAY) << options_.id << ": " << decoded.status();
     reply.set_error(decoded.status().message());
   } else {
+    if (decoded->has_pull()) {
+      // Bulk sends start only from a request that came through this socket: with run.keys, one
+      // that passed the CURVE handshake, and `peer` says so and where it came from.
+      LAMINAR_LOG(DEBUG, RELAY) << options_.id << ": pull by " << decoded->header().sender()
+                                << " from " << peer << " to " << decoded->pull().bulk_address();
+    }
     reply = HandleRequestImpl(*decoded);
   }
   reply.mutable_header()->set_sender("relay/" + options_.id);
@@ -79,8 +85,11 @@ void Relay::HandlePull(const proto::PullRequest& pull, proto::RelayReply* reply)
   if (serve_sender_->queued() > options_.max_queued_pulls * (num_chunks + 1)) {
     reply->set_error("relay " + options_.id + " is busy serving " +
                      std::to_string(serve_sender_->queued()) + " queued chunks; try another");
+    reply->set_retry_after_ms(static_cast<uint32_t>(options_.busy_retry_ms));
+    pulls_refused_busy_.fetch_add(1);
     return;
   }
+  pulls_served_.fetch_add(1);
   std::vector<uint32_t> all(num_chunks);
   for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
   ServeLocked(newest_, pull.bulk_address(), all, /*with_header=*/true);

@@ -14,10 +14,12 @@
 # expanded with `scontrol show hostnames` (or, without scontrol, a simple expansion of lists such
 # as node[01-03,7],login2). LAMINAR_BIN names the binary (default build/cli/laminar); it, the
 # recipe and the data must be on a file system every node sees. SRUN_ARGS adds srun options to
-# every step (e.g. SRUN_ARGS="--gpus-per-task=1 --cpus-per-task=8").
+# every step (e.g. SRUN_ARGS="--gpus-per-task=1 --cpus-per-task=8"). The roles authenticate each
+# other with the recipe's run.keys; without one (and without run.insecure: true) the launcher
+# makes RUN_DIR/run.keys and passes it (so RUN_DIR must be on that shared file system too).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-usage() { sed -n 2,17p "$0" >&2; exit 2; }
+usage() { sed -n 2,19p "$0" >&2; exit 2; }
 
 DRY_RUN=0; RUN_DIR=""; RESUME=""; RECIPE=""; OVERRIDES=()
 while [ $# -gt 0 ]; do
@@ -84,14 +86,25 @@ fi
 # The plan, from laminar itself (no YAML in bash): "nodes N", "coordinator_port P", ...,
 # then "role ROLE RANK NODE" lines in launch order.
 PLAN="$("$LAMINAR" cluster-plan --recipe "$RECIPE" "${OVERRIDES[@]}" --format lines)"
-NODES=""; PORT=""; ROLES=()
+NODES=""; PORT=""; KEYS_NEEDED=0; ROLES=()
 while read -r kind a b c; do
   case "$kind" in
     nodes) NODES="$a" ;;
     coordinator_port) PORT="$a" ;;
+    keys_needed) KEYS_NEEDED="$a" ;;
     role) ROLES+=("$a $b $c") ;;
   esac
 done <<< "$PLAN"
+# The roles authenticate each other with CURVE (run.keys): a recipe that names no key file gets
+# one in the run folder (kept for --resume), which every node must read.
+if [ "$KEYS_NEEDED" = 1 ]; then
+  KEYS="$RUN_DIR/run.keys"
+  if [ "$DRY_RUN" != 1 ] && [ ! -f "$KEYS" ]; then
+    mkdir -p "$RUN_DIR"
+    "$LAMINAR" keys "$KEYS" > /dev/null
+  fi
+  OVERRIDES+=("run.keys=$KEYS")
+fi
 if [ "${#HOSTS[@]}" -lt "$NODES" ]; then
   echo "launch_slurm: the recipe's cluster.nodes is $NODES but the allocation has ${#HOSTS[@]}" \
        "node(s) ($NODELIST); allocate more (sbatch -N $NODES) or lower cluster.nodes" >&2

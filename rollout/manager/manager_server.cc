@@ -113,7 +113,11 @@ void ManagerServer::RecordFault(Fault fault) const {
 }
 
 void ManagerServer::ExpireDead(double now) {
-  for (const std::string& id : state_->ExpireDead(now, options_.heartbeat_timeout_s)) {
+  // Every request checks, but only a scan past the earliest deadline can find anyone dead: one
+  // scan per heartbeat timeout instead of one per request with a thousand rollouts.
+  if (now <= next_expiry_check_s_) return;
+  for (const std::string& id :
+       state_->ExpireDead(now, options_.heartbeat_timeout_s, &next_expiry_check_s_)) {
     LAMINAR_LOG(WARN, MANAGER) << "rollout " << id << " missed its heartbeats for "
                                << options_.heartbeat_timeout_s << " s: its groups are re-issued";
     EndStraggler(id);
@@ -133,6 +137,7 @@ void ManagerServer::ExpireDead(double now) {
     kv_at_last_round_.erase(id);
     placed_.erase(id);
     rates_.erase(id);
+    heartbeat_version_.erase(id);
   }
 }
 
@@ -159,24 +164,16 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
   if (r.busy) r.busy_s = now;
   // The others' rates while they last had work (within a few heartbeat timeouts): a straggler
   // holding groups can leave the others idle, waiting for the actor, which waits for it.
-  std::vector<double> others;
-  for (const auto& [id, o] : rates_) {
-    if (id != hb.id() && o.busy_s > 0 && now - o.busy_s < 4 * options_.heartbeat_timeout_s) {
-      others.push_back(o.busy_rate);
-    }
-  }
+  const std::optional<double> others_median = MedianOfOthers(hb.id(), now);
   if (r.busy) r.busy_rate = r.rate;
-  std::sort(others.begin(), others.end());
-  const double median = others.empty() ? 0
-                        : others.size() % 2 == 1
-                            ? others[others.size() / 2]
-                            : (others[others.size() / 2 - 1] + others[others.size() / 2]) / 2;
+  const bool others_empty = !others_median.has_value();
+  const double median = others_median.value_or(0);
   // Two intervals in a row decide either way, so that one unlucky interval (a scheduling hiccup,
   // a batch finishing) neither raises nor ends a straggler.
   constexpr int kIntervals = 2;
   if (r.straggling_since_unix_s != 0) {
     // Recovered: back over half the others' rate, or done with its work (nothing waits on it).
-    const bool fine = !r.busy || others.empty() || r.rate >= median / 2;
+    const bool fine = !r.busy || others_empty || r.rate >= median / 2;
     r.streak = fine ? r.streak + 1 : 0;
     if (r.streak >= kIntervals) {
       RecordFault({.kind = FaultKind::kStraggler,
@@ -190,7 +187,7 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
     }
     return;
   }
-  const bool slow = r.busy && !others.empty() && r.rate < median / 3;
+  const bool slow = r.busy && !others_empty && r.rate < median / 3;
   if (!slow) {
     r.streak = 0;
     return;
@@ -203,6 +200,33 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
                "busy rollouts' median " + std::to_string(median);
     LAMINAR_LOG(WARN, MANAGER) << hb.id() << " straggles: " << r.detail;
   }
+}
+
+std::optional<double> ManagerServer::MedianOfOthers(const std::string& id, double now) {
+  constexpr size_t kFewRollouts = 64;
+  BusyRates& b = busy_rates_;
+  if (rates_.size() <= kFewRollouts || b.built_s < 0 || now - b.built_s >= 0.1) {
+    b.sorted.clear();
+    b.of.clear();
+    for (const auto& [other, o] : rates_) {
+      if (o.busy_s > 0 && now - o.busy_s < 4 * options_.heartbeat_timeout_s) {
+        b.sorted.push_back(o.busy_rate);
+        b.of[other] = o.busy_rate;
+      }
+    }
+    std::ranges::sort(b.sorted);
+    b.built_s = now;
+  }
+  // The k-th smallest with `id`'s own value left out.
+  std::optional<size_t> skip;
+  if (auto own = b.of.find(id); own != b.of.end()) {
+    skip = static_cast<size_t>(std::ranges::lower_bound(b.sorted, own->second) - b.sorted.begin());
+  }
+  const size_t n = b.sorted.size() - (skip ? 1 : 0);
+  if (n == 0) return std::nullopt;
+  const std::vector<double>& v = b.sorted;
+  auto at = [&v, skip](size_t k) { return skip && k >= *skip ? v[k + 1] : v[k]; };
+  return n % 2 == 1 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
 }
 
 void ManagerServer::EndStraggler(const std::string& id) {
@@ -283,6 +307,7 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
         EndStraggler(r.returned().rollout_id());
         rates_.erase(r.returned().rollout_id());
         placed_.erase(r.returned().rollout_id());
+        heartbeat_version_.erase(r.returned().rollout_id());
         break;
       }
       for (const std::string& id : r.returned().prompt_ids()) {
@@ -394,14 +419,20 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
   }
   ++window_.heartbeats;
   window_.idle_heartbeats += hb.running() == 0 && hb.waiting() == 0;
-  // How far apart the versions the live rollouts hold are right now (async runs them apart).
-  int64_t lo = INT64_MAX, hi = -1;
-  for (const RolloutHealth& h : state_->Rollouts()) {
-    if (h.version < 0) continue;
-    lo = std::min(lo, h.version);
-    hi = std::max(hi, h.version);
+  // How far apart the versions the live rollouts hold are right now (async runs them apart). The
+  // spread can only widen when a rollout reports another version than in its last heartbeat; the
+  // first heartbeat of each metrics window takes it afresh.
+  auto [known, fresh] = heartbeat_version_.try_emplace(hb.id(), hb.version());
+  if (fresh || known->second != hb.version() || window_.heartbeats == 1) {
+    known->second = hb.version();
+    int64_t lo = INT64_MAX, hi = -1;
+    for (const RolloutHealth& h : state_->Rollouts()) {
+      if (h.version < 0) continue;
+      lo = std::min(lo, h.version);
+      hi = std::max(hi, h.version);
+    }
+    if (hi >= 0) window_.version_spread_max = std::max(window_.version_spread_max, hi - lo);
   }
-  if (hi >= 0) window_.version_spread_max = std::max(window_.version_spread_max, hi - lo);
   if (options_.repack.enabled &&
       (repack_due_ || now - last_repack_s_ >= options_.repack_interval_s)) {
     Repack(now);

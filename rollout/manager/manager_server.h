@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,20 @@ class ManagerServer {
     std::string detail;
   };
   std::map<std::string, GenerationRate> rates_ LAMINAR_GUARDED_BY(mu_);
+  // The busy rates of the rollouts that held work within 4 heartbeat timeouts, sorted, and each
+  // one's value in it: what a straggler is measured against. Rebuilt for every interval with few
+  // rollouts, at most every 100 ms with many (each rollout's rate changes every 0.5 s or more).
+  struct BusyRates {
+    std::vector<double> sorted;
+    std::map<std::string, double> of;
+    double built_s = -1;
+  } busy_rates_ LAMINAR_GUARDED_BY(mu_);
+  // The median of the busy rates of every rollout but `id` (nullopt: no other).
+  std::optional<double> MedianOfOthers(const std::string& id, double now) LAMINAR_REQUIRES(mu_);
+  // When ExpireDead next scans (ManagerState::ExpireDead's next_check_s).
+  double next_expiry_check_s_ LAMINAR_GUARDED_BY(mu_) = 0;
+  // Each rollout's version in its last heartbeat (the version spread is computed when one changes).
+  std::map<std::string, int64_t> heartbeat_version_ LAMINAR_GUARDED_BY(mu_);
   std::unique_ptr<ZmqReplyServer> server_;
 };
 

@@ -406,11 +406,18 @@ StatusOr<int64_t> ManagerState::DeclareDead(std::string_view rollout_id) {
   return static_cast<int64_t>(groups.size());
 }
 
-std::vector<std::string> ManagerState::ExpireDead(double now_s, double timeout_s) {
+std::vector<std::string> ManagerState::ExpireDead(double now_s, double timeout_s,
+                                                  double* next_check_s) {
   std::vector<std::string> dead;
+  double next = now_s + timeout_s;  // the deadline of a rollout first seen after now
   for (const auto& [id, rec] : rollouts_) {
-    if (now_s - rec.health.last_seen_s > timeout_s) dead.push_back(id);
+    if (now_s - rec.health.last_seen_s > timeout_s) {
+      dead.push_back(id);
+    } else {
+      next = std::min(next, rec.health.last_seen_s + timeout_s);
+    }
   }
+  if (next_check_s) *next_check_s = next;
   for (const std::string& id : dead) {
     LAMINAR_CHECK(DeclareDead(id).ok()) << "rollout " << id << " vanished";
   }

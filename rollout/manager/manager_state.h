@@ -169,8 +169,11 @@ class ManagerState {
   // Declares dead every rollout not seen for more than `timeout_s` seconds before `now_s`: its
   // groups go back to the pool (re-issued first, in the order they were handed out) and it is
   // forgotten, so its late messages are dropped as kNotAssigned; if it comes back it is a new
-  // rollout. Returns the ids declared dead, sorted.
-  std::vector<std::string> ExpireDead(double now_s, double timeout_s);
+  // rollout. Returns the ids declared dead, sorted. `next_check_s`, when given, gets the earliest
+  // time any rollout can be declared dead, given none is seen with an earlier time than now_s: no
+  // call before it finds one (the deadline of a rollout left alive, or of one first seen later).
+  std::vector<std::string> ExpireDead(double now_s, double timeout_s,
+                                      double* next_check_s = nullptr);
 
   // Forgets `rollout_id` now (its peer disconnected) as ExpireDead would; returns the number of
   // groups it held that went back to the pool, or NotFound for an unknown rollout.

@@ -137,6 +137,18 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
   return reply;
 }
 
+int32_t RolloutWorker::GroupsThatFit() const {
+  const SchedulerStats s = engine_->scheduler().stats();
+  if (sample_tokens_estimate_ <= 0) return requests_.empty() ? 1 : 0;  // the first group
+  const double block = options_.engine.block_size;
+  const double group_blocks =
+      std::max(1.0, std::ceil(sample_tokens_estimate_ / block)) * std::max(1, group_samples_);
+  const auto fit = static_cast<int32_t>(
+      static_cast<double>(s.num_kv_blocks_total - s.num_kv_blocks_used) / group_blocks);
+  // An idle engine takes one group even when it looks too big: Add refuses what can never fit.
+  return requests_.empty() ? std::max(fit, 1) : fit;
+}
+
 int32_t RolloutWorker::num_groups_in_flight() const {
   std::set<std::string> groups;
   for (const auto& [id, r] : requests_) groups.insert(r.prompt_id);
@@ -144,8 +156,22 @@ int32_t RolloutWorker::num_groups_in_flight() const {
 }
 
 Status RolloutWorker::RequestWork() {
-  const int32_t room = options_.max_groups - num_groups_in_flight();
+  const int32_t held = num_groups_in_flight();
+  const int64_t waiting = engine_->scheduler().stats().num_waiting;
+  {
+    MutexLock lock(&stats_mu_);
+    stats_.peak_groups_held = std::max<int64_t>(stats_.peak_groups_held, held);
+    stats_.peak_waiting_samples = std::max(stats_.peak_waiting_samples, waiting);
+  }
+  const int32_t room = options_.max_groups - held;
   if (room <= 0 || Clock::now() < next_work_) return OkStatus();
+  // Back-pressure: while the engine holds samples its KV pool (or max_num_seqs) cannot admit yet,
+  // take nothing more, and never more groups than the free KV blocks hold at the size samples have
+  // had so far; the manager keeps the rest for rollouts with room. So however large
+  // rollout.max_groups is, a rollout holds at most what its pool can run.
+  if (waiting > 0) return OkStatus();
+  const int32_t fit = GroupsThatFit();
+  if (fit <= 0) return OkStatus();
   // A newer version exists: start nothing more under this one, so the rollout drains, becomes
   // idle and pulls it (Laminar §4: rollouts update between trajectories, never during one).
   if (actor_version_ > engine_->weight_version()) return OkStatus();
@@ -153,7 +179,7 @@ Status RolloutWorker::RequestWork() {
   proto::WorkRequest* w = req.mutable_work();
   w->set_rollout_id(options_.id);
   w->set_version(engine_->weight_version());
-  w->set_max_groups(room);
+  w->set_max_groups(std::min(room, fit));
   auto reply = Call(std::move(req));
   if (!reply.ok()) {
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": work request failed: " << reply.status();
@@ -164,6 +190,11 @@ Status RolloutWorker::RequestWork() {
     next_work_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1);
   }
   for (const proto::PromptGroup& g : reply->work().groups()) {
+    group_samples_ = g.num_samples();
+    if (finished_samples_ == 0) {  // nothing finished yet: assume the longest response
+      sample_tokens_estimate_ =
+          static_cast<double>(g.prompt_ids_size() + g.sampling().max_tokens());
+    }
     RolloutRequest r;
     r.prompt_ids.assign(g.prompt_ids().begin(), g.prompt_ids().end());
     r.sampling = SamplingFromProto(g.sampling());
@@ -219,6 +250,15 @@ Status RolloutWorker::SendHeartbeat() {
       rs->set_sample_index(sample_index);
       rs->set_kv_tokens(0);
     }
+  }
+  // Samples moved here that the main loop has not taken in yet (a heartbeat sent while scoring
+  // can bring them): ours, so the manager must not re-issue their groups as orphans. No KV yet,
+  // so no repack round moves them on.
+  for (const proto::MigratedSample& m : pending_imports_) {
+    proto::RunningSample* rs = h->add_running_samples();
+    rs->set_prompt_id(m.prompt_id());
+    rs->set_sample_index(m.sample_index());
+    rs->set_kv_tokens(0);
   }
   {
     // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
@@ -315,6 +355,11 @@ StatusOr<RolloutWorker::Scores> RolloutWorker::ScoreWithHeartbeats(
 Status RolloutWorker::Generate() {
   LAMINAR_ASSIGN_OR_RETURN(std::vector<FinishedSample> finished, engine_->Step(), options_.id);
   if (finished.empty()) return OkStatus();
+  for (const FinishedSample& f : finished) {
+    sample_tokens_sum_ += static_cast<double>(f.prompt_ids.size() + f.generated_ids.size());
+  }
+  finished_samples_ += static_cast<int64_t>(finished.size());
+  sample_tokens_estimate_ = sample_tokens_sum_ / static_cast<double>(finished_samples_);
   const auto scoring_start = Clock::now();
   LAMINAR_ASSIGN_OR_RETURN(Scores scores, ScoreWithHeartbeats(finished));
   proto::ManagerRequest req;

@@ -47,7 +47,9 @@ struct RolloutWorkerOptions {
   engine::WeightFormat weight_format = engine::WeightFormat::kF32;
   // The draft model's, likewise (rollout.speculative.draft_weight_dtype).
   engine::WeightFormat draft_weight_format = engine::WeightFormat::kF32;
-  int32_t max_groups = 4;             // prompt groups in flight at most
+  // Prompt groups in flight at most; fewer while the engine cannot admit what it holds (a sample
+  // waits for KV blocks): then the worker asks the manager for nothing.
+  int32_t max_groups = 4;
   int32_t partial_every_tokens = 16;  // stream a sample's progress every K new tokens (0: never)
   // The score of a sample whose reward failed, timed out or was not finite (reward.failure_score).
   double reward_failure_score = 0;
@@ -78,6 +80,10 @@ struct RolloutWorkerStats {
   double pull_wait_s = 0;       // seconds spent pulling and loading new versions
   double weight_build_s = 0;    // of which building the model (quantizing: rollout.weight_dtype)
   int64_t version = -1;         // the version held (-1: none yet)
+  // The most prompt groups held at once, and the most samples waiting for the engine's KV pool
+  // (back-pressure: a rollout asks for no group while any sample waits).
+  int64_t peak_groups_held = 0;
+  int64_t peak_waiting_samples = 0;
 };
 
 // One thread calls Run; stats() may be read from another.
@@ -142,6 +148,9 @@ class RolloutWorker {
   void GiveBack(const std::string& prompt_id, const std::string& reason);
   // Distinct prompt groups with a sample in flight.
   int32_t num_groups_in_flight() const;
+  // Groups of the size seen so far (samples' mean prompt + response tokens; before any finished,
+  // prompt + max_tokens) that the free KV blocks hold; 1 for an idle engine's first group.
+  int32_t GroupsThatFit() const;
 
   model::ModelConfig config_;
   const model::Tokenizer* tokenizer_;
@@ -171,6 +180,11 @@ class RolloutWorker {
   // (prompt id, sample index) of the finished samples Generate is scoring, for the heartbeats.
   std::vector<std::pair<std::string, int32_t>> scoring_;
   std::chrono::steady_clock::time_point next_work_{};
+  // What GroupsThatFit sizes a group by: tokens per sample (0: no group seen yet), from the
+  // finished samples' sum and count, and the samples per group of the last group taken.
+  double sample_tokens_estimate_ = 0, sample_tokens_sum_ = 0;
+  int64_t finished_samples_ = 0;
+  int32_t group_samples_ = 1;
   mutable Mutex stats_mu_;  // stats() reads stats_ from other threads
   RolloutWorkerStats stats_ LAMINAR_GUARDED_BY(stats_mu_);
 };

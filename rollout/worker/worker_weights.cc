@@ -25,12 +25,15 @@ Status RolloutWorker::MaybeUpdateWeights() {
   const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
   auto pulled = relay_->PullLatest(held);
-  if (pulled.ok() || pulled.status().code() == StatusCode::kNotFound) {
+  const StatusCode code = pulled.status().code();
+  // Busy relays answered (back-pressure): ask again on a later turn of the loop, which keeps the
+  // heartbeats going meanwhile.
+  if (pulled.ok() || code == StatusCode::kNotFound || code == StatusCode::kResourceExhausted) {
     relay_unreachable_since_.reset();
   } else if (!relay_unreachable_since_) {
     relay_unreachable_since_ = start;
   }
-  if (pulled.status().code() == StatusCode::kNotFound) return OkStatus();  // nothing newer
+  if (code == StatusCode::kNotFound || code == StatusCode::kResourceExhausted) return OkStatus();
   if (!pulled.ok()) {
     if (Seconds(start - *relay_unreachable_since_) > options_.relay_timeout_s) {
       return UnavailableError(

@@ -41,13 +41,15 @@ int FreePort() {
 }
 
 // A recipe for two nodes that are both this machine: the head runs the manager, the actor, relay
-// 0 and rollout 0; node 1 runs relay 1 (chained behind relay 0) and rollout 1.
+// 0 and rollout 0; node 1 runs relay 1 (chained behind relay 0) and rollout 1. With `keys`, the
+// roles authenticate with that key file (run.keys).
 std::string WriteClusterRecipe(const fs::path& dir, const std::string& model,
-                               const std::string& tok) {
+                               const std::string& tok, const std::string& keys = "") {
   StoriesRun run;
   run.rollout = "num_workers: 2";
   run.actor = "max_steps: 2, metrics: " + (dir / "metrics.jsonl").string();
   run.extra = "cluster: {nodes: 2, connect_timeout_s: 60}\n";
+  if (!keys.empty()) run.extra += "run: {keys: " + keys + "}\n";
   return WriteStoriesRecipe(dir, model, tok, run);
 }
 
@@ -80,7 +82,10 @@ TEST(ClusterCliTest, RolesFindEachOtherThroughTheCoordinatorAlone) {
   const std::string model = TinyModel();
   const std::string tok = TinyModel();
   const fs::path dir = TempDir("cluster_run");
-  const std::string recipe = WriteClusterRecipe(dir, model, tok);
+  // Every connection between the processes is CURVE-authenticated with the run's keys.
+  const std::string keys = (dir / "run.keys").string();
+  ASSERT_EQ(RunLaminar("keys " + keys).exit_code, 0);
+  const std::string recipe = WriteClusterRecipe(dir, model, tok, keys);
   const std::string coordinator = "tcp://127.0.0.1:" + std::to_string(FreePort());
   // The manager, which serves the coordinator, comes last: the others wait for it.
   Process rollout0 = StartRole(dir, recipe, "rollout", 0, coordinator);
@@ -127,7 +132,8 @@ TEST(ClusterCliTest, RolesFindEachOtherThroughTheCoordinatorAlone) {
 TEST(ClusterCliTest, ARoleWithoutACoordinatorFailsInBoundedTimeNamingIt) {
   const fs::path dir = TempDir("cluster_none");
   std::ofstream(dir / "recipe.yaml") << "model: {path: m}\ndata: {path: d}\n"
-                                     << "cluster: {nodes: 2, connect_timeout_s: 0.5}\n";
+                                     << "cluster: {nodes: 2, connect_timeout_s: 0.5}\n"
+                                     << "run: {insecure: true}\n";
   const std::string recipe = (dir / "recipe.yaml").string();
   const std::string nobody = "tcp://127.0.0.1:" + std::to_string(FreePort());
   for (int rank : {0, 1}) {
@@ -173,7 +179,9 @@ TEST(ClusterCliTest, ARoleWithAnotherLayoutIsRefused) {
   const std::string model = TinyModel();
   const std::string tok = TinyModel();
   const fs::path dir = TempDir("cluster_layout");
-  const std::string recipe = WriteClusterRecipe(dir, model, tok);
+  const std::string keys = (dir / "run.keys").string();
+  ASSERT_EQ(RunLaminar("keys " + keys).exit_code, 0);
+  const std::string recipe = WriteClusterRecipe(dir, model, tok, keys);
   const std::string coordinator = "tcp://127.0.0.1:" + std::to_string(FreePort());
   Process manager = StartRole(dir, recipe, "manager", 0, coordinator);
   ReadyLine(&manager, dir / "manager0.log");
@@ -212,10 +220,11 @@ TEST(ClusterCliTest, ClusterPlanPlacesEveryRoleInstance) {
   auto all = RunLaminar("cluster-plan --recipe " + recipe +
                         " cluster.rollout_nodes=0 cluster.coordinator_port=4000 --format lines");
   ASSERT_EQ(all.exit_code, 0) << all.err;
-  EXPECT_EQ(all.out,
-            "nodes 3\ncoordinator_port 4000\nconnect_timeout_s 600\nrole manager 0 0\n"
-            "role relay 0 0\nrole actor 0 0\nrole relay 1 1\nrole relay 2 2\nrole rollout 0 0\n"
-            "role rollout 1 0\nrole rollout 2 1\nrole rollout 3 1\nrole rollout 4 2\n");
+  EXPECT_EQ(
+      all.out,
+      "nodes 3\ncoordinator_port 4000\nconnect_timeout_s 600\nkeys_needed 1\nrole manager 0 0\n"
+      "role relay 0 0\nrole actor 0 0\nrole relay 1 1\nrole relay 2 2\nrole rollout 0 0\n"
+      "role rollout 1 0\nrole rollout 2 1\nrole rollout 3 1\nrole rollout 4 2\n");
   auto too_many = RunLaminar("cluster-plan --recipe " + recipe + " cluster.rollout_nodes=4");
   EXPECT_EQ(too_many.exit_code, 1);
   EXPECT_NE(too_many.err.find("cluster.rollout_nodes: 4 is more than cluster.nodes 3"),
@@ -253,10 +262,12 @@ TEST(ClusterCliTest, LaunchSlurmDryRunStartsEachRoleOnItsNode) {
   const std::string env = "LAMINAR_BIN=" + std::string(LAMINAR_BINARY) + " ";
   const std::string recipe = (dir / "recipe.yaml").string();
   auto r = RunBash(env + "SLURM_JOB_NODELIST=\"gpu[08-10],spare\" " + script + " --dry-run " +
-                   recipe + " actor.lr=2e-6");
+                   "--run-dir " + (dir / "run").string() + " " + recipe + " actor.lr=2e-6");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string tail = " --recipe " + recipe + " --rank ";
-  const std::string coordinator = " --coordinator tcp://gpu08:29555 actor.lr=2e-6";
+  // The recipe names no keys: the launcher passes the run folder's (made only for a real launch).
+  const std::string coordinator = " --coordinator tcp://gpu08:29555 actor.lr=2e-6 run.keys=" +
+                                  (dir / "run" / "run.keys").string();
   auto srun = [&](const std::string& node, const std::string& role, int rank) {
     return "srun --nodes=1 --ntasks=1 --overlap -w " + node + " --job-name laminar-" + role + "-" +
            std::to_string(rank) + " " + LAMINAR_BINARY + " " + role + tail + std::to_string(rank) +
@@ -267,6 +278,7 @@ TEST(ClusterCliTest, LaunchSlurmDryRunStartsEachRoleOnItsNode) {
                                          srun("gpu10", "relay", 2),   srun("gpu09", "rollout", 0),
                                          srun("gpu09", "rollout", 1), srun("gpu10", "rollout", 2)};
   EXPECT_EQ(SplitLines(r.out), want) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "run" / "run.keys"));
   // An allocation smaller than the plan is refused before anything starts.
   auto small =
       RunBash(env + "SLURM_JOB_NODELIST=\"gpu[08-09]\" " + script + " --dry-run " + recipe);
@@ -307,6 +319,8 @@ TEST(ClusterCliTest, LaunchSlurmRunsAJobWithAStandInSrun) {
       " " + recipe + " cluster.coordinator_port=" + std::to_string(FreePort()));
   ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(dir / "run" / "logs" / "actor_0.log");
   EXPECT_NE(r.err.find("coordinator tcp://localhost:"), std::string::npos) << r.err;
+  // The launcher made the run's keys, and every role used them.
+  EXPECT_TRUE(fs::exists(dir / "run" / "run.keys"));
   EXPECT_EQ(CountLines(dir / "metrics.jsonl"), 2u);
   // Rollout 1 runs on node 1, behind its relay 1 and then relay 0. Rollout 0 can serve both steps
   // alone, so the job may end while rollout 1 still waits for relay 1 to register (1 run in 5 on

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,8 @@
 #include "model/checkpoint.h"
 #include "model/tokenizer/tokenizer_loader.h"
 #include "proto/codec.h"
+#include "relay/policy_weights.h"
+#include "relay/publisher.h"
 #include "relay/relay.h"
 #include "reward/reward.h"
 #include "rollout/manager/manager_server.h"
@@ -214,6 +217,84 @@ TEST_F(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
   EXPECT_EQ(run.steps.size(), 3u);
   EXPECT_EQ(run.manager_metrics.at("manager/rollouts_dead"), 0);
   EXPECT_EQ(run.manager_metrics.at("manager/reissued"), 0);
+}
+
+// A rollout whose rollout.max_groups asks for ten times what its KV pool can run holds only what
+// the pool can run (back-pressure: it asks the manager for nothing while a sample waits for KV
+// blocks, and for no more groups than its free blocks hold), and completes every group it takes.
+TEST_F(RlThreadsTest, ARolloutAskedForTenTimesItsCapacityHoldsOnlyWhatItCanRun) {
+  relay::RelayOptions ro;
+  ro.id = "master";
+  ro.shm_prefix = "lt" + std::to_string(getpid()) + "pressure";
+  auto relay = relay::Relay::Start(std::move(ro));
+  ASSERT_TRUE(relay.ok()) << relay.status();
+  relay::PublisherOptions po;
+  po.master_endpoint = (*relay)->info().control_endpoint();
+  auto publisher = relay::Publisher::Create(std::move(po));
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  auto tensors = relay::TensorsOf(ckpt_->weights);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_TRUE((*publisher)->Publish(0, *tensors).ok());
+
+  std::vector<manager::PromptRow> rows;
+  for (int i = 0; i < 40; ++i) {
+    rows.push_back({.id = std::to_string(i),
+                    .prompt_ids = {1, 10 + i, 20, 30},
+                    .ground_truth = "cat",
+                    .data_source = "pressure",
+                    .extra_info_json = "",
+                    .source = "row " + std::to_string(i)});
+  }
+  auto dataset = manager::MakePromptDataset("pressure", std::move(rows));
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  manager::ManagerConfig mc;
+  mc.num_samples = 2;
+  mc.sampling.set_temperature(1.0f);
+  mc.sampling.set_max_tokens(24);
+  mc.sampling.set_seed(3);
+  manager::ManagerServerOptions so;
+  so.repack.enabled = false;
+  auto server = manager::ManagerServer::Start(
+      std::make_shared<const manager::PromptDataset>(std::move(*dataset)), mc, so);
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  // A sample needs up to 2 blocks of 16 tokens (4 prompt + 24 generated): 8 blocks run 2 groups
+  // of 2 at their longest.
+  constexpr int32_t kGroupsThatFit = 2;
+  rollout::RolloutWorkerOptions wo;
+  wo.manager = (*server)->endpoint();
+  wo.relays = {(*relay)->info().control_endpoint()};
+  wo.engine.block_size = 16;
+  wo.engine.num_blocks = 8;
+  wo.max_groups = 10 * kGroupsThatFit;
+  wo.heartbeat_interval_ms = 50;
+  auto contains = reward::BuiltinReward("contains");
+  ASSERT_TRUE(contains.ok());
+  auto worker = rollout::RolloutWorker::Create(ckpt_->config, tok_.get(), *contains, std::move(wo));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::atomic<bool> stop{false};
+  Status run_status;
+  std::thread t([&] { run_status = (*worker)->Run(stop); });
+  const bool done =
+      WaitFor([&] { return (*server)->Metrics().at("manager/completed") >= 24; }, 60000);
+  stop.store(true);
+  t.join();
+  EXPECT_TRUE(done) << "24 groups were not completed in 60 s";
+  EXPECT_TRUE(run_status.ok()) << run_status;
+  const rollout::RolloutWorkerStats st = (*worker)->stats();
+  std::cout << "max_groups " << 10 * kGroupsThatFit << ": held at most " << st.peak_groups_held
+            << " groups, " << st.peak_waiting_samples << " samples waiting for KV blocks\n";
+  EXPECT_GE(st.groups_received, 24);
+  EXPECT_EQ(st.trajectories_dropped, 0);
+  EXPECT_GT(st.peak_waiting_samples, 0) << "the pool never filled: the test does not overload";
+  // It asks only while every sample it holds has its blocks, each at least one: never more groups
+  // than num_blocks / n, whatever max_groups says.
+  EXPECT_LE(st.peak_groups_held, 8 / mc.num_samples);
+  EXPECT_LE(st.peak_waiting_samples, 8);
+  const auto m = (*server)->Metrics();
+  EXPECT_EQ(m.at("manager/reissued"), 0);
+  (*server)->Stop();
+  (*relay)->Stop();
 }
 
 // A hand-driven rollout over the manager's real socket: takes work, answers groups with fixed

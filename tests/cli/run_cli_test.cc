@@ -7,7 +7,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,6 +138,41 @@ TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_NE(again.err.find("pass --resume"), std::string::npos) << again.err;
   EXPECT_EQ(Lines(dir / "out" / "metrics.jsonl").size(), 3u);
+}
+
+// With run.keys every role authenticates with the run's CURVE keys (`laminar keys`), and the run
+// trains as without; a bad key file, a key file written twice and a multi-machine recipe without
+// keys are refused before anything starts.
+TEST(RunCliTest, RolesAuthenticateWithTheRunsKeys) {
+  const std::string model = TinyModel();
+  const fs::path dir = TempDir("run_keys");
+  const std::string recipe = WriteRunRecipe(dir, model, model);
+  const std::string keys = (dir / "run.keys").string();
+  auto made = RunLaminar("keys " + keys);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(made.out.size(), 41u) << made.out;  // the public key, Z85, and a newline
+  EXPECT_NE(RunLaminar("keys " + keys).err.find("never overwritten"), std::string::npos);
+  auto r = RunLaminar("run " + recipe + " actor.max_steps=2 run.keys=" + keys + " --run-dir " +
+                      (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Lines(dir / "out" / "metrics.jsonl").size(), 2u);
+  int logs = 0;
+  for (const auto& e : fs::directory_iterator(dir / "out" / "logs")) {
+    const std::string log = Slurp(e.path());
+    EXPECT_NE(log.find("authenticated and encrypted with CURVE"), std::string::npos) << e.path();
+    EXPECT_EQ(log.find("refused"), std::string::npos) << e.path() << ":\n" << log;
+    ++logs;
+  }
+  EXPECT_EQ(logs, 5);  // the relay, the manager, the actor and two rollouts
+  std::ofstream(dir / "bad.keys") << "public = nope\n";
+  auto bad = RunLaminar("run " + recipe + " run.keys=" + (dir / "bad.keys").string() +
+                        " --run-dir " + (dir / "bad").string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("run.keys"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad" / "logs" / "relay.log"));
+  auto open = RunLaminar("manager --recipe " + recipe + " cluster.nodes=2");
+  EXPECT_EQ(open.exit_code, 1);
+  EXPECT_NE(open.err.find("laminar keys"), std::string::npos) << open.err;
 }
 
 // A rollout whose manager and relay are gone stops with an error naming them instead of waiting.
@@ -263,6 +303,172 @@ TEST(ChaosCliTest, RandomFaultsLoseNothingLeakNothingAndAreDemarcated) {
     EXPECT_TRUE(inj["demarcated"].get<bool>()) << inj.dump();
   }
   EXPECT_NE(r.err.find("[chaos] clean"), std::string::npos) << r.err;
+}
+
+// What ResumeAudit saw: the trajectory log's prompt ids by step (the last run's, for a step trained
+// again after a resume), every step number in metrics.jsonl in file order, and how each attempt
+// was interrupted.
+struct AuditedRun {
+  std::map<int64_t, std::multiset<std::string>> prompts;
+  std::vector<int64_t> steps;
+  std::vector<std::string> interrupts;
+};
+
+// `laminar run RECIPE OVERRIDES --run-dir OUT` to the end, interrupted `max_interrupts` times at
+// seeded random points, each time continued with --resume (once a checkpoint exists): after a
+// random number of steps plus a random fraction of one, the actor is SIGKILLed (mid-step or
+// mid-checkpoint-write; checkpoints are saved every step), the run gets Ctrl-C (the actor saves
+// and stops), or `laminar run` itself is SIGKILLed (every role dies with it).
+AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>& overrides,
+                       const fs::path& out, int64_t max_steps, int max_interrupts, uint32_t seed) {
+  AuditedRun audit;
+  std::mt19937 rng(seed);
+  for (int attempt = 0; attempt < max_interrupts + 4; ++attempt) {
+    std::vector<std::string> argv = {LAMINAR_BINARY, "run", recipe};
+    argv.insert(argv.end(), overrides.begin(), overrides.end());
+    argv.insert(argv.end(), {"--run-dir", out.string()});
+    if (fs::exists(out / "checkpoints" / "latest")) argv.push_back("--resume");
+    auto run = Process::Spawn(argv, (out.parent_path() / "run.err").string());
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) return audit;
+    const bool interrupt = static_cast<int>(audit.interrupts.size()) < max_interrupts;
+    if (interrupt) {
+      const auto lines = [&] { return Lines(out / "metrics.jsonl").size(); };
+      // One or two more steps than the attempt started with (so every attempt makes progress),
+      // then up to a step's time more: mid-step, mid-save or between steps.
+      const size_t at = std::min<size_t>(lines() + std::uniform_int_distribution<size_t>(1, 2)(rng),
+                                         static_cast<size_t>(max_steps - 1));
+      // Steps of the test model take tens of milliseconds: poll often.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (lines() < at && run->Running() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
+      if (run->Running() && lines() < static_cast<size_t>(max_steps)) {
+        // Each kind in turn, from a seeded start.
+        const size_t how = (seed + audit.interrupts.size()) % 3;
+        const pid_t actor = FindProcess({"actor", "--recipe", recipe});
+        if (how == 0 && actor > 0) {
+          kill(actor, SIGKILL);
+          audit.interrupts.push_back("actor killed after " + std::to_string(lines()) + " steps");
+        } else if (how == 1) {
+          run->Signal(SIGINT);
+          audit.interrupts.push_back("Ctrl-C after " + std::to_string(lines()) + " steps");
+        } else {
+          run->Signal(SIGKILL);
+          audit.interrupts.push_back("laminar run killed after " + std::to_string(lines()) +
+                                     " steps");
+        }
+      }
+    }
+    auto code = run->Wait(120000);
+    EXPECT_TRUE(code.ok()) << code.status();
+    if (code.ok() && *code == 0) break;
+    // Roles of a killed `laminar run` stop on their own (they watch it); wait for the actor.
+    WaitFor([&] { return FindProcess({"actor", "--recipe", recipe}) < 0; }, 30000);
+  }
+  int64_t previous = 0;
+  for (const auto& t : Lines(out / "trajectories.jsonl")) {
+    const int64_t step = t["step"].get<int64_t>();
+    if (step != previous) audit.prompts[step].clear();
+    audit.prompts[step].insert(t["prompt_id"].get<std::string>());
+    previous = step;
+  }
+  for (const auto& m : Lines(out / "metrics.jsonl")) {
+    audit.steps.push_back(m["training/global_step"].get<int64_t>());
+  }
+  return audit;
+}
+
+std::string Bytes(const fs::path& p) { return Slurp(p); }
+
+// Sync mode with f32 trains the same prompts at every step and
+// ends with bit-identical weights however often and wherever the run is interrupted and resumed,
+// across epoch boundaries (8 prompts, 2 groups a step: an epoch ends every 4 steps).
+TEST(ResumeAuditTest, SyncRunsInterruptedAnywhereEndWithTheUninterruptedWeights) {
+  const std::string model = TinyModel();
+  constexpr int64_t kSteps = 8;
+  auto recipe_in = [&](const fs::path& dir) {
+    StoriesRun run;
+    run.num_prompts = 8;
+    run.rollout = "num_workers: 2";
+    run.actor = "save_every: 1, compute: f32";
+    run.extra = "mode: sync\n";
+    return WriteStoriesRecipe(dir, model, model, run);
+  };
+  auto overrides = [](const fs::path& out) {
+    return std::vector<std::string>{
+        "actor.max_steps=" + std::to_string(kSteps),
+        "actor.trajectory_log=" + (out / "trajectories.jsonl").string()};
+  };
+  const fs::path a = TempDir("audit_sync_straight");
+  const AuditedRun straight =
+      ResumeAudit(recipe_in(a), overrides(a / "out"), a / "out", kSteps, 0, 0);
+  const fs::path b = TempDir("audit_sync_interrupted");
+  const AuditedRun resumed =
+      ResumeAudit(recipe_in(b), overrides(b / "out"), b / "out", kSteps, 3, 41);
+  std::string how;
+  for (const std::string& i : resumed.interrupts) how += i + "; ";
+  std::cout << "interrupts: " << how << "\n";
+  EXPECT_GE(resumed.interrupts.size(), 1u);
+  std::vector<int64_t> want_steps(kSteps);
+  std::iota(want_steps.begin(), want_steps.end(), 1);
+  EXPECT_EQ(straight.steps, want_steps);
+  EXPECT_EQ(resumed.steps, want_steps) << how << "see " << b;  // none repeated, none missing
+  ASSERT_EQ(straight.prompts.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(resumed.prompts, straight.prompts) << how << "see " << b;
+  const std::string final_ckpt = "out/checkpoints/step_" + std::to_string(kSteps);
+  const std::string want = Bytes(a / final_ckpt / "model.safetensors");
+  ASSERT_FALSE(want.empty());
+  EXPECT_TRUE(Bytes(b / final_ckpt / "model.safetensors") == want)
+      << "the final weights differ after " << how << "see " << b;
+}
+
+// async mode over one epoch: whatever the interrupts, every prompt is trained exactly once, as in
+// the uninterrupted run (the order within the epoch may differ: groups complete as they finish).
+TEST(ResumeAuditTest, AsyncRunsInterruptedAnywhereConsumeEveryPromptOnce) {
+  const std::string model = TinyModel();
+  constexpr int64_t kSteps = 6;  // 12 prompts, 2 groups a step: one epoch
+  auto recipe_in = [&](const fs::path& dir) {
+    StoriesRun run;
+    run.num_prompts = 12;
+    run.rollout = "num_workers: 2";
+    run.actor = "save_every: 1";
+    run.data = "num_epochs: 1";
+    return WriteStoriesRecipe(dir, model, model, run);
+  };
+  auto overrides = [](const fs::path& out) {
+    return std::vector<std::string>{
+        "actor.max_steps=" + std::to_string(kSteps),
+        "actor.trajectory_log=" + (out / "trajectories.jsonl").string()};
+  };
+  auto consumed = [](const AuditedRun& r) {
+    std::multiset<std::string> all;
+    for (const auto& [step, ids] : r.prompts) all.insert(ids.begin(), ids.end());
+    return all;
+  };
+  const fs::path a = TempDir("audit_async_straight");
+  const AuditedRun straight =
+      ResumeAudit(recipe_in(a), overrides(a / "out"), a / "out", kSteps, 0, 0);
+  const fs::path b = TempDir("audit_async_interrupted");
+  const AuditedRun resumed =
+      ResumeAudit(recipe_in(b), overrides(b / "out"), b / "out", kSteps, 3, 7);
+  std::string how;
+  for (const std::string& i : resumed.interrupts) how += i + "; ";
+  std::cout << "interrupts: " << how << "\n";
+  std::vector<int64_t> want_steps(kSteps);
+  std::iota(want_steps.begin(), want_steps.end(), 1);
+  EXPECT_GE(resumed.interrupts.size(), 1u);
+  EXPECT_EQ(resumed.steps, want_steps) << how << "see " << b;
+  std::multiset<std::string> every;
+  for (int row = 0; row < 12; ++row) {
+    // n = 2 samples of each group
+    every.insert(std::to_string(row) + "@0");
+    every.insert(std::to_string(row) + "@0");
+  }
+  EXPECT_EQ(consumed(straight), every);
+  EXPECT_EQ(consumed(resumed), consumed(straight)) << how << "see " << b;
 }
 
 TEST(ChaosCliTest, BadArgumentsAreRefused) {

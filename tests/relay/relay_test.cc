@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -474,6 +475,53 @@ TEST(RelayTierTest, ABusyRelayRefusesPullsInsteadOfQueueingThemForever) {
   auto second = proto::Decode<proto::RelayReply>(*second_bytes, "m");
   ASSERT_TRUE(second.ok());
   EXPECT_NE(second->error().find("busy"), std::string::npos) << second->error();
+}
+
+// 64 rollouts on other machines pull one version at once, over the bulk plane: the relay queues
+// a bounded number of whole versions (RelayOptions::max_queued_pulls) and refuses the rest as
+// busy with a retry hint; every client gets the whole version, bit-identical, in the end.
+TEST(RelayTierTest, SixtyFourConcurrentPullsOfOneVersionAreAllServed) {
+  Tier t = Tier::Start(0);
+  FakeWeights w = MakeWeights(1, kRows);
+  ASSERT_TRUE(t.publisher->Publish(1, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return t.AllHave(1); }, 10000));
+  constexpr int kClients = 64;
+  std::vector<std::unique_ptr<RelayClient>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    RelayClientOptions o;
+    o.id = "pull" + std::to_string(i);
+    o.relays = {t.master->info().control_endpoint()};
+    o.allow_shm = false;  // as from another machine
+    o.request_timeout_ms = 2000;
+    o.stall_resend_ms = 500;
+    o.busy_wait_ms = 60000;  // a client that waits its turn (a rollout asks again instead)
+    auto c = RelayClient::Create(std::move(o));
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(std::move(*c));
+  }
+  std::atomic<int> ready{0}, served{0};
+  std::atomic<int64_t> busy_waits{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < kClients) std::this_thread::yield();  // all at once
+      auto v = clients[i]->PullLatest();
+      if (!v.ok()) {
+        ADD_FAILURE() << "client " << i << ": " << v.status();
+        return;
+      }
+      EXPECT_EQ((*v)->source(), "bulk");
+      ExpectWeights(**v, kRows);
+      busy_waits += (*v)->busy_waits();
+      ++served;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(served.load(), kClients);
+  EXPECT_GE(t.master->pulls_served(), static_cast<uint64_t>(kClients));
+  std::cout << kClients << " pulls served, " << t.master->pulls_refused_busy()
+            << " refused as busy first, " << busy_waits.load() << " waits in the clients\n";
 }
 
 TEST(SendWorkerTest, AFailedDestinationIsSkippedForItsGenerationOnly) {
