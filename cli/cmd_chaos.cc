@@ -3,23 +3,29 @@
 // then an audit.
 // Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager declares it dead, then
 // SIGCONT); a straggler (a rollout stopped nine tenths of the time for a while: the manager
-// records it when the rollouts are what the actor waits for); a reward worker killed;
-// the relay, manager or actor killed, after which the run is resumed from its newest checkpoint
-// (`laminar run --resume`). The audit, against the manager's ledger in the final checkpoint and
-// the trajectories the actor trained on: every sample trained at most once, every prompt handed
-// out trained, buffered or in flight (none lost), versions never going back per rollout, no
-// process or shared-memory segment of the run left, each fault demarcated in faults.jsonl to the
-// role it struck, the recovery time per fault, and the effective training time ratio. The report
-// goes to the console and to RUN_DIR/chaos_report.json; the exit code is 0 only when the audit is
-// clean.
+// records it when the rollouts are what the actor waits for); a reward worker killed; the
+// relay killed (`laminar run` starts it again in place); the manager or actor killed, after
+// which the run is resumed from its newest checkpoint (`laminar run --resume`); a full disk for
+// the checkpoints (the checkpoint folder is a tmpfs of chaos's own mount namespace, shrunk to
+// what it holds until a save has failed: the actor trains on, and the next save recovers). The
+// audit, against the manager's ledger in the final checkpoint and the trajectories the actor
+// trained on: every sample trained at most once, every prompt handed out trained, buffered or in
+// flight (none lost), versions never going back per rollout, no process or shared-memory segment of
+// the run left, each fault demarcated in faults.jsonl to the role it struck, the recovery time per
+// fault, and the effective training time ratio. The report goes to the console and to
+// RUN_DIR/chaos_report.json; the exit code is 0 only when the audit is clean.
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -193,11 +199,116 @@ std::vector<Json> ReadJsonLines(const fs::path& path) {
   return out;
 }
 
+// The run's checkpoint folder on a tmpfs in this process's own mount namespace (its children,
+// the run's roles, share it; nothing outside sees it, and it goes with the last of them), so that
+// a full disk can be made and undone: Fill shrinks the tmpfs to what it holds, Free gives the
+// space back. Unmount (also on destruction) moves the checkpoints onto the folder underneath, so
+// the run can be resumed after chaos ends.
+class CheckpointDisk {
+ public:
+  // Errors: FailedPrecondition when this process may not make a mount namespace or mount a tmpfs
+  // (it needs root or CAP_SYS_ADMIN); Internal for the rest, naming the call and folder.
+  static StatusOr<std::unique_ptr<CheckpointDisk>> Mount(const fs::path& dir) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      return FailedPreconditionError(
+          "--kill disk needs a mount namespace of its own (root or CAP_SYS_ADMIN): " +
+          std::string(std::strerror(errno)));
+    }
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return InternalError("cannot create " + dir.string() + ": " + ec.message());
+    if (mount("laminar-chaos", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+      return FailedPreconditionError("--kill disk: cannot mount a tmpfs on " + dir.string() + ": " +
+                                     std::strerror(errno));
+    }
+    std::unique_ptr<CheckpointDisk> disk(new CheckpointDisk(dir));
+    disk->mounted_ = true;
+    struct statvfs st {};
+    if (statvfs(dir.c_str(), &st) != 0) return InternalError("statvfs " + dir.string());
+    disk->full_bytes_ = static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+    return disk;
+  }
+  ~CheckpointDisk() {
+    if (Status st = Unmount(); !st.ok())
+      std::fprintf(stderr, "[chaos] %s\n", st.ToString().c_str());
+  }
+  CheckpointDisk(const CheckpointDisk&) = delete;
+  CheckpointDisk& operator=(const CheckpointDisk&) = delete;
+
+  // Shrinks the tmpfs to the bytes it holds: every write after fails with ENOSPC.
+  Status Fill() {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      struct statvfs st {};
+      if (statvfs(dir_.c_str(), &st) != 0) return InternalError("statvfs " + dir_.string());
+      const uint64_t used = static_cast<uint64_t>(st.f_blocks - st.f_bfree) * st.f_frsize;
+      // EINVAL: a write grew it under the size asked for; measure again.
+      if (Remount(std::max<uint64_t>(used, st.f_frsize)).ok()) return OkStatus();
+    }
+    return InternalError("cannot shrink the tmpfs on " + dir_.string() + " to what it holds");
+  }
+  Status Free() { return Remount(full_bytes_); }
+
+  Status Unmount() {
+    if (!mounted_) return OkStatus();
+    mounted_ = false;
+    (void)Free();
+    const fs::path copy = dir_.parent_path() / (dir_.filename().string() + ".chaos-copy");
+    std::error_code ec;
+    fs::remove_all(copy, ec);
+    fs::copy(dir_, copy, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    if (ec) {
+      (void)umount2(dir_.c_str(), MNT_DETACH);
+      return InternalError("the checkpoints on the chaos tmpfs could not be copied out of " +
+                           dir_.string() + ": " + ec.message());
+    }
+    if (umount2(dir_.c_str(), MNT_DETACH) != 0) {
+      return InternalError("umount " + dir_.string() + ": " + std::strerror(errno));
+    }
+    for (const auto& e : fs::directory_iterator(copy, ec)) {
+      fs::rename(e.path(), dir_ / e.path().filename(), ec);
+      if (ec) return InternalError("cannot move " + e.path().string() + ": " + ec.message());
+    }
+    fs::remove_all(copy, ec);
+    return OkStatus();
+  }
+
+ private:
+  explicit CheckpointDisk(fs::path dir) : dir_(std::move(dir)) {}
+  Status Remount(uint64_t bytes) {
+    const std::string options = "size=" + std::to_string(bytes);
+    if (mount("laminar-chaos", dir_.c_str(), "tmpfs", MS_REMOUNT | MS_NOSUID | MS_NODEV,
+              options.c_str()) != 0) {
+      return InternalError("remount " + dir_.string() + " " + options + ": " +
+                           std::strerror(errno));
+    }
+    return OkStatus();
+  }
+
+  fs::path dir_;
+  uint64_t full_bytes_ = 0;
+  bool mounted_ = false;
+};
+
+// How often `needle` occurs in the file at `path` (0 when unreadable).
+size_t CountInFile(const fs::path& path, std::string_view needle) {
+  auto text = ReadFileToString(path.string());
+  if (!text.ok()) return 0;
+  size_t n = 0;
+  for (size_t at = text->find(needle); at != std::string::npos; at = text->find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// What the actor's log says when a checkpoint failed for want of space (actor/actor.cc).
+constexpr std::string_view kDiskFullLine = "failed, the disk is full";
+
 // One injected fault and what became of it.
 struct Injection {
   double at = 0;
-  std::string kind{};    // rollout, reward, relay, manager, actor
-  std::string how{};     // kill, hang, straggle
+  std::string kind{};    // rollout, straggler, reward, relay, manager, actor, disk
+  std::string how{};     // kill, hang, straggle, fill
   std::string target{};  // the role ("rollout/1", "reward", "actor", ...)
   pid_t pid = 0;
   bool resumed = false;  // the run ended and was resumed
@@ -205,17 +316,21 @@ struct Injection {
   bool demarcated = false;
 };
 
-// A fault in progress: a stopped process to continue, or a straggler's duty cycle.
+// A fault in progress: a stopped process to continue, a straggler's duty cycle, or a full disk
+// to free once the actor has failed a save (`disk_full_lines` is its log's count before).
 struct Pending {
   pid_t pid = 0;
   double until = 0;
   bool straggle = false;
+  bool disk = false;
+  size_t disk_full_lines = 0;
 };
 
 class ChaosRun {
  public:
   ChaosRun(const ChaosArgs& a, fs::path dir, std::vector<std::string> kinds, double every_s,
-           double for_s, double heartbeat_timeout_s, std::string self)
+           double for_s, double heartbeat_timeout_s, std::string self,
+           CheckpointDisk* disk = nullptr)
       : a_(a),
         dir_(std::move(dir)),
         kinds_(std::move(kinds)),
@@ -223,6 +338,7 @@ class ChaosRun {
         for_s_(for_s),
         heartbeat_timeout_s_(heartbeat_timeout_s),
         self_(std::move(self)),
+        disk_(disk),
         rng_(a.seed) {}
 
   // Runs, injects, stops; the audit's report. Errors: a run that cannot start or resume.
@@ -235,6 +351,7 @@ class ChaosRun {
   void Inject(double now);
   void Tick(double now);
   void ReleaseAll();
+  fs::path ActorLog() const { return dir_ / "logs" / "actor.log"; }
   // Lines in metrics.jsonl, one a step: polled, so counted without parsing them.
   size_t StepsSoFar() const {
     std::ifstream in(dir_ / "metrics.jsonl");
@@ -248,6 +365,7 @@ class ChaosRun {
   std::vector<std::string> kinds_;
   double every_s_, for_s_, heartbeat_timeout_s_;
   std::string self_;
+  CheckpointDisk* disk_;  // with --kill disk
   std::mt19937_64 rng_;
   Process run_;
   int invocations_ = 0;
@@ -305,6 +423,12 @@ void ChaosRun::Inject(double now) {
     inj.target = "reward";
     inj.pid = procs.reward_workers[pick(rng_)];
     inj.how = "kill";
+  } else if (inj.kind == "disk") {
+    auto it = procs.roles.find("actor");
+    if (it == procs.roles.end() || disk_ == nullptr) return;
+    inj.target = "actor";  // who writes the checkpoints, and records the fault
+    inj.pid = it->second;
+    inj.how = "fill";
   } else {
     auto it = procs.roles.find(inj.kind);
     if (it == procs.roles.end()) return;
@@ -314,6 +438,16 @@ void ChaosRun::Inject(double now) {
   }
   if (inj.how == "kill") {
     kill(inj.pid, SIGKILL);
+  } else if (inj.how == "fill") {
+    if (Status st = disk_->Fill(); !st.ok()) {
+      std::fprintf(stderr, "[chaos] %s\n", st.ToString().c_str());
+      return;
+    }
+    // Full until a save has failed (or two minutes: a run that never saves).
+    pending_.push_back({.pid = inj.pid,
+                        .until = now + 120,
+                        .disk = true,
+                        .disk_full_lines = CountInFile(ActorLog(), kDiskFullLine)});
   } else if (inj.how == "hang") {
     kill(inj.pid, SIGSTOP);
     pending_.push_back(
@@ -328,6 +462,17 @@ void ChaosRun::Inject(double now) {
 
 void ChaosRun::Tick(double now) {
   for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->disk) {
+      if (now >= it->until || CountInFile(ActorLog(), kDiskFullLine) > it->disk_full_lines) {
+        if (Status st = disk_->Free(); !st.ok()) {
+          std::fprintf(stderr, "[chaos] %s\n", st.ToString().c_str());
+        }
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+      continue;
+    }
     if (now >= it->until) {
       kill(it->pid, SIGCONT);
       it = pending_.erase(it);
@@ -343,7 +488,13 @@ void ChaosRun::Tick(double now) {
 }
 
 void ChaosRun::ReleaseAll() {
-  for (const Pending& p : pending_) kill(p.pid, SIGCONT);
+  for (const Pending& p : pending_) {
+    if (p.disk) {
+      (void)disk_->Free();
+    } else {
+      kill(p.pid, SIGCONT);
+    }
+  }
   pending_.clear();
 }
 
@@ -352,7 +503,7 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
   LAMINAR_RETURN_IF_ERROR(StartRun(/*resume=*/false));
   double next = 0;               // set once the first step is trained
   int64_t steps_at_resume = -1;  // >= 0 while a resumed run has not trained a step
-  bool awaiting_end = false;     // a relay, manager or actor was killed: the run is ending
+  bool awaiting_end = false;     // the manager or actor was killed: the run is ending
   double last_step_check = 0;
   bool interrupted = false;
   int exit_code = -1;
@@ -373,7 +524,7 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
                              ") without an injected fault to explain it; see " + dir_.string() +
                              "/chaos_run." + std::to_string(invocations_ - 1) + ".log");
       }
-      // A killed relay, manager or actor ends the run: resume it from its newest checkpoint.
+      // A killed manager or actor ends the run: resume it from its newest checkpoint.
       awaiting_end = false;
       ReleaseAll();
       injections_.back().resumed = true;
@@ -403,7 +554,7 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
       continue;
     }
     if (awaiting_end) {
-      // A killed relay, manager or actor ends the run; nothing more is injected until it has.
+      // A killed manager or actor ends the run; nothing more is injected until it has.
       if (now - injections_.back().at > 120) {
         return InternalError("the run did not stop within 120 s after its " +
                              injections_.back().target + " was killed; see " + dir_.string() +
@@ -424,7 +575,7 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
       Inject(now);
       if (injections_.size() > before) {
         const std::string& kind = injections_.back().kind;
-        awaiting_end = kind == "relay" || kind == "manager" || kind == "actor";
+        awaiting_end = kind == "manager" || kind == "actor";
       }
       std::uniform_real_distribution<double> jitter(0.5, 1.5);
       next = now + every_s_ * jitter(rng_);
@@ -546,7 +697,7 @@ Json ChaosRun::Audit(double wall_s) const {
   // Demarcation and recovery: each injection against faults.jsonl and the steps after it.
   const std::vector<Json> faults = ReadJsonLines(dir_ / "faults.jsonl");
   std::map<std::string, std::string> expected_kind = {
-      {"kill", "crash"}, {"hang", "hang"}, {"straggle", "straggler"}};
+      {"kill", "crash"}, {"hang", "hang"}, {"straggle", "straggler"}, {"fill", "disk_full"}};
   Json per = Json::array();
   std::map<std::string, std::vector<double>> recovery_by_kind;
   int64_t undemarcated = 0;
@@ -656,18 +807,27 @@ int RunChaos(const ChaosArgs& a) {
   std::vector<std::string> kinds;
   std::stringstream list(a.kill);
   for (std::string k; std::getline(list, k, ',');) {
-    static const std::set<std::string> kKinds = {"rollout", "straggler", "reward",
-                                                 "relay",   "manager",   "actor"};
+    static const std::set<std::string> kKinds = {"rollout", "straggler", "reward", "relay",
+                                                 "manager", "actor",     "disk"};
     if (kKinds.count(k) == 0) {
-      return CommandFail(
-          "chaos",
-          "--kill '" + k + "' is not one of rollout, straggler, reward, relay, manager, actor", 2);
+      return CommandFail("chaos",
+                         "--kill '" + k +
+                             "' is not one of rollout, straggler, reward, relay, manager, actor, "
+                             "disk",
+                         2);
     }
     kinds.push_back(k);
   }
   if (kinds.empty()) return CommandFail("chaos", "--kill names no fault", 2);
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return Fail(recipe.status().message());
+  const bool fill_disk = std::find(kinds.begin(), kinds.end(), "disk") != kinds.end();
+  if (fill_disk && recipe->GetInt("actor.save_every") <= 0) {
+    return CommandFail("chaos",
+                       "--kill disk needs checkpoints during the run: set actor.save_every "
+                       "(it is 0)",
+                       2);
+  }
   const fs::path dir = !a.run_dir.empty()
                            ? fs::path(a.run_dir)
                            : fs::path("runs") / ("chaos-" + fs::path(a.recipe).stem().string());
@@ -681,12 +841,21 @@ int RunChaos(const ChaosArgs& a) {
   if (ec) return Fail("cannot create " + dir.string() + ": " + ec.message());
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return Fail("cannot find this binary: " + ec.message());
+  std::unique_ptr<CheckpointDisk> disk;
+  if (fill_disk) {
+    auto mounted = CheckpointDisk::Mount(dir / "checkpoints");
+    if (!mounted.ok()) return Fail(mounted.status().message());
+    disk = std::move(*mounted);
+  }
   ChaosRun chaos(a, dir, kinds, *every, *duration, recipe->GetFloat("rollout.heartbeat_timeout_s"),
-                 self.string());
+                 self.string(), disk.get());
   auto report = chaos.Go(stop_signals);
   if (!report.ok()) return Fail(report.status().message());
   (*report)["seed"] = a.seed;
   (*report)["kill"] = kinds;
+  if (disk) {
+    if (Status st = disk->Unmount(); !st.ok()) return Fail(st.message());
+  }
   const fs::path path = dir / "chaos_report.json";
   std::ofstream(path) << report->dump(2) << "\n";
   PrintReport(*report, path);
@@ -699,8 +868,9 @@ std::function<int()> SetupChaos(CLI::App* app) {
   app->add_option("overrides", a->overrides, "dotted overrides, e.g. actor.save_every=2");
   app->add_option("--kill", a->kill,
                   "what to hit, comma-separated: rollout (killed or hung), straggler (a rollout "
-                  "slowed down), reward (a worker killed), relay, manager, actor (killed; the run "
-                  "is resumed)")
+                  "slowed down), reward (a worker killed), relay (killed; restarted in place), "
+                  "manager, actor (killed; the run is resumed), disk (the checkpoints' disk full "
+                  "until a save fails; needs root)")
       ->capture_default_str();
   app->add_option("--every", a->every, "mean time between faults (20s, 1m, ...)")
       ->capture_default_str();

@@ -47,7 +47,7 @@ struct RunArgs {
   std::string run_dir;
   int rollouts = 0;  // 0: rollout.num_workers
   bool resume = false;
-  int max_restarts = 5;  // per rollout
+  int max_restarts = 5;  // per rollout and for the relay
 };
 
 int Fail(std::string_view message) { return CommandFail("run", message); }
@@ -350,7 +350,8 @@ std::function<int()> SetupRun(CLI::App* app) {
       ->check(CLI::Range(1, 1024));
   app->add_flag("--resume", a->resume, "continue from the newest checkpoint of the run");
   app->add_option("--max-restarts", a->max_restarts,
-                  "times a dead rollout is started again before the run goes on without it")
+                  "times a dead rollout is started again before the run goes on without it (and "
+                  "the relay before the run stops)")
       ->check(CLI::Range(0, 1000));
   return [a] { return RunJob(*a); };
 }

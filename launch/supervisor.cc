@@ -3,6 +3,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <utility>
@@ -23,11 +25,18 @@ std::string LogTail(const fs::path& path, int n) {
   return out;
 }
 
-StatusOr<nlohmann::json> StartRole(SupervisedRole* role, int timeout_ms) {
+namespace {
+
+Status SpawnRole(SupervisedRole* role) {
   LAMINAR_ASSIGN_OR_RETURN(
       role->process,
       Process::Spawn(role->argv, Process::SpawnOptions{.stderr_path = role->log.string(),
                                                        .new_session = true}));
+  return OkStatus();
+}
+
+// Waits up to `timeout_ms` for the ready line of `role`, spawned.
+StatusOr<nlohmann::json> AwaitReady(SupervisedRole* role, int timeout_ms) {
   auto line = role->process.ReadLine(timeout_ms);
   if (!line.ok()) {
     // It stopped (a bad recipe, dataset or model: its log says why), or it hangs.
@@ -43,6 +52,13 @@ StatusOr<nlohmann::json> StartRole(SupervisedRole* role, int timeout_ms) {
     return UnavailableError(role->name + " printed '" + *line + "' instead of its ready line");
   }
   return ready;
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> StartRole(SupervisedRole* role, int timeout_ms) {
+  LAMINAR_RETURN_IF_ERROR(SpawnRole(role));
+  return AwaitReady(role, timeout_ms);
 }
 
 StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
@@ -73,6 +89,7 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
   if (launch.resume) actor_extra.push_back("--resume");
   roles.actor = SupervisedRole("actor", role_argv("actor", actor_extra), log_of("actor"));
   LAMINAR_RETURN_IF_ERROR(StartRole(&roles.actor, timeout).status());
+  // The rollouts load their models side by side.
   roles.rollouts.resize(static_cast<size_t>(launch.num_rollouts));
   for (int i = 0; i < launch.num_rollouts; ++i) {
     SupervisedRole& r = roles.rollouts[static_cast<size_t>(i)];
@@ -80,7 +97,10 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
     r.argv = role_argv("rollout", {"--id", r.name, "--manager", roles.manager_endpoint, "--relay",
                                    roles.relay_endpoint});
     r.log = log_of(r.name);
-    LAMINAR_RETURN_IF_ERROR(StartRole(&r, timeout).status());
+    LAMINAR_RETURN_IF_ERROR(SpawnRole(&r));
+  }
+  for (SupervisedRole& r : roles.rollouts) {
+    LAMINAR_RETURN_IF_ERROR(AwaitReady(&r, timeout).status());
   }
   return roles;
 }
@@ -100,38 +120,53 @@ void RecordCrash(const WatchOptions& options, const SupervisedRole& role, int co
   if (Status st = options.faults.Record(f); !st.ok()) options.say("[run] " + st.ToString());
 }
 
-// Restarts the dead rollouts (each up to max_restarts times); returns how many are running.
-int KeepRolloutsUp(RunRoles& roles, const WatchOptions& options, int start_timeout_ms) {
-  int alive = 0;
-  for (SupervisedRole& r : roles.rollouts) {
-    if (r.gone) continue;
-    if (r.process.Running()) {
-      ++alive;
-      continue;
-    }
-    const double detected = FaultClockNow();
-    auto code = r.process.Wait(1000);
-    const int exit_code = code.ok() ? *code : -1;
-    const std::string exit = ExitCodeDetail(exit_code);
-    if (r.restarts >= options.max_restarts) {
-      options.say("[run] " + r.name + " " + exit + " after " + std::to_string(r.restarts) +
-                  " restarts; giving up on it. " + r.log.string() + ":" + LogTail(r.log, 3));
-      RecordCrash(options, r, exit_code, detected, NAN);
-      r.gone = true;
-      continue;
-    }
-    ++r.restarts;
-    options.say("[run] " + r.name + " " + exit + "; restarting it (" + std::to_string(r.restarts) +
-                " of " + std::to_string(options.max_restarts) + ")");
-    if (auto st = StartRole(&r, start_timeout_ms); !st.ok()) {
-      options.say("[run] " + std::string(st.status().message()));
-      RecordCrash(options, r, exit_code, detected, NAN);
-      continue;  // its Process is not running: the next round counts another restart
-    }
-    RecordCrash(options, r, exit_code, detected, FaultClockNow());
-    ++alive;
+// Keeps `r` up: when its process has exited, records the crash and starts it again (up to
+// max_restarts times; `prepare` runs first), recording when it was back. Returns whether it
+// runs; a role past its restarts is marked gone.
+bool KeepRoleUp(
+    SupervisedRole& r, const WatchOptions& options, int start_timeout_ms,
+    const std::function<void()>& prepare = [] {}) {
+  if (r.gone) return false;
+  if (r.process.Running()) return true;
+  const double detected = FaultClockNow();
+  auto code = r.process.Wait(1000);
+  const int exit_code = code.ok() ? *code : -1;
+  const std::string exit = ExitCodeDetail(exit_code);
+  if (r.restarts >= options.max_restarts) {
+    options.say("[run] " + r.name + " " + exit + " after " + std::to_string(r.restarts) +
+                " restarts; giving up on it. " + r.log.string() + ":" + LogTail(r.log, 3));
+    RecordCrash(options, r, exit_code, detected, NAN);
+    r.gone = true;
+    return false;
   }
-  return alive;
+  ++r.restarts;
+  options.say("[run] " + r.name + " " + exit + "; restarting it (" + std::to_string(r.restarts) +
+              " of " + std::to_string(options.max_restarts) + ")");
+  prepare();
+  if (auto st = StartRole(&r, start_timeout_ms); !st.ok()) {
+    options.say("[run] " + std::string(st.status().message()));
+    RecordCrash(options, r, exit_code, detected, NAN);
+    return false;  // its Process is not running: the next round counts another restart
+  }
+  RecordCrash(options, r, exit_code, detected, FaultClockNow());
+  return true;
+}
+
+// Restarts the master relay in place when it died: on the control endpoint the others know, its
+// shared-memory segments removed first (a new relay creates them afresh). The actor's publisher
+// sends the newest version again once the new relay lacks it, and the rollouts' pulls reach it
+// as before. Returns whether it runs.
+bool KeepRelayUp(RunRoles& roles, const WatchOptions& options, int start_timeout_ms) {
+  return KeepRoleUp(roles.relay, options, start_timeout_ms, [&roles] {
+    if (!roles.shm_prefix.empty()) (void)RemoveSharedMemory(roles.shm_prefix);
+    std::vector<std::string>& argv = roles.relay.argv;
+    auto listen = std::find(argv.begin(), argv.end(), "--listen");
+    if (listen == argv.end()) {
+      argv.insert(argv.end(), {"--listen", roles.relay_endpoint});
+    } else if (listen + 1 != argv.end()) {
+      *(listen + 1) = roles.relay_endpoint;
+    }
+  });
 }
 
 }  // namespace
@@ -149,19 +184,20 @@ WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchO
       if (exit_code != 0) RecordCrash(options, roles.actor, exit_code, detected, NAN);
       return {RunEnd::kActorExited, exit_code};
     }
-    bool down = false;
-    for (SupervisedRole* r : {&roles.relay, &roles.manager}) {
-      if (!r->process.Running()) {
-        const double detected = FaultClockNow();
-        auto code = r->process.Wait(1000);
-        RecordCrash(options, *r, code.ok() ? *code : -1, detected, NAN);
-        options.say("[run] the " + r->name + " exited; " + r->log.string() + ":" +
-                    LogTail(r->log, 5));
-        down = true;
-      }
+    if (!roles.manager.process.Running()) {
+      const double detected = FaultClockNow();
+      auto code = roles.manager.process.Wait(1000);
+      RecordCrash(options, roles.manager, code.ok() ? *code : -1, detected, NAN);
+      options.say("[run] the manager exited; " + roles.manager.log.string() + ":" +
+                  LogTail(roles.manager.log, 5));
+      return {RunEnd::kRoleDown, 1};
     }
-    if (down) return {RunEnd::kRoleDown, 1};
-    if (KeepRolloutsUp(roles, options, kStartTimeoutMs) == 0) {
+    if (!KeepRelayUp(roles, options, kStartTimeoutMs) && roles.relay.gone) {
+      return {RunEnd::kRoleDown, 1};  // KeepRoleUp said why
+    }
+    int alive = 0;
+    for (SupervisedRole& r : roles.rollouts) alive += KeepRoleUp(r, options, kStartTimeoutMs);
+    if (alive == 0) {
       options.say("[run] every rollout is gone; nothing can generate");
       return {RunEnd::kNoRollouts, 1};
     }

@@ -1,8 +1,9 @@
 // The supervisor of `laminar run`: the roles of one RL job as child processes of this binary on
 // this machine (master relay, manager, actor, rollouts), each in its own session with its log, and
 // the watch over them: a rollout that dies is started again under its id (the manager re-issues
-// what it held), a dead actor, manager or relay ends the run; stopping stops the actor first,
-// which saves a checkpoint while the manager still answers, then the rest.
+// what it held), the master relay in place (the actor sends it the newest version again), a dead
+// actor or manager ends the run (it resumes from its newest checkpoint); stopping stops the actor
+// first, which saves a checkpoint while the manager still answers, then the rest.
 #pragma once
 
 #include <signal.h>
@@ -29,7 +30,7 @@ struct SupervisedRole {
   std::filesystem::path log;
   Process process;
   int restarts = 0;
-  bool gone = false;  // a rollout past its restarts
+  bool gone = false;  // past its restarts
 };
 
 // The last `n` lines of `path`, each on a new indented line, for error messages.
@@ -61,15 +62,16 @@ struct RunLaunch {
   int start_timeout_ms = 120000;  // loading a model can take a while
 };
 
-// Starts the master relay, the manager, the actor and the rollouts, in that order, each once the
-// one before it is ready. Errors: StartRole's for the first role that fails (the ones started
-// are stopped when the returned roles, or the error's, go out of scope).
+// Starts the master relay, the manager and the actor, in that order, each once the one before it
+// is ready, then the rollouts all at once (they load their models side by side). Errors:
+// StartRole's for the first role that fails (the ones started are stopped when the returned roles,
+// or the error's, go out of scope).
 StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch);
 
 // Why WatchRun returned.
 enum class RunEnd {
   kActorExited,  // exit_code is the actor's (0: it finished its steps)
-  kRoleDown,     // the relay or manager exited
+  kRoleDown,     // the manager exited, or the relay past its restarts
   kNoRollouts,   // every rollout is gone past its restarts
   kInterrupted,  // a signal of `stop_signals` arrived
 };
@@ -79,9 +81,9 @@ struct WatchResult {
 };
 
 // How WatchRun watches: `tick` is called every round, each event is told to `say` as one line,
-// each dead rollout is restarted up to `max_restarts` times, and each death is recorded in
-// `faults` (a crash naming the role, host and exit code or signal; recovered when a restarted
-// rollout is ready again).
+// each dead rollout and the master relay are restarted up to `max_restarts` times each, and each
+// death is recorded in `faults` (a crash naming the role, host and exit code or signal; recovered
+// when the restarted role is ready again).
 struct WatchOptions {
   int max_restarts = 5;
   std::function<void()> tick = [] {};

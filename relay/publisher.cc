@@ -45,6 +45,30 @@ struct Publisher::Version {
   }
 };
 
+namespace {
+
+// The master relay's bulk address, from its answer to a chain query. Errors: Unavailable when it
+// does not answer; FailedPrecondition when the endpoint is not a master relay.
+StatusOr<std::string> AskMasterBulkAddress(ZmqRequestClient* master, const PublisherOptions& o,
+                                           int attempts) {
+  proto::RelayRequest query;
+  query.mutable_chain();
+  query.mutable_header()->set_sender("publisher/" + o.id);
+  LAMINAR_ASSIGN_OR_RETURN(
+      std::string bytes,
+      master->Call(proto::Encode(query), std::max(1, o.connect_timeout_ms / 5), attempts),
+      "publisher: asking the master relay at " + o.master_endpoint);
+  LAMINAR_ASSIGN_OR_RETURN(proto::RelayReply reply,
+                           proto::Decode<proto::RelayReply>(bytes, o.master_endpoint));
+  if (!reply.error().empty() || reply.bulk_address().empty()) {
+    return FailedPreconditionError("publisher: " + o.master_endpoint +
+                                   " is not a master relay: " + reply.error());
+  }
+  return reply.bulk_address();
+}
+
+}  // namespace
+
 Publisher::Publisher(PublisherOptions options)
     : options_(std::move(options)), pool_(std::make_shared<BufferPool>()) {}
 
@@ -52,7 +76,7 @@ StatusOr<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options)
   if (options.master_endpoint.empty()) return InvalidArgumentError("publisher: no master endpoint");
   if (options.chunk_bytes == 0) return InvalidArgumentError("publisher: chunk_bytes is 0");
   if (options.connect_timeout_ms <= 0 || options.watch_interval_ms <= 0 ||
-      options.send_timeout_ms <= 0) {
+      options.keep_watch_interval_ms <= 0 || options.send_timeout_ms <= 0) {
     return InvalidArgumentError("publisher: timeouts must be positive");
   }
   std::unique_ptr<Publisher> p(new Publisher(std::move(options)));
@@ -69,20 +93,7 @@ StatusOr<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options)
                                            return self->HandleRequest(req, peer);
                                          }));
   ZmqRequestClient master(o.master_endpoint);
-  proto::RelayRequest query;
-  query.mutable_chain();
-  query.mutable_header()->set_sender("publisher/" + o.id);
-  LAMINAR_ASSIGN_OR_RETURN(
-      std::string bytes,
-      master.Call(proto::Encode(query), std::max(1, o.connect_timeout_ms / 5), 5),
-      "publisher: asking the master relay at " + o.master_endpoint);
-  LAMINAR_ASSIGN_OR_RETURN(proto::RelayReply reply,
-                           proto::Decode<proto::RelayReply>(bytes, o.master_endpoint));
-  if (!reply.error().empty() || reply.bulk_address().empty()) {
-    return FailedPreconditionError("publisher: " + o.master_endpoint +
-                                   " is not a master relay: " + reply.error());
-  }
-  p->master_bulk_ = reply.bulk_address();
+  LAMINAR_ASSIGN_OR_RETURN(p->master_bulk_, AskMasterBulkAddress(&master, o, /*attempts=*/5));
   p->stream_ = std::make_unique<SendWorker>("publisher/stream", p->transport_.get(), &p->send_mu_,
                                             o.send_timeout_ms);
   p->resends_ = std::make_unique<SendWorker>("publisher/resend", p->transport_.get(), &p->send_mu_,
@@ -185,24 +196,27 @@ void Publisher::Loop() {
       hashing_ = false;
       cv_.NotifyAll();
     }
-    WatchUntilReceived(v, b);
+    Watch(v, b);
   }
 }
 
-// A lost or corrupted manifest leaves the master unaware of the version, so nothing would ask
-// for it again: until the master holds it (or a newer version is published), send the manifest
-// again whenever the master has it neither complete nor in flight; it asks for missing chunks.
-void Publisher::WatchUntilReceived(const std::shared_ptr<Version>& v,
-                                   const proto::RelayBroadcast& header) {
+// A lost or corrupted manifest leaves the master unaware of the version, and a master restarted
+// in place (launch/supervisor.h) starts empty, so nothing would ask for it again: until a newer
+// version is published, ask the master what it holds (often while it lacks the version, every
+// keep_watch_interval_ms once it has it) and send the manifest again, to the bulk address the
+// master has now, whenever it has the version neither complete nor in flight; it asks for the
+// missing chunks.
+void Publisher::Watch(const std::shared_ptr<Version>& v, const proto::RelayBroadcast& header) {
   ZmqRequestClient master(options_.master_endpoint);
   proto::RelayRequest latest;
   latest.mutable_latest();
   latest.mutable_header()->set_sender("publisher/" + options_.id);
   const int64_t version = v->manifest.version();
+  bool held = false;
   while (true) {
     {
-      const auto until =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.watch_interval_ms);
+      const int interval = held ? options_.keep_watch_interval_ms : options_.watch_interval_ms;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval);
       MutexLock lock(&mu_);
       while (!stop_ && !pending_ && cv_.WaitUntil(&mu_, until)) {
       }
@@ -211,10 +225,29 @@ void Publisher::WatchUntilReceived(const std::shared_ptr<Version>& v,
     auto bytes = master.Call(proto::Encode(latest), options_.watch_interval_ms, 1);
     if (!bytes.ok()) continue;  // the master is busy or restarting: ask again later
     auto reply = proto::Decode<proto::RelayReply>(*bytes, options_.master_endpoint);
-    if (!reply.ok() || reply->latest_complete_version() >= version) return;
-    if (reply->inflight_version() == version || !stream_->WaitIdle(0)) continue;
-    LAMINAR_LOG(WARN, RELAY) << "publisher: the master has not got version " << version
-                             << "; sending its manifest again";
+    if (!reply.ok()) continue;
+    if (reply->latest_complete_version() >= version) {
+      held = true;
+      continue;
+    }
+    if (reply->inflight_version() == version) continue;
+    // The master may be a new one on the same control endpoint (it had the version and lost it,
+    // or died before it was asked), on another bulk address: what is still queued for the old
+    // one is dropped, and the version goes to the new one.
+    auto bulk = AskMasterBulkAddress(&master, options_, /*attempts=*/1);
+    if (!bulk.ok()) continue;
+    if (*bulk != master_bulk_) {
+      master_bulk_ = *bulk;
+      stream_->Supersede(static_cast<uint64_t>(version) + 2);
+      LAMINAR_LOG(WARN, RELAY) << "publisher: the master relay restarted without version "
+                               << version << "; sending it again to " << master_bulk_;
+    } else if (!stream_->WaitIdle(0)) {
+      continue;  // still being sent
+    } else {
+      LAMINAR_LOG(WARN, RELAY) << "publisher: the master has not got version " << version
+                               << "; sending its manifest again";
+    }
+    held = false;
     resends_->Push(SendItem::Owned(master_bulk_, EncodeTag({BulkKind::kBroadcast, version, 0}),
                                    proto::Encode(header)));
   }

@@ -2,7 +2,8 @@
 // policy version into host memory, which is the only time the actor waits (relay/publish_stall_s),
 // and a background thread checksums it and sends it to the master relay as a manifest plus chunks.
 // A newer version supersedes one still being sent. The publisher answers the master's resend
-// requests for chunks that arrived corrupted.
+// requests for chunks that arrived corrupted, and sends the newest version again to a master
+// restarted on the same control endpoint.
 #pragma once
 
 #include <atomic>
@@ -30,8 +31,9 @@ struct PublisherOptions {
   std::string host = "127.0.0.1";
   uint64_t chunk_bytes = uint64_t{8} << 20;
   int send_timeout_ms = 10000;
-  int connect_timeout_ms = 5000;  // how long Create keeps trying to reach the master
-  int watch_interval_ms = 300;    // how often to check that the master got the newest version
+  int connect_timeout_ms = 5000;      // how long Create keeps trying to reach the master
+  int watch_interval_ms = 300;        // how often to check that the master got the newest version
+  int keep_watch_interval_ms = 1000;  // then, how often to check that it still has it
   std::unique_ptr<BulkTransport> transport;  // optional, as in RelayOptions
 };
 
@@ -65,7 +67,7 @@ class Publisher {
   class BufferPool;
   explicit Publisher(PublisherOptions options);
   void Loop() LAMINAR_EXCLUDES(mu_);
-  void WatchUntilReceived(const std::shared_ptr<Version>& v, const proto::RelayBroadcast& header)
+  void Watch(const std::shared_ptr<Version>& v, const proto::RelayBroadcast& header)
       LAMINAR_EXCLUDES(mu_);
   std::string HandleRequest(std::string_view request, std::string_view peer) LAMINAR_EXCLUDES(mu_);
 
@@ -73,7 +75,7 @@ class Publisher {
   std::unique_ptr<BulkTransport> transport_;
   std::unique_ptr<ZmqReplyServer> control_;
   std::shared_ptr<BufferPool> pool_;
-  std::string master_bulk_;
+  std::string master_bulk_;              // Create's, then the Loop thread's
   Mutex send_mu_;                        // transport_'s sends (both workers take it)
   std::unique_ptr<SendWorker> stream_;   // versions, in order
   std::unique_ptr<SendWorker> resends_;  // chunks the master asks for again

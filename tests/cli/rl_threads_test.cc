@@ -201,7 +201,8 @@ TEST_F(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
 
 // A reward slower than the manager's heartbeat timeout (summed over the samples a rollout scores
 // at once) does not make the rollout look dead: it keeps its heartbeats going while it scores,
-// so nothing is re-issued and training goes on.
+// listing the samples it scores, so nothing is re-issued as a dead rollout's or an orphan, and
+// training goes on.
 TEST_F(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
   auto contains = reward::BuiltinReward("contains");
   ASSERT_TRUE(contains.ok());
@@ -215,8 +216,10 @@ TEST_F(RlThreadsTest, ASlowRewardDoesNotMakeARolloutLookDead) {
   ASSERT_TRUE(run.actor_status.ok()) << run.actor_status;
   for (const Status& s : run.rollout_status) EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(run.steps.size(), 3u);
+  // Nothing was taken from a rollout for want of heartbeats or listed samples (a repack whose
+  // destination moved to a newer version before it imported may still give a group back).
   EXPECT_EQ(run.manager_metrics.at("manager/rollouts_dead"), 0);
-  EXPECT_EQ(run.manager_metrics.at("manager/reissued"), 0);
+  EXPECT_EQ(run.manager_metrics.at("manager/orphans_reissued"), 0);
 }
 
 // A rollout whose rollout.max_groups asks for ten times what its KV pool can run holds only what

@@ -3,6 +3,7 @@
 // saved) and continued with --resume; the exported policy loads in `laminar generate`.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -256,6 +257,56 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
   EXPECT_EQ(all[all.size() - 2]["training/global_step"].get<double>(), last + 1);
 }
 
+// The master relay killed mid-run is started again in place, on the endpoint the others know:
+// the actor's publisher sends it the newest version again, the rollouts pull the versions that
+// follow, and training goes on without a resume; faults.jsonl records the crash and its recovery.
+TEST(RunCliTest, AKilledRelayIsRestartedInPlaceAndTrainingGoesOn) {
+  const fs::path dir = TempDir("run_relay_killed");
+  const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel());
+  const fs::path out = dir / "out";
+  auto run = SpawnRun(recipe, out, dir / "run.err");
+  ASSERT_TRUE(run.ok()) << run.status();
+  const fs::path metrics = out / "metrics.jsonl";
+  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= 2; }, 60000)) << Slurp(dir / "run.err");
+  // This run's relay (other tests' runs may be running too).
+  const pid_t relay =
+      FindProcess({"relay", "--id master", "laminar-run-" + std::to_string(run->pid()) + " "});
+  ASSERT_GT(relay, 0);
+  kill(relay, SIGKILL);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Slurp(dir / "run.err").find("relay killed by SIGKILL; restarting it") !=
+               std::string::npos;
+      },
+      30000))
+      << Slurp(dir / "run.err");
+  // The actor's publisher finds the new relay empty and sends it the newest version; steps go on,
+  // with versions published after the restart, and the run never resumed.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Slurp(out / "logs" / "actor.log").find("restarted without version") !=
+               std::string::npos;
+      },
+      30000))
+      << Slurp(out / "logs" / "actor.log");
+  const size_t before = Lines(metrics).size();
+  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= before + 3; }, 120000))
+      << Slurp(dir / "run.err");
+  EXPECT_TRUE(run->Running());
+  run->Signal(SIGINT);
+  auto code = run->Wait(60000);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 130) << Slurp(dir / "run.err");
+  nlohmann::json crash;
+  for (const auto& f : Lines(out / "faults.jsonl")) {
+    if (f["kind"] == "crash" && f["role"] == "relay") crash = f;
+  }
+  ASSERT_TRUE(crash.is_object()) << Slurp(out / "faults.jsonl");
+  EXPECT_EQ(crash["detail"], "killed by SIGKILL") << crash.dump();
+  EXPECT_GE(crash["recovery_s"].get<double>(), 0) << crash.dump();
+  EXPECT_EQ(FindProcess({recipe}), -1);
+}
+
 // A supervisor killed outright (SIGKILL: no chance to stop its children) does not leave the
 // roles running: each gets SIGTERM from the kernel and stops as on Ctrl-C, the actor with a
 // checkpoint.
@@ -276,17 +327,20 @@ TEST(RunCliTest, RolesStopWhenTheSupervisorIsKilled) {
   EXPECT_TRUE(fs::exists(out / "checkpoints" / "latest"));
 }
 
-// The CI-sized chaos run: every kind of fault at random (seed 1) for 40 s of a real run, which
-// is resumed after each killed relay, manager or actor. The audit finds nothing lost, trained
-// twice or leaked, every fault demarcated to its role, and the recovery times.
+// The CI-sized chaos run: every kind of fault at random (seed 1) for 40 s of a real run, whose
+// relay is restarted in place and which is resumed after each killed manager or actor; its
+// checkpoints' disk fills now and then. The checkpoints are on the folder underneath afterwards.
+// The audit finds nothing lost, trained twice or leaked, every fault demarcated to its role, and
+// the recovery times.
 TEST(ChaosCliTest, RandomFaultsLoseNothingLeakNothingAndAreDemarcated) {
   const fs::path dir = TempDir("chaos");
   const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel(), /*python_reward=*/true);
   const fs::path out = dir / "out";
-  auto r = RunLaminar("chaos " + recipe +
-                      " rollout.heartbeat_timeout_s=2 --kill rollout,reward,relay,manager,actor"
-                      " --every 4s --for 40s --seed 1 --run-dir " +
-                      out.string());
+  // A full disk needs a mount namespace of chaos's own: root (as CI runs) or CAP_SYS_ADMIN.
+  const std::string kinds =
+      std::string("rollout,reward,relay,manager,actor") + (geteuid() == 0 ? ",disk" : "");
+  auto r = RunLaminar("chaos " + recipe + " rollout.heartbeat_timeout_s=2 --kill " + kinds +
+                      " --every 4s --for 40s --seed 1 --run-dir " + out.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   auto text = ReadFileToString((out / "chaos_report.json").string());
   ASSERT_TRUE(text.ok()) << text.status() << r.err;
@@ -303,6 +357,7 @@ TEST(ChaosCliTest, RandomFaultsLoseNothingLeakNothingAndAreDemarcated) {
     EXPECT_TRUE(inj["demarcated"].get<bool>()) << inj.dump();
   }
   EXPECT_NE(r.err.find("[chaos] clean"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / "latest"));
 }
 
 // What ResumeAudit saw: the trajectory log's prompt ids by step (the last run's, for a step trained
@@ -474,9 +529,13 @@ TEST(ResumeAuditTest, AsyncRunsInterruptedAnywhereConsumeEveryPromptOnce) {
 TEST(ChaosCliTest, BadArgumentsAreRefused) {
   const fs::path dir = TempDir("chaos_bad");
   const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel());
-  auto kind = RunLaminar("chaos " + recipe + " --kill rollout,disk");
+  auto kind = RunLaminar("chaos " + recipe + " --kill rollout,meteor");
   EXPECT_EQ(kind.exit_code, 2);
-  EXPECT_NE(kind.err.find("'disk'"), std::string::npos) << kind.err;
+  EXPECT_NE(kind.err.find("'meteor'"), std::string::npos) << kind.err;
+  auto no_saves = RunLaminar("chaos " + recipe + " actor.save_every=0 --kill disk --run-dir " +
+                             (dir / "out").string());
+  EXPECT_EQ(no_saves.exit_code, 2);
+  EXPECT_NE(no_saves.err.find("actor.save_every"), std::string::npos) << no_saves.err;
   auto every = RunLaminar("chaos " + recipe + " --every soon");
   EXPECT_EQ(every.exit_code, 2);
   EXPECT_NE(every.err.find("--every 'soon'"), std::string::npos) << every.err;

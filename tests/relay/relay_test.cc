@@ -524,6 +524,53 @@ TEST(RelayTierTest, SixtyFourConcurrentPullsOfOneVersionAreAllServed) {
             << " refused as busy first, " << busy_waits.load() << " waits in the clients\n";
 }
 
+// The master relay dies and a new one starts on its control endpoint (what `laminar run` does):
+// it starts empty, on another bulk address; the publisher sees the version gone, asks for the new
+// bulk address and sends the version again, and rollouts pull it from the new master.
+TEST(RelayTierTest, AMasterRestartedInPlaceGetsTheNewestVersionAgain) {
+  RelayOptions mo;
+  mo.id = "m";
+  auto first = Relay::Start(std::move(mo));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string control = (*first)->info().control_endpoint();
+  const std::string first_bulk = (*first)->info().bulk_address();
+  PublisherOptions po;
+  po.master_endpoint = control;
+  po.chunk_bytes = 64 * 1024;
+  po.watch_interval_ms = 50;
+  po.keep_watch_interval_ms = 100;
+  auto publisher = Publisher::Create(std::move(po));
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  FakeWeights w = MakeWeights(3, kRows);
+  ASSERT_TRUE((*publisher)->Publish(3, w.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return (*first)->latest_complete_version() == 3; }, 10000));
+  first->reset();  // the master is gone
+
+  // ZeroMQ closes the old listener in the background: the port may take a moment to be free.
+  StatusOr<std::unique_ptr<Relay>> second = UnavailableError("not started");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        RelayOptions again;
+        again.id = "m";
+        again.control_endpoint = control;
+        second = Relay::Start(std::move(again));
+        return second.ok();
+      },
+      10000))
+      << second.status();
+  EXPECT_NE((*second)->info().bulk_address(), first_bulk);
+  ASSERT_TRUE(WaitFor([&] { return (*second)->latest_complete_version() == 3; }, 20000))
+      << "the publisher did not send the newest version to the restarted master";
+  auto v = ClientOf({second->get()}, /*allow_shm=*/false)->PullLatest();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->version(), 3);
+  ExpectWeights(**v, kRows);
+  // Versions published later reach it as before.
+  FakeWeights w4 = MakeWeights(4, kRows);
+  ASSERT_TRUE((*publisher)->Publish(4, w4.tensors).ok());
+  ASSERT_TRUE(WaitFor([&] { return (*second)->latest_complete_version() == 4; }, 10000));
+}
+
 TEST(SendWorkerTest, AFailedDestinationIsSkippedForItsGenerationOnly) {
   auto transport = CreateBulkTransport("ucx");
   ASSERT_TRUE(transport.ok()) << transport.status();
