@@ -429,25 +429,28 @@ void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
   m["perf/ettr"] = wall > 0 ? std::min(1.0, kept_s_ / wall) : 1.0;
 }
 
+void Actor::RecordDiskRecovered() {
+  if (disk_full_since_unix_s_ == 0) return;
+  if (Status rec = options_.faults.Record({.kind = FaultKind::kDiskFull,
+                                           .role = options_.id,
+                                           .rank = 0,
+                                           .detail = "checkpoints failed for want of space",
+                                           .seen_by = options_.id,
+                                           .detected_unix_s = disk_full_since_unix_s_,
+                                           .recovered_unix_s = FaultClockNow()});
+      !rec.ok()) {
+    LAMINAR_LOG(WARN, ACTOR) << rec;
+  }
+  disk_full_since_unix_s_ = 0;
+}
+
 Status Actor::SavePeriodicCheckpoint() {
   Status st = SaveCheckpoint();
   if (st.ok()) {
-    if (disk_full_since_unix_s_ != 0) {
-      if (Status rec = options_.faults.Record({.kind = FaultKind::kDiskFull,
-                                               .role = options_.id,
-                                               .rank = 0,
-                                               .detail = "checkpoints failed for want of space",
-                                               .seen_by = options_.id,
-                                               .detected_unix_s = disk_full_since_unix_s_,
-                                               .recovered_unix_s = FaultClockNow()});
-          !rec.ok()) {
-        LAMINAR_LOG(WARN, ACTOR) << rec;
-      }
-      disk_full_since_unix_s_ = 0;
-    }
+    RecordDiskRecovered();
     return st;
   }
-  // A full disk is survivable: the earlier checkpoints are intact and the next save retries.
+  // A full disk is survivable: the earlier checkpoints are intact and the next step retries.
   std::error_code ec;
   const auto space = std::filesystem::space(options_.checkpoint_dir, ec);
   constexpr uintmax_t kLowSpace = 64u << 20;
@@ -455,7 +458,7 @@ Status Actor::SavePeriodicCheckpoint() {
                     (!ec && space.available < kLowSpace);
   if (!full) return st;
   LAMINAR_LOG(WARN, ACTOR) << "checkpoint at step " << trainer_->global_step()
-                           << " failed, the disk is full; training goes on and the next save "
+                           << " failed, the disk is full; training goes on and the next step "
                            << "tries again: " << st.message();
   if (disk_full_since_unix_s_ == 0) disk_full_since_unix_s_ = FaultClockNow();
   return OkStatus();
@@ -504,11 +507,16 @@ Status Actor::Run(const std::atomic<bool>& stop,
     AccountStep(step_s, trainer_->skipped_steps() > skipped_steps_before, m);
     LAMINAR_RETURN_IF_ERROR(WriteStepMetrics(m));
     if (on_step) on_step(m);
-    if (options_.save_every > 0 && trainer_->global_step() % options_.save_every == 0) {
+    // After a save that failed for want of space, every step tries again: a disk freed soon
+    // costs one step of progress at risk, not save_every.
+    if (options_.save_every > 0 &&
+        (trainer_->global_step() % options_.save_every == 0 || disk_full_since_unix_s_ != 0)) {
       LAMINAR_RETURN_IF_ERROR(SavePeriodicCheckpoint());
     }
   }
-  return SaveCheckpoint();
+  LAMINAR_RETURN_IF_ERROR(SaveCheckpoint());
+  RecordDiskRecovered();  // the final save ends a full disk too
+  return OkStatus();
 }
 
 }  // namespace laminar::actor

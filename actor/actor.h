@@ -67,7 +67,7 @@ struct ActorOptions {
   std::string trajectory_log;
   // faults.jsonl (core/fault_log.h): skipped non-finite updates, steps far slower than the median
   // of the ones before (stragglers), checkpoints that failed for want of disk space (training
-  // goes on; the next save tries again).
+  // goes on; the next step tries again).
   FaultLog faults;
   // When the run began (seconds since the epoch; NaN: when Run starts): perf/ettr, the effective
   // training time ratio, is the time of the kept steps over the wall time since then.
@@ -121,8 +121,10 @@ class Actor {
                                                                     StepMetrics* metrics);
   Status SaveCheckpoint();
   // A periodic checkpoint: SaveCheckpoint, where a full disk is recorded as a fault and training
-  // goes on (nothing saved earlier is touched; the next save tries again).
+  // goes on (nothing saved earlier is touched; every step tries again until a save succeeds).
   Status SavePeriodicCheckpoint();
+  // After a save succeeded: a full disk seen before is recorded in faults.jsonl, recovered now.
+  void RecordDiskRecovered();
   // The fault records and perf/ettr of one step that took `step_s` and skipped its update or not.
   void AccountStep(double step_s, bool skipped, StepMetrics& m);
   // Records `progress` in progress_path when it changed, and draws the generating phase's bar on

@@ -1,13 +1,12 @@
-// `laminar chaos RECIPE --kill rollout,straggler,reward,relay,manager,actor --every 20s --for 10m
-// --seed S`: a real `laminar run` of the recipe with faults injected at random (seeded) times,
-// then an audit.
-// Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager declares it dead, then
-// SIGCONT); a straggler (a rollout stopped nine tenths of the time for a while: the manager
-// records it when the rollouts are what the actor waits for); a reward worker killed; the
-// relay killed (`laminar run` starts it again in place); the manager or actor killed, after
-// which the run is resumed from its newest checkpoint (`laminar run --resume`); a full disk for
-// the checkpoints (the checkpoint folder is a tmpfs of chaos's own mount namespace, shrunk to
-// what it holds until a save has failed: the actor trains on, and the next save recovers). The
+// `laminar chaos RECIPE --kill rollout,straggler,reward,relay,manager,actor,disk --every 20s
+// --for 10m --seed S`: a real `laminar run` of the recipe with faults injected at random (seeded)
+// times, then an audit. Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager
+// declares it dead, then SIGCONT); a straggler (a rollout stopped nine tenths of the time for a
+// while: the manager records it when the rollouts are what the actor waits for); a reward worker
+// killed; the relay killed (`laminar run` starts it again in place); the manager or actor killed,
+// after which the run is resumed from its newest checkpoint (`laminar run --resume`); a full disk
+// for the checkpoints (the checkpoint folder is a tmpfs of chaos's own mount namespace, shrunk to
+// what it holds until a save has failed: the actor trains on, and its next step saves). The
 // audit, against the manager's ledger in the final checkpoint and the trajectories the actor
 // trained on: every sample trained at most once, every prompt handed out trained, buffered or in
 // flight (none lost), versions never going back per rollout, no process or shared-memory segment of
@@ -249,6 +248,9 @@ class CheckpointDisk {
   }
   Status Free() { return Remount(full_bytes_); }
 
+  // Copies every checkpoint out (the `latest` pointer last, so that it never names a folder
+  // not yet copied), unmounts, and moves them onto the folder underneath. On an error the copy
+  // is kept and named.
   Status Unmount() {
     if (!mounted_) return OkStatus();
     mounted_ = false;
@@ -256,20 +258,32 @@ class CheckpointDisk {
     const fs::path copy = dir_.parent_path() / (dir_.filename().string() + ".chaos-copy");
     std::error_code ec;
     fs::remove_all(copy, ec);
-    fs::copy(dir_, copy, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-    if (ec) {
-      (void)umount2(dir_.c_str(), MNT_DETACH);
-      return InternalError("the checkpoints on the chaos tmpfs could not be copied out of " +
-                           dir_.string() + ": " + ec.message());
+    fs::create_directories(copy, ec);
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) entries.push_back(e.path());
+    std::stable_partition(entries.begin(), entries.end(),
+                          [](const fs::path& p) { return p.filename() != "latest"; });
+    for (const fs::path& from : entries) {
+      fs::copy(from, copy / from.filename(),
+               fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+      if (ec) {
+        (void)umount2(dir_.c_str(), MNT_DETACH);
+        return InternalError("copying " + from.string() + " off the chaos tmpfs failed (" +
+                             ec.message() + "); what was copied is in " + copy.string());
+      }
     }
-    if (umount2(dir_.c_str(), MNT_DETACH) != 0) {
-      return InternalError("umount " + dir_.string() + ": " + std::strerror(errno));
+    if (umount2(dir_.c_str(), 0) != 0 && umount2(dir_.c_str(), MNT_DETACH) != 0) {
+      return InternalError("umount " + dir_.string() + ": " + std::strerror(errno) +
+                           "; the checkpoints are copied to " + copy.string());
     }
-    for (const auto& e : fs::directory_iterator(copy, ec)) {
-      fs::rename(e.path(), dir_ / e.path().filename(), ec);
-      if (ec) return InternalError("cannot move " + e.path().string() + ": " + ec.message());
+    for (const fs::path& from : entries) {
+      fs::rename(copy / from.filename(), dir_ / from.filename(), ec);
+      if (ec) {
+        return InternalError("cannot move " + (copy / from.filename()).string() + " to " +
+                             dir_.string() + ": " + ec.message());
+      }
     }
-    fs::remove_all(copy, ec);
+    fs::remove(copy, ec);  // empty now
     return OkStatus();
   }
 
@@ -311,19 +325,23 @@ struct Injection {
   std::string how{};     // kill, hang, straggle, fill
   std::string target{};  // the role ("rollout/1", "reward", "actor", ...)
   pid_t pid = 0;
-  bool resumed = false;  // the run ended and was resumed
-  double recovered = NAN;
+  bool resumed = false;     // the run ended and was resumed
+  double recovered = NAN;   // service restored: the record's recovery, or the resumed run up
+  double first_step = NAN;  // a resumed run's first step trained
   bool demarcated = false;
 };
 
-// A fault in progress: a stopped process to continue, a straggler's duty cycle, or a full disk
-// to free once the actor has failed a save (`disk_full_lines` is its log's count before).
+// A fault in progress: a stopped process to continue, a straggler's duty cycle, or a full disk:
+// freed once the actor has failed a save (`disk_full_lines` is its log's count before), then
+// settled once the actor has recorded the fault (after its next successful save).
 struct Pending {
   pid_t pid = 0;
   double until = 0;
   bool straggle = false;
   bool disk = false;
   size_t disk_full_lines = 0;
+  bool disk_freed = false;
+  double at = 0;  // when the disk filled
 };
 
 class ChaosRun {
@@ -343,6 +361,9 @@ class ChaosRun {
 
   // Runs, injects, stops; the audit's report. Errors: a run that cannot start or resume.
   StatusOr<Json> Go(const sigset_t& stop_signals);
+  // After Go, also after its error: the run stopped (Ctrl-C, then SIGKILL) and every process it
+  // started gone (killed after a minute), so that nothing writes the checkpoints any more.
+  void Quiesce();
 
  private:
   Status StartRun(bool resume);
@@ -352,6 +373,8 @@ class ChaosRun {
   void Tick(double now);
   void ReleaseAll();
   fs::path ActorLog() const { return dir_ / "logs" / "actor.log"; }
+  static constexpr double kDiskPhaseS = 300;
+  double last_disk_poll_ = 0;
   // Lines in metrics.jsonl, one a step: polled, so counted without parsing them.
   size_t StepsSoFar() const {
     std::ifstream in(dir_ / "metrics.jsonl");
@@ -385,6 +408,8 @@ Status ChaosRun::StartRun(bool resume) {
   argv.insert(argv.end(), {"--run-dir", dir_.string()});
   if (a_.rollouts > 0) argv.insert(argv.end(), {"--rollouts", std::to_string(a_.rollouts)});
   if (resume) argv.push_back("--resume");
+  // Faults come every few seconds for minutes: the relay and each rollout may die many times.
+  argv.insert(argv.end(), {"--max-restarts", "1000"});
   run_log_ = dir_ / ("chaos_run." + std::to_string(invocations_++) + ".log");
   run_up_ = false;
   LAMINAR_ASSIGN_OR_RETURN(run_, Process::Spawn(argv, run_log_.string()));
@@ -443,11 +468,13 @@ void ChaosRun::Inject(double now) {
       std::fprintf(stderr, "[chaos] %s\n", st.ToString().c_str());
       return;
     }
-    // Full until a save has failed (or two minutes: a run that never saves).
+    // Full until a save has failed, then pending until the fault is recorded (each phase
+    // bounded: a run that stops saving).
     pending_.push_back({.pid = inj.pid,
-                        .until = now + 120,
+                        .until = now + kDiskPhaseS,
                         .disk = true,
-                        .disk_full_lines = CountInFile(ActorLog(), kDiskFullLine)});
+                        .disk_full_lines = CountInFile(ActorLog(), kDiskFullLine),
+                        .at = now});
   } else if (inj.how == "hang") {
     kill(inj.pid, SIGSTOP);
     pending_.push_back(
@@ -463,14 +490,30 @@ void ChaosRun::Inject(double now) {
 void ChaosRun::Tick(double now) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->disk) {
-      if (now >= it->until || CountInFile(ActorLog(), kDiskFullLine) > it->disk_full_lines) {
-        if (Status st = disk_->Free(); !st.ok()) {
-          std::fprintf(stderr, "[chaos] %s\n", st.ToString().c_str());
-        }
-        it = pending_.erase(it);
-      } else {
+      if (now - last_disk_poll_ < 0.2) {
         ++it;
+        continue;
       }
+      last_disk_poll_ = now;
+      if (!it->disk_freed) {
+        if (now >= it->until || CountInFile(ActorLog(), kDiskFullLine) > it->disk_full_lines) {
+          if (Status st = disk_->Free(); !st.ok()) {
+            std::fprintf(stderr, "[chaos] %s\n", st.ToString().c_str());
+            ++it;  // try again at the next poll
+            continue;
+          }
+          it->disk_freed = true;
+          it->until = now + kDiskPhaseS;
+        }
+        ++it;
+        continue;
+      }
+      bool recorded = false;
+      for (const Json& f : ReadJsonLines(dir_ / "faults.jsonl")) {
+        recorded = recorded || (f.value("kind", "") == "disk_full" &&
+                                f.value("detected_unix_s", 0.0) >= it->at - 1);
+      }
+      it = recorded || now >= it->until ? pending_.erase(it) : std::next(it);
       continue;
     }
     if (now >= it->until) {
@@ -502,7 +545,7 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
   const double start = start_ = Now();
   LAMINAR_RETURN_IF_ERROR(StartRun(/*resume=*/false));
   double next = 0;               // set once the first step is trained
-  int64_t steps_at_resume = -1;  // >= 0 while a resumed run has not trained a step
+  int64_t steps_at_resume = -1;  // 0 while a resumed run has not trained a step
   bool awaiting_end = false;     // the manager or actor was killed: the run is ending
   double last_step_check = 0;
   bool interrupted = false;
@@ -530,15 +573,21 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
       injections_.back().resumed = true;
       std::fprintf(stderr, "[chaos] the run stopped (%s); resuming it\n",
                    ExitCodeDetail(exit_code).c_str());
-      steps_at_resume = static_cast<int64_t>(StepsSoFar());
+      steps_at_resume = 0;
       LAMINAR_RETURN_IF_ERROR(StartRun(/*resume=*/true));
       continue;
     }
-    // A resumed run has recovered when it trains its first step.
+    // A resumed run has recovered when every role is up again (training resumes: the actor
+    // waits for its first batch); its first step trained is reported beside it.
     if (steps_at_resume >= 0 && now - last_step_check >= 0.2) {
       last_step_check = now;
-      if (StepsSoFar() > static_cast<size_t>(steps_at_resume)) {
-        injections_.back().recovered = now;
+      Injection& last = injections_.back();
+      if (!std::isfinite(last.recovered) && RunIsUp()) last.recovered = now;
+      // metrics.jsonl is cut back to the checkpoint when the run resumes: the first step is
+      // the first step line of this invocation's console.
+      if (CountInFile(run_log_, "[actor] step ") > 0) {
+        if (!std::isfinite(last.recovered)) last.recovered = now;
+        last.first_step = now;
         steps_at_resume = -1;
       }
     }
@@ -590,6 +639,27 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
   report["interrupted"] = interrupted;
   report["last_exit"] = exit_code;
   return report;
+}
+
+void ChaosRun::Quiesce() {
+  ReleaseAll();
+  if (run_.Running()) {
+    run_.Signal(SIGINT);
+    if (!run_.Wait(300000).ok()) {
+      run_.Signal(SIGKILL);
+      (void)run_.Wait(5000);
+    }
+  }
+  const double deadline = Now() + 60;
+  while (true) {
+    const std::vector<ProcInfo> left = LeftoverProcesses(supervisors_);
+    if (left.empty()) return;
+    if (Now() >= deadline) {
+      for (const ProcInfo& p : left) kill(p.pid, SIGKILL);
+      if (Now() >= deadline + 5) return;
+    }
+    usleep(100'000);
+  }
 }
 
 // The trajectories of the kept steps: for each step up to `last_step`, the lines of the last time
@@ -699,7 +769,7 @@ Json ChaosRun::Audit(double wall_s) const {
   std::map<std::string, std::string> expected_kind = {
       {"kill", "crash"}, {"hang", "hang"}, {"straggle", "straggler"}, {"fill", "disk_full"}};
   Json per = Json::array();
-  std::map<std::string, std::vector<double>> recovery_by_kind;
+  std::map<std::string, std::vector<double>> recovery_by_kind, first_step_by_kind;
   int64_t undemarcated = 0;
   for (const Injection& inj : injections_) {
     Injection out = inj;
@@ -719,6 +789,10 @@ Json ChaosRun::Audit(double wall_s) const {
     undemarcated += !out.demarcated;
     const double recovery = std::isfinite(out.recovered) ? out.recovered - inj.at : NAN;
     if (std::isfinite(recovery)) recovery_by_kind[inj.how + " " + inj.kind].push_back(recovery);
+    const double first_step = inj.first_step - inj.at;
+    if (std::isfinite(first_step)) {
+      first_step_by_kind[inj.how + " " + inj.kind].push_back(first_step);
+    }
     per.push_back({{"at_s", inj.at},
                    {"kind", inj.kind},
                    {"how", inj.how},
@@ -726,22 +800,27 @@ Json ChaosRun::Audit(double wall_s) const {
                    {"pid", inj.pid},
                    {"resumed", inj.resumed},
                    {"demarcated", out.demarcated},
-                   {"recovery_s", std::isfinite(recovery) ? Json(recovery) : Json(nullptr)}});
+                   {"recovery_s", std::isfinite(recovery) ? Json(recovery) : Json(nullptr)},
+                   {"first_step_s", std::isfinite(first_step) ? Json(first_step) : Json(nullptr)}});
   }
   r["injections"] = per;
   r["undemarcated"] = undemarcated;
-  Json recovery = Json::object();
-  for (const auto& [kind, times] : recovery_by_kind) {
-    double sum = 0, worst = 0;
-    for (double t : times) {
-      sum += t;
-      worst = std::max(worst, t);
+  auto summary = [](const std::map<std::string, std::vector<double>>& by_kind) {
+    Json out = Json::object();
+    for (const auto& [kind, times] : by_kind) {
+      double sum = 0, worst = 0;
+      for (double t : times) {
+        sum += t;
+        worst = std::max(worst, t);
+      }
+      out[kind] = {{"count", times.size()},
+                   {"mean_s", sum / static_cast<double>(times.size())},
+                   {"max_s", worst}};
     }
-    recovery[kind] = {{"count", times.size()},
-                      {"mean_s", sum / static_cast<double>(times.size())},
-                      {"max_s", worst}};
-  }
-  r["recovery"] = recovery;
+    return out;
+  };
+  r["recovery"] = summary(recovery_by_kind);
+  r["first_step_after_resume"] = summary(first_step_by_kind);
   r["faults_recorded"] = faults.size();
 
   // The effective training time ratio over the whole chaos run: the kept steps' time over the
@@ -772,13 +851,15 @@ void PrintReport(const Json& r, const fs::path& path) {
     ++n;
     d += i["demarcated"].get<bool>();
   }
-  std::fprintf(stderr, "  %-18s %8s %10s %10s %10s\n", "fault", "injected", "demarcated",
-               "recovery", "max");
+  std::fprintf(stderr, "  %-18s %8s %10s %10s %10s %12s\n", "fault", "injected", "demarcated",
+               "recovery", "max", "first step");
   for (const auto& [kind, nd] : by) {
     const Json rec = r["recovery"].value(kind, Json());
-    std::fprintf(stderr, "  %-18s %8d %10d %9.1fs %9.1fs\n", kind.c_str(), nd.first, nd.second,
-                 rec.is_object() ? rec["mean_s"].get<double>() : NAN,
-                 rec.is_object() ? rec["max_s"].get<double>() : NAN);
+    const Json first = r["first_step_after_resume"].value(kind, Json());
+    std::fprintf(stderr, "  %-18s %8d %10d %9.1fs %9.1fs %11.1fs\n", kind.c_str(), nd.first,
+                 nd.second, rec.is_object() ? rec["mean_s"].get<double>() : NAN,
+                 rec.is_object() ? rec["max_s"].get<double>() : NAN,
+                 first.is_object() ? first["mean_s"].get<double>() : NAN);
   }
   std::fprintf(stderr,
                "  steps %lld, samples trained %lld; lost %lld, duplicated %lld, version "
@@ -850,12 +931,16 @@ int RunChaos(const ChaosArgs& a) {
   ChaosRun chaos(a, dir, kinds, *every, *duration, recipe->GetFloat("rollout.heartbeat_timeout_s"),
                  self.string(), disk.get());
   auto report = chaos.Go(stop_signals);
+  chaos.Quiesce();
+  if (disk) {
+    // The checkpoints leave the tmpfs only now that nothing writes them.
+    if (Status st = disk->Unmount(); !st.ok()) {
+      return Fail(report.ok() ? st.message() : report.status().ToString() + "; " + st.ToString());
+    }
+  }
   if (!report.ok()) return Fail(report.status().message());
   (*report)["seed"] = a.seed;
   (*report)["kill"] = kinds;
-  if (disk) {
-    if (Status st = disk->Unmount(); !st.ok()) return Fail(st.message());
-  }
   const fs::path path = dir / "chaos_report.json";
   std::ofstream(path) << report->dump(2) << "\n";
   PrintReport(*report, path);

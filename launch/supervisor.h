@@ -2,8 +2,9 @@
 // this machine (master relay, manager, actor, rollouts), each in its own session with its log, and
 // the watch over them: a rollout that dies is started again under its id (the manager re-issues
 // what it held), the master relay in place (the actor sends it the newest version again), a dead
-// actor or manager ends the run (it resumes from its newest checkpoint); stopping stops the actor
-// first, which saves a checkpoint while the manager still answers, then the rest.
+// actor or manager ends the run (`laminar run --resume` continues it from its newest
+// checkpoint); stopping stops the actor first, which saves a checkpoint while the manager still
+// answers, then the rest.
 #pragma once
 
 #include <signal.h>

@@ -176,7 +176,10 @@ void Publisher::Loop() {
       current_ = v;  // before the first chunk leaves: resend requests may follow at once
     }
     const uint64_t generation = static_cast<uint64_t>(v->manifest.version()) + 1;
-    stream_->Supersede(generation);  // an older version still queued is not worth finishing
+    // An older version still queued is not worth finishing, nor its resends; a destination
+    // that failed for an older version is tried again.
+    stream_->Supersede(generation);
+    resends_->Supersede(generation);
     proto::RelayBroadcast b;
     b.mutable_header()->set_sender("publisher/" + options_.id);
     proto::SetBroadcastManifest(v->manifest, &b);
@@ -230,7 +233,9 @@ void Publisher::Watch(const std::shared_ptr<Version>& v, const proto::RelayBroad
       held = true;
       continue;
     }
-    if (reply->inflight_version() == version) continue;
+    // Not while it assembles the version or resends to it are still queued (a blocked send
+    // would otherwise pile up manifests).
+    if (reply->inflight_version() == version || resends_->queued() > 0) continue;
     // The master may be a new one on the same control endpoint (it had the version and lost it,
     // or died before it was asked), on another bulk address: what is still queued for the old
     // one is dropped, and the version goes to the new one.
@@ -249,7 +254,7 @@ void Publisher::Watch(const std::shared_ptr<Version>& v, const proto::RelayBroad
     }
     held = false;
     resends_->Push(SendItem::Owned(master_bulk_, EncodeTag({BulkKind::kBroadcast, version, 0}),
-                                   proto::Encode(header)));
+                                   proto::Encode(header), static_cast<uint64_t>(version) + 1));
   }
 }
 
@@ -300,15 +305,17 @@ std::string Publisher::HandleRequest(std::string_view request, std::string_view 
   b.mutable_header()->set_sender("publisher/" + options_.id);
   proto::SetBroadcastManifest(v->manifest, &b);
   b.set_upstream_control(control_->endpoint());
+  const uint64_t generation = static_cast<uint64_t>(v->manifest.version()) + 1;
   resends_->Push(SendItem::Owned(resend.bulk_address(),
                                  EncodeTag({BulkKind::kBroadcast, v->manifest.version(), 0}),
-                                 proto::Encode(b)));
+                                 proto::Encode(b), generation));
   for (uint32_t i : resend.chunks()) {
     if (i >= v->manifest.num_chunks()) continue;
     const ChunkRange r = ChunkAt(v->manifest, i);
     resends_->Push(SendItem::View(
         resend.bulk_address(), EncodeTag({BulkKind::kChunk, v->manifest.version(), i}),
-        std::span<const uint8_t>(v->data.data() + r.offset, static_cast<size_t>(r.size)), v));
+        std::span<const uint8_t>(v->data.data() + r.offset, static_cast<size_t>(r.size)), v,
+        generation));
   }
   LAMINAR_LOG(INFO, RELAY) << "publisher: resending " << resend.chunks_size()
                            << " chunk(s) of version " << resend.version() << " to "
