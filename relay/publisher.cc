@@ -228,7 +228,7 @@ void Publisher::Watch(const std::shared_ptr<Version>& v, const proto::RelayBroad
     auto bytes = master.Call(proto::Encode(latest), options_.watch_interval_ms, 1);
     if (!bytes.ok()) continue;  // the master is busy or restarting: ask again later
     auto reply = proto::Decode<proto::RelayReply>(*bytes, options_.master_endpoint);
-    if (!reply.ok()) continue;
+    if (!reply.ok() || !reply->error().empty()) continue;  // e.g. a master still starting
     if (reply->latest_complete_version() >= version) {
       held = true;
       continue;

@@ -62,6 +62,7 @@ Status Relay::Init() {
   serve_sender_ = std::make_unique<SendWorker>(options_.id + "/serve", transport_.get(), &send_mu_,
                                                options_.send_timeout_ms);
   last_ping_ms_ = SteadyNowMs();
+  serving_.store(true, std::memory_order_release);
   if (!is_master()) LAMINAR_RETURN_IF_ERROR(Join());
   receiver_ = std::thread([this] { ReceiveLoop(); });
   if (is_master()) monitor_ = std::thread([this] { MonitorLoop(); });

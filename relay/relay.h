@@ -162,6 +162,9 @@ class Relay {
   std::atomic<int64_t> last_ping_ms_{0};
   std::atomic<uint64_t> pulls_served_{0}, pulls_refused_busy_{0};
   std::atomic<bool> stop_{false};
+  // Set once Init has filled in info_ and the senders: the control server answers from the moment
+  // it binds (a relay restarted on a known endpoint is asked at once), and refuses until then.
+  std::atomic<bool> serving_{false};
   Mutex stop_mu_;  // with stop_cv_: wakes the monitor when stop_ is set
   CondVar stop_cv_;
   std::thread receiver_;

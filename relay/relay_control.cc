@@ -14,6 +14,13 @@ namespace laminar::relay {
 
 std::string Relay::HandleRequest(std::string_view request, std::string_view peer) {
   proto::RelayReply reply;
+  if (!serving_.load(std::memory_order_acquire)) {
+    reply.mutable_header()->set_sender("relay/" + options_.id);
+    reply.set_error("relay " + options_.id + " is starting; ask again");
+    reply.set_latest_complete_version(-1);
+    reply.set_inflight_version(-1);
+    return proto::Encode(reply);
+  }
   auto decoded = proto::Decode<proto::RelayRequest>(request, "control peer " + std::string(peer));
   if (!decoded.ok()) {
     LAMINAR_LOG(WARN, RELAY) << options_.id << ": " << decoded.status();
