@@ -34,6 +34,16 @@ using ::laminar::testing::WaitFor;
 
 enum class Rogue { kPlain, kOwnKey, kRunKey };
 
+// Gives `s` the security `how` names: none, a key of its own, or the run's key (for a server
+// whose public key is the run's).
+void SecureAs(zmq::socket_t& s, Rogue how, const CurveKeys& run) {
+  if (how == Rogue::kPlain) return;
+  const CurveKeys own = how == Rogue::kRunKey ? run : *GenerateCurveKeys();
+  s.set(zmq::sockopt::curve_serverkey, run.public_key);
+  s.set(zmq::sockopt::curve_publickey, own.public_key);
+  s.set(zmq::sockopt::curve_secretkey, own.secret_key);
+}
+
 // One request over a socket made by hand (not through core/zmq_transport.h, so the process-wide
 // keys do not apply): `how` picks its security. True when a reply came within `timeout_ms`.
 bool RawCall(const std::string& endpoint, const std::string& body, Rogue how, const CurveKeys& run,
@@ -41,12 +51,7 @@ bool RawCall(const std::string& endpoint, const std::string& body, Rogue how, co
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
-  if (how != Rogue::kPlain) {
-    const CurveKeys own = how == Rogue::kRunKey ? run : *GenerateCurveKeys();
-    s.set(zmq::sockopt::curve_serverkey, run.public_key);
-    s.set(zmq::sockopt::curve_publickey, own.public_key);
-    s.set(zmq::sockopt::curve_secretkey, own.secret_key);
-  }
+  SecureAs(s, how, run);
   s.connect(endpoint);
   const uint64_t id = 7;
   s.send(zmq::buffer(&id, sizeof id), zmq::send_flags::sndmore);
@@ -64,12 +69,7 @@ bool RawPush(const std::string& endpoint, Rogue how, const CurveKeys& run) {
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::sndtimeo, 5000);
   s.set(zmq::sockopt::immediate, 1);
-  if (how != Rogue::kPlain) {
-    const CurveKeys own = how == Rogue::kRunKey ? run : *GenerateCurveKeys();
-    s.set(zmq::sockopt::curve_serverkey, run.public_key);
-    s.set(zmq::sockopt::curve_publickey, own.public_key);
-    s.set(zmq::sockopt::curve_secretkey, own.secret_key);
-  }
+  SecureAs(s, how, run);
   s.connect(endpoint);
   return s.send(zmq::str_buffer("forged chunk"), zmq::send_flags::none).has_value();
 }
