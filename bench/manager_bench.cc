@@ -50,7 +50,7 @@ struct SimRollout {
   std::string host;
   std::optional<proto::PromptGroup> group;
   int heartbeats_on_group = 0;
-  double tokens = 0;  // rollout/tokens_generated
+  double tokens = 0;  // rollout/tokens_forwarded
 };
 
 // What one client thread measured.
@@ -123,7 +123,7 @@ class Client {
     h->set_host(r.host);
     const int n = r.group ? r.group->num_samples() : 0;
     r.tokens += 16.0 * n;
-    (*h->mutable_counters())["rollout/tokens_generated"] = r.tokens;
+    (*h->mutable_counters())["rollout/tokens_forwarded"] = r.tokens;
     h->set_running(n);
     h->set_kv_block_size(16);
     h->set_kv_blocks_capacity(64);

@@ -387,6 +387,8 @@ class ChaosRun {
   fs::path dir_;
   std::vector<std::string> kinds_;
   double every_s_, for_s_, heartbeat_timeout_s_;
+  // How long a straggler is slowed.
+  double StraggleSeconds() const { return 4 * heartbeat_timeout_s_; }
   std::string self_;
   CheckpointDisk* disk_;  // with --kill disk
   std::mt19937_64 rng_;
@@ -480,7 +482,7 @@ void ChaosRun::Inject(double now) {
     pending_.push_back(
         {.pid = inj.pid, .until = now + heartbeat_timeout_s_ + 2, .straggle = false});
   } else {
-    pending_.push_back({.pid = inj.pid, .until = now + 4 * heartbeat_timeout_s_, .straggle = true});
+    pending_.push_back({.pid = inj.pid, .until = now + StraggleSeconds(), .straggle = true});
   }
   std::fprintf(stderr, "[chaos] %.1f s: %s %s (pid %d)\n", now - start_, inj.how.c_str(),
                inj.target.c_str(), static_cast<int>(inj.pid));
@@ -774,10 +776,12 @@ Json ChaosRun::Audit(double wall_s) const {
   for (const Injection& inj : injections_) {
     Injection out = inj;
     const std::string want = expected_kind[inj.how];
+    // A straggler is found while it straggles; the rest within two minutes (a resume included).
+    const double window_s = inj.how == "straggle" ? StraggleSeconds() : 120;
     for (const Json& f : faults) {
       const double detected = f.value("detected_unix_s", 0.0);
       if (f.value("kind", "") != want || f.value("role", "") != inj.target ||
-          detected < inj.at - 1 || detected > inj.at + 120) {
+          detected < inj.at - 1 || detected > inj.at + window_s) {
         continue;
       }
       out.demarcated = true;

@@ -8,6 +8,8 @@ from ../shared/data or $LAMINAR_SHARED_DATA), no GPU, a benchmark peer not insta
   scripts/skip_report.py build                  # report
   scripts/skip_report.py build --only-goldens   # and exit 1 when a test skipped for another
                                                 # reason than an outside golden, a GPU or a peer
+  scripts/skip_report.py build --golden-regex   # only print a ctest -R regex matching the tests
+                                                # that skipped for an outside golden (empty: none)
 """
 import argparse
 import pathlib
@@ -36,10 +38,16 @@ def skipped_tests(log: str):
     return out
 
 
+def cmake_regex_escape(text: str) -> str:
+    """`text` as a CMake regular expression (ctest -R) matching exactly it."""
+    return re.sub(r"([.^$*+?()\[\]|\\])", r"\\\1", text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("build")
     ap.add_argument("--only-goldens", action="store_true")
+    ap.add_argument("--golden-regex", action="store_true")
     args = ap.parse_args()
     log_path = pathlib.Path(args.build) / "Testing" / "Temporary" / "LastTest.log"
     if not log_path.exists():
@@ -55,6 +63,11 @@ def main():
                 break
         else:
             other.append((name, message))
+    if args.golden_regex:
+        names = by_reason[REASONS[0][0]]
+        if names:
+            print("^(" + "|".join(cmake_regex_escape(n) for n in names) + ")$")
+        return 0
     for label, names in by_reason.items():
         if names:
             print(f"{len(names)} tests skipped: {label}")

@@ -24,7 +24,20 @@ int64_t TiledChunkOffset(int64_t row, int64_t col, int64_t k_padded, int64_t byt
 // AVX-512, AVX2 and the baseline and picks one at load time (ifunc). The arithmetic is the same
 // IEEE f32 operations in every build (this file is compiled with -ffp-contract=off), so every build
 // gives the same bits.
+// Under ThreadSanitizer the baseline alone: an ifunc resolver runs while the loader relocates,
+// before the sanitizer's runtime is up, and the instrumented one crashes there.
+#if defined(__SANITIZE_THREAD__)
+#define LAMINAR_NO_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LAMINAR_NO_CLONES 1
+#endif
+#endif
+#ifdef LAMINAR_NO_CLONES
+#define LAMINAR_ROW_CLONES
+#else
 #define LAMINAR_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 
 // 16 lanes of GCC's vector extensions: AVX-512 registers in the avx512f clone, pairs of AVX2 ones
 // in the avx2 clone, SSE in the default one. -O2's cost model does not vectorize these loops by

@@ -172,6 +172,9 @@ class RolloutEngine {
 
   bool idle() const { return scheduler_.idle(); }
   const SpecStats& spec_stats() const { return spec_stats_; }
+  // Tokens run through the model so far (prompt chunks, decodes and their drafts): the work done,
+  // as it is done (the manager measures stragglers by it).
+  int64_t tokens_forwarded() const { return tokens_forwarded_; }
   const StepCostModel& step_costs() const { return costs_; }
   const Scheduler& scheduler() const { return scheduler_; }
   const engine::PagedKvCache& kv_cache() const { return cache_; }
@@ -323,6 +326,7 @@ class RolloutEngine {
   // What steps with drafts measured against plain ones, by bit_width(decodes) (GainFor).
   std::map<int, SpeculationGain> gains_;
   SpecStats spec_stats_;
+  int64_t tokens_forwarded_ = 0;
   // Acceptance over every sequence (slow forgetting): where a new sequence's history starts.
   AcceptanceStats acceptance_;
   int64_t unmeasured_steps_ = 0;  // PlanDrafts calls before the step cost was measured

@@ -44,6 +44,7 @@ StatusOr<std::vector<FinishedSample>> RolloutEngine::Step() {
   LAMINAR_ASSIGN_OR_RETURN(StepBatch batch, AssembleBatch(plan, drafts));
   std::vector<float> logits;
   LAMINAR_ASSIGN_OR_RETURN(const double forward_s, RunForward(batch, &logits));
+  tokens_forwarded_ += plan.num_batched_tokens;
   // The cost model covers decode steps only (prefill chunks run other kernels at other sizes).
   const bool decodes_only = std::ranges::all_of(plan.seqs, [](const ScheduledSeq& q) {
     return q.num_tokens - q.num_draft_tokens == 1 && q.forked.empty();

@@ -143,16 +143,30 @@ void ManagerServer::ExpireDead(double now) {
 
 void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
   GenerationRate& r = rates_[hb.id()];
-  auto tokens_it = hb.counters().find("rollout/tokens_generated");
+  // The work done as it is done (finished samples alone come in lumps: most intervals of a long
+  // response would show none), over the time it could work: pulling a new version is waiting on
+  // the relay, not straggling.
+  auto tokens_it = hb.counters().find("rollout/tokens_forwarded");
   if (tokens_it == hb.counters().end()) return;
   const double tokens = tokens_it->second;
-  const double dt = now - r.last_s;
-  if (r.last_tokens < 0 || tokens < r.last_tokens) {  // first heartbeat, or a restarted process
+  auto pull_it = hb.counters().find("relay/pull_wait_s");
+  const double pull_s = pull_it != hb.counters().end() ? pull_it->second : 0;
+  if (r.last_tokens < 0 || tokens < r.last_tokens || pull_s < r.last_pull_s) {
+    // The first heartbeat, or a restarted process.
     r.last_tokens = tokens;
+    r.last_pull_s = pull_s;
     r.last_s = now;
     return;
   }
-  if (dt < 0.5) return;  // too short an interval to say
+  const double dt = now - r.last_s - (pull_s - r.last_pull_s);
+  if (now - r.last_s < 0.5) return;  // too short an interval to say
+  if (dt < 0.25) {
+    // It spent the interval pulling: nothing to say of its rate either way.
+    r.last_tokens = tokens;
+    r.last_pull_s = pull_s;
+    r.last_s = now;
+    return;
+  }
   // Busy: it holds groups (it should be decoding them); the rate is per group held, so that a
   // rollout with a larger share of the work is not taken for a fast one.
   const std::optional<RolloutHealth> health = state_->Rollout(hb.id());
@@ -160,6 +174,7 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
   r.busy = groups > 0;
   r.rate = r.busy ? (tokens - r.last_tokens) / dt / static_cast<double>(groups) : 0;
   r.last_tokens = tokens;
+  r.last_pull_s = pull_s;
   r.last_s = now;
   if (r.busy) r.busy_s = now;
   // The others' rates while they last had work (within a few heartbeat timeouts): a straggler

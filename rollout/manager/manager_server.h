@@ -132,11 +132,12 @@ class ManagerServer {
   // Each rollout's host (from its heartbeats) and generation rate, for fault records.
   std::map<std::string, std::string> hosts_ LAMINAR_GUARDED_BY(mu_);
   struct GenerationRate {
-    double last_tokens = -1, last_s = 0;  // rollout/tokens_generated at the last interval's end
-    double rate = 0;       // generated tokens per second per group held, last interval
-    bool busy = false;     // it held groups at its last heartbeat
-    double busy_rate = 0;  // the rate of the last interval it held groups
-    double busy_s = 0;     // when that was (manager clock; 0: never)
+    // rollout/tokens_forwarded and relay/pull_wait_s at the last interval's end, and when it was
+    double last_tokens = -1, last_pull_s = 0, last_s = 0;
+    double rate = 0;    // forwarded tokens per second (not pulling) per group held, last interval
+    bool busy = false;  // it held groups at its last heartbeat
+    double busy_rate = 0;                // the rate of the last interval it held groups
+    double busy_s = 0;                   // when that was (manager clock; 0: never)
     double straggling_since_unix_s = 0;  // 0: not straggling
     int streak = 0;                      // intervals in a row toward a change of state
     double first_slow_unix_s = 0;        // the first slow interval of the streak

@@ -1,6 +1,7 @@
 // Rollout worker loop; see worker.h.
 #include "rollout/worker/worker.h"
 
+#include <functional>
 #include <future>
 #include <map>
 #include <set>
@@ -264,7 +265,9 @@ Status RolloutWorker::SendHeartbeat() {
     // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
     MutexLock lock(&stats_mu_);
     auto& c = *h->mutable_counters();
-    c["relay/pull_wait_s"] = stats_.pull_wait_s;
+    // With the pull in progress, if any: a rollout pulling for long is waiting, not straggling.
+    c["relay/pull_wait_s"] =
+        stats_.pull_wait_s + (pulling_since_ ? Seconds(Clock::now() - *pulling_since_) : 0.0);
     c["rollout/weight_build_s"] = stats_.weight_build_s;
     c["rollout/tokens_generated"] = static_cast<double>(stats_.tokens_generated);
   }
@@ -275,6 +278,7 @@ Status RolloutWorker::SendHeartbeat() {
     c["rollout/spec_verify_steps"] = static_cast<double>(sp.verify_steps);
     c["rollout/spec_drafted_tokens"] = static_cast<double>(sp.drafted_tokens);
     c["rollout/spec_accepted_tokens"] = static_cast<double>(sp.accepted_tokens);
+    c["rollout/tokens_forwarded"] = static_cast<double>(engine_->tokens_forwarded());
   }
   auto reply = Call(std::move(req));
   if (!reply.ok()) {
@@ -326,27 +330,32 @@ RolloutWorker::Scores RolloutWorker::ScoreFinished(const std::vector<FinishedSam
   return out;
 }
 
-StatusOr<RolloutWorker::Scores> RolloutWorker::ScoreWithHeartbeats(
-    const std::vector<FinishedSample>& finished) {
-  // Scores, computed on a thread of their own while this one keeps the manager's heartbeats
-  // going: a reward that takes seconds (a Python plug-in may take up to its timeout_s) must not
-  // read as a dead rollout whose groups are re-issued. One thread, in order: a C plug-in need not
-  // be thread-safe. Samples being scored still count as running in the heartbeats (the manager
-  // re-issues a group a live rollout stops listing); their KV is already freed.
-  scoring_.clear();
-  for (const FinishedSample& f : finished) {
-    scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
-  }
-  auto score_all = std::async(std::launch::async, [&] { return ScoreFinished(finished); });
+Status RolloutWorker::KeepHeartbeatsDuring(const std::function<void()>& work) {
+  auto done = std::async(std::launch::async, work);
   Status heartbeat = OkStatus();
-  while (score_all.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
+  while (done.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
          std::future_status::ready) {
     if (heartbeat.ok() && Clock::now() >= next_heartbeat_) {
       heartbeat = SendHeartbeat();
       next_heartbeat_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms);
     }
   }
-  Scores scores = score_all.get();
+  done.get();
+  return heartbeat;
+}
+
+StatusOr<RolloutWorker::Scores> RolloutWorker::ScoreWithHeartbeats(
+    const std::vector<FinishedSample>& finished) {
+  // A reward that takes seconds (a Python plug-in may take up to its timeout_s) must not read as
+  // a dead rollout whose groups are re-issued. One thread, in order: a C plug-in need not be
+  // thread-safe. Samples being scored still count as running in the heartbeats (the manager
+  // re-issues a group a live rollout stops listing); their KV is already freed.
+  scoring_.clear();
+  for (const FinishedSample& f : finished) {
+    scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
+  }
+  Scores scores;
+  Status heartbeat = KeepHeartbeatsDuring([&] { scores = ScoreFinished(finished); });
   scoring_.clear();
   LAMINAR_RETURN_IF_ERROR(heartbeat);
   return scores;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -137,6 +138,10 @@ class RolloutWorker {
   // ScoreFinished on its own thread while this one keeps sending heartbeats. Errors: a
   // heartbeat's (the manager is gone).
   StatusOr<Scores> ScoreWithHeartbeats(const std::vector<FinishedSample>& finished);
+  // Runs `work` on a thread of its own while this one keeps the manager's heartbeats going (a
+  // reward or a pull that takes seconds, on a slow machine tens, must not read as a hung
+  // rollout); `work` must not touch what a heartbeat reads. The first failed heartbeat's status.
+  Status KeepHeartbeatsDuring(const std::function<void()>& work);
   Status SendPartials();
   // Carries out the repack orders and imports that came with any manager reply (the manager
   // hands a rollout its orders in whatever reply it gets next, so a source hears of a move within
@@ -176,6 +181,8 @@ class RolloutWorker {
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).
   std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
+  // When the pull in progress began (heartbeats count it as pull time while it lasts).
+  std::optional<std::chrono::steady_clock::time_point> pulling_since_;
   int64_t reward_failures_logged_ = 0;  // reward failures so far (their log lines are sampled)
   // (prompt id, sample index) of the finished samples Generate is scoring, for the heartbeats.
   std::vector<std::pair<std::string, int32_t>> scoring_;

@@ -24,7 +24,27 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 Status RolloutWorker::MaybeUpdateWeights() {
   const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
-  auto pulled = relay_->PullLatest(held);
+  // Whether there is anything newer first (one control request, every turn of an idle loop);
+  // the pull itself, which takes seconds for a large model, runs with the heartbeats going.
+  const StatusOr<int64_t> latest = relay_->LatestVersion();
+  if (latest.ok() && *latest <= held) {
+    relay_unreachable_since_.reset();
+    return OkStatus();
+  }
+  StatusOr<std::shared_ptr<const relay::PulledVersion>> pulled =
+      latest.ok() ? NotFoundError("not pulled") : latest.status();
+  Status heartbeat = OkStatus();
+  if (latest.ok()) {
+    pulling_since_ = start;
+    heartbeat = KeepHeartbeatsDuring([this, held, &pulled] { pulled = relay_->PullLatest(held); });
+    pulling_since_.reset();
+  }
+  const auto pulled_at = Clock::now();
+  {
+    MutexLock lock(&stats_mu_);
+    stats_.pull_wait_s += Seconds(pulled_at - start);  // as the heartbeats counted it
+  }
+  LAMINAR_RETURN_IF_ERROR(heartbeat);
   const StatusCode code = pulled.status().code();
   // Busy relays answered (back-pressure): ask again on a later turn of the loop, which keeps the
   // heartbeats going meanwhile.
@@ -91,7 +111,7 @@ Status RolloutWorker::MaybeUpdateWeights() {
   MutexLock lock(&stats_mu_);
   ++stats_.versions_loaded;
   stats_.version = v.version();
-  stats_.pull_wait_s += Seconds(Clock::now() - start);
+  stats_.pull_wait_s += Seconds(Clock::now() - pulled_at);
   stats_.weight_build_s += build_s;
   return OkStatus();
 }

@@ -339,16 +339,17 @@ class ScriptedRollout {
   }
 
   // A heartbeat saying sample 0 of each of `running` is in flight, from `host`, with
-  // `tokens` generated so far (< 0: no such counter).
+  // `tokens` forwarded so far and `pull_wait_s` spent pulling versions (< 0: no such counter).
   void Heartbeat(int64_t version, const std::vector<std::string>& running, double tokens = -1,
-                 const std::string& host = "") {
+                 const std::string& host = "", double pull_wait_s = -1) {
     proto::ManagerRequest req;
     proto::Heartbeat* h = req.mutable_heartbeat();
     h->set_role("rollout");
     h->set_id(id_);
     h->set_version(version);
     h->set_host(host);
-    if (tokens >= 0) (*h->mutable_counters())["rollout/tokens_generated"] = tokens;
+    if (tokens >= 0) (*h->mutable_counters())["rollout/tokens_forwarded"] = tokens;
+    if (pull_wait_s >= 0) (*h->mutable_counters())["relay/pull_wait_s"] = pull_wait_s;
     h->set_running(static_cast<int32_t>(running.size()));
     for (const std::string& p : running) h->add_running_samples()->set_prompt_id(p);
     Call(std::move(req));
@@ -518,6 +519,39 @@ TEST(ManagerServerTest, FaultsNameTheRolloutAndItsHost) {
   EXPECT_EQ(by_kind["hang"][0]["host"], "host-b");
   EXPECT_EQ(by_kind["hang"][1]["role"], "rollout/c");
   EXPECT_EQ(by_kind["hang"][1]["host"], "host-c");
+}
+
+// A rollout that forwards nothing while it pulls a new version (its heartbeats' pull time grows
+// by the interval) is waiting on the relay, not straggling; one as slow without pulling is.
+TEST(ManagerServerTest, PullingAVersionIsNotStraggling) {
+  const auto faults = TempDir("faults") / "faults.jsonl";
+  manager::ManagerServerOptions so;
+  so.heartbeat_timeout_s = 30;
+  so.faults = FaultLog(faults.string());
+  auto server = StartScriptedManager(1, so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ScriptedRollout a((*server)->endpoint(), "rollout/a"), b((*server)->endpoint(), "rollout/b"),
+      c((*server)->endpoint(), "rollout/c");
+  auto held = a.Work(0, 1), held_b = b.Work(0, 1), held_c = c.Work(0, 1);
+  ASSERT_EQ(held.size() + held_b.size() + held_c.size(), 3u);
+  constexpr double kIntervalS = 0.6;
+  double tokens = 0, pull_b = 0;
+  for (int round = 0; round < 5; ++round) {
+    a.Heartbeat(0, {held[0].prompt_id()}, tokens, "host-a", 0);
+    b.Heartbeat(0, {held_b[0].prompt_id()}, round < 3 ? 0 : tokens, "host-b", pull_b);
+    c.Heartbeat(0, {held_c[0].prompt_id()}, tokens / 10, "host-c", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kIntervalS * 1000)));
+    tokens += 100;
+    if (round < 2) pull_b += kIntervalS;  // b pulls for two intervals, then forwards at a's rate
+  }
+  (*server)->Stop();
+  std::vector<std::string> stragglers;
+  std::ifstream in(faults);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["kind"] == "straggler") stragglers.push_back(j["role"].get<std::string>());
+  }
+  EXPECT_EQ(stragglers, std::vector<std::string>{"rollout/c"});
 }
 
 // actor.max_staleness: a group generated a version back, taken when the limit is 0, is dropped

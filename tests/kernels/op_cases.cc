@@ -244,19 +244,21 @@ void AddAttention(std::vector<OpCase>& cases) {
          }});
   }
   // The trainer's packed (varlen) causal attention: sequences of odd lengths back to back.
-  for (const auto& [offsets, h, hkv, d] :
-       {std::tuple{std::vector<int64_t>{0, 1}, 1, 1, 4},
-        std::tuple{std::vector<int64_t>{0, 5, 12}, 4, 2, 8},
-        std::tuple{std::vector<int64_t>{0, 3, 4, 37}, 6, 3, 64}}) {
-    const int64_t t = offsets.back();
-    const std::string shape =
-        Name({{"t", t}, {"seqs", std::ssize(offsets) - 1}, {"h", h}, {"hkv", hkv}, {"d", d}});
+  struct Varlen {
+    std::vector<int64_t> offsets;
+    int64_t h, hkv, d;
+  };
+  for (const Varlen& a :
+       {Varlen{{0, 1}, 1, 1, 4}, Varlen{{0, 5, 12}, 4, 2, 8}, Varlen{{0, 3, 4, 37}, 6, 3, 64}}) {
+    const int64_t t = a.offsets.back();
+    const std::string shape = Name(
+        {{"t", t}, {"seqs", std::ssize(a.offsets) - 1}, {"h", a.h}, {"hkv", a.hkv}, {"d", a.d}});
     cases.push_back({"varlen_attention", shape, 1e-10, [=](const Backend& b) -> Out {
                        if (!b.ops.varlen_attention) return std::nullopt;
-                       auto q = RandomF64(t * h * d, 32), k = RandomF64(t * hkv * d, 33),
-                            v = RandomF64(t * hkv * d, 34);
+                       auto q = RandomF64(t * a.h * a.d, 32), k = RandomF64(t * a.hkv * a.d, 33),
+                            v = RandomF64(t * a.hkv * a.d, 34);
                        std::vector<double> out(q.size());
-                       b.ops.varlen_attention(q, k, v, offsets, h, hkv, d, out);
+                       b.ops.varlen_attention(q, k, v, a.offsets, a.h, a.hkv, a.d, out);
                        return out;
                      }});
   }
@@ -284,7 +286,8 @@ void AddLossAndSampling(std::vector<OpCase>& cases) {
                        }});
     }
   }
-  for (const auto& [n, v] : {std::pair<int64_t, int64_t>{1, 2}, {3, 17}, {4, 1031}}) {
+  for (const auto& nv : {std::pair<int64_t, int64_t>{1, 2}, {3, 17}, {4, 1031}}) {
+    const int64_t n = nv.first, v = nv.second;  // named copies: lambdas capture them
     cases.push_back(
         {"logprob_entropy", Name({{"n", n}, {"v", v}}), 1e-10, [n, v](const Backend& b) -> Out {
            if (!b.ops.logprob_entropy) return std::nullopt;
@@ -334,7 +337,8 @@ double Dot(std::span<const double> a, std::span<const double> b) {
 // Kept whole: a table of gradient cases, each a few lines.
 void AddGradients(std::vector<GradCase>& cases) {
   namespace ops = trainer::ops;
-  for (const auto& [t, c] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {2, 33}}) {
+  for (const auto& tc : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {2, 33}}) {
+    const int64_t t = tc.first, c = tc.second;
     const auto x = RandomF64(t * c, 40), w = RandomF64(c, 41), dy = RandomF64(t * c, 42);
     cases.push_back({"rms_norm", Name({{"t", t}, {"c", c}}), 1e-8,
                      [=](const Backend& b) -> Out {
@@ -371,8 +375,10 @@ void AddGradients(std::vector<GradCase>& cases) {
                        });
                      }});
   }
-  for (const auto& [offsets, h, hkv, d] : {std::tuple{std::vector<int64_t>{0, 2}, 1, 1, 2},
-                                           std::tuple{std::vector<int64_t>{0, 3, 7}, 4, 2, 4}}) {
+  for (const auto& shape : {std::tuple{std::vector<int64_t>{0, 2}, 1, 1, 2},
+                            std::tuple{std::vector<int64_t>{0, 3, 7}, 4, 2, 4}}) {
+    const std::vector<int64_t>& offsets = std::get<0>(shape);
+    const int64_t h = std::get<1>(shape), hkv = std::get<2>(shape), d = std::get<3>(shape);
     const int64_t t = offsets.back();
     const auto q = RandomF64(t * h * d, 46), k = RandomF64(t * hkv * d, 47),
                v = RandomF64(t * hkv * d, 48), dy = RandomF64(t * h * d, 49);
@@ -395,7 +401,8 @@ void AddGradients(std::vector<GradCase>& cases) {
                        });
                      }});
   }
-  for (const auto& [n, v] : {std::pair<int64_t, int64_t>{1, 3}, {2, 7}}) {
+  for (const auto& nv : {std::pair<int64_t, int64_t>{1, 3}, {2, 7}}) {
+    const int64_t n = nv.first, v = nv.second;
     const auto z = RandomF64(n * v, 50, 2), g_lp = RandomF64(n, 51), g_ent = RandomF64(n, 52);
     std::vector<int32_t> targets(n);
     for (int64_t i = 0; i < n; ++i) targets[i] = static_cast<int32_t>((2 * i + 1) % v);

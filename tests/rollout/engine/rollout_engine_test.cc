@@ -123,6 +123,11 @@ TEST_P(RolloutEngineTest, GreedyBatchedEqualsOneAtATime) {
     auto alone = Run(*alone_engine, {requests[i]});
     Key k{static_cast<int64_t>(i), 0};
     ExpectSame(batched.at(k), alone.at({0, 0}), k);
+    // Every prompt token and every sampled one but the last went through the model (drafts and
+    // recomputation only add to it): the work the manager measures stragglers by.
+    EXPECT_GE(
+        alone_engine->tokens_forwarded(),
+        static_cast<int64_t>(requests[i].prompt_ids.size()) + requests[i].stop.max_tokens - 1);
     EXPECT_EQ(batched.at(k).finish_reason, FinishReason::kLength);
     EXPECT_EQ(static_cast<int32_t>(batched.at(k).generated_ids.size()),
               requests[i].stop.max_tokens);
