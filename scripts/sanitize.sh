@@ -57,11 +57,11 @@ for kind in "${KINDS[@]}"; do
   filter="-CRewardTest.*:$LONG_RUNS"
   if [[ "$kind" == thread ]]; then
     export UCX_MEM_EVENTS=no
-    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp log_path=$reports/tsan"
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions='$PWD/tests/tsan.supp' log_path='$reports/tsan'"
     filter="$filter:UcxTransportTest.*"
   else
-    export ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 abort_on_error=0 log_path=$reports/asan"
-    export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 log_path=$reports/ubsan"
+    export ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 abort_on_error=0 log_path='$reports/asan'"
+    export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 log_path='$reports/ubsan'"
   fi
   for t in "${TESTS[@]}"; do
     start=$(date +%s)

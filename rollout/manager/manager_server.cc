@@ -211,8 +211,9 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
   if (r.streak >= kIntervals) {
     r.straggling_since_unix_s = r.first_slow_unix_s;
     r.streak = 0;
-    r.detail = "generating " + std::to_string(r.rate) + " tokens/s per group held, the other " +
-               "busy rollouts' median " + std::to_string(median);
+    r.detail = "forwarding " + std::to_string(r.rate) +
+               " tokens/s (outside pulls) per group held, the other busy rollouts' median " +
+               std::to_string(median);
     LAMINAR_LOG(WARN, MANAGER) << hb.id() << " straggles: " << r.detail;
   }
 }

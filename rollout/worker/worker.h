@@ -78,7 +78,7 @@ struct RolloutWorkerStats {
   int64_t samples_imported = 0;
   int64_t reward_errors = 0;    // the reward failed (scored reward_failure_score)
   int64_t reward_timeouts = 0;  // it ran past its deadline (DeadlineExceeded; likewise)
-  double pull_wait_s = 0;       // seconds spent pulling and loading new versions
+  double pull_wait_s = 0;       // seconds spent pulling (served or not) and loading new versions
   double weight_build_s = 0;    // of which building the model (quantizing: rollout.weight_dtype)
   int64_t version = -1;         // the version held (-1: none yet)
   // The most prompt groups held at once, and the most samples waiting for the engine's KV pool
@@ -139,8 +139,9 @@ class RolloutWorker {
   // heartbeat's (the manager is gone).
   StatusOr<Scores> ScoreWithHeartbeats(const std::vector<FinishedSample>& finished);
   // Runs `work` on a thread of its own while this one keeps the manager's heartbeats going (a
-  // reward or a pull that takes seconds, on a slow machine tens, must not read as a hung
-  // rollout); `work` must not touch what a heartbeat reads. The first failed heartbeat's status.
+  // reward or a version's transfer that takes seconds, on a slow machine tens, must not read as a
+  // hung rollout); `work` must not touch what a heartbeat reads. The first failed heartbeat's
+  // status.
   Status KeepHeartbeatsDuring(const std::function<void()>& work);
   Status SendPartials();
   // Carries out the repack orders and imports that came with any manager reply (the manager
@@ -181,7 +182,7 @@ class RolloutWorker {
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).
   std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
-  // When the pull in progress began (heartbeats count it as pull time while it lasts).
+  // When the transfer in progress began (heartbeats count it as pull time while it lasts).
   std::optional<std::chrono::steady_clock::time_point> pulling_since_;
   int64_t reward_failures_logged_ = 0;  // reward failures so far (their log lines are sampled)
   // (prompt id, sample index) of the finished samples Generate is scoring, for the heartbeats.

@@ -25,7 +25,8 @@ Status RolloutWorker::MaybeUpdateWeights() {
   const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
   // Whether there is anything newer first (one control request, every turn of an idle loop);
-  // the pull itself, which takes seconds for a large model, runs with the heartbeats going.
+  // the transfer itself, which takes seconds for a large model, runs with the heartbeats going
+  // (the model is built from it without them).
   const StatusOr<int64_t> latest = relay_->LatestVersion();
   if (latest.ok() && *latest <= held) {
     relay_unreachable_since_.reset();
@@ -38,12 +39,11 @@ Status RolloutWorker::MaybeUpdateWeights() {
     pulling_since_ = start;
     heartbeat = KeepHeartbeatsDuring([this, held, &pulled] { pulled = relay_->PullLatest(held); });
     pulling_since_.reset();
+    // As the heartbeats counted it, served or not (the counter must never go back).
+    MutexLock lock(&stats_mu_);
+    stats_.pull_wait_s += Seconds(Clock::now() - start);
   }
   const auto pulled_at = Clock::now();
-  {
-    MutexLock lock(&stats_mu_);
-    stats_.pull_wait_s += Seconds(pulled_at - start);  // as the heartbeats counted it
-  }
   LAMINAR_RETURN_IF_ERROR(heartbeat);
   const StatusCode code = pulled.status().code();
   // Busy relays answered (back-pressure): ask again on a later turn of the loop, which keeps the

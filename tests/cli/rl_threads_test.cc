@@ -534,15 +534,20 @@ TEST(ManagerServerTest, PullingAVersionIsNotStraggling) {
       c((*server)->endpoint(), "rollout/c");
   auto held = a.Work(0, 1), held_b = b.Work(0, 1), held_c = c.Work(0, 1);
   ASSERT_EQ(held.size() + held_b.size() + held_c.size(), 3u);
-  constexpr double kIntervalS = 0.6;
   double tokens = 0, pull_b = 0;
   for (int round = 0; round < 5; ++round) {
+    const auto b_at = std::chrono::steady_clock::now();
     a.Heartbeat(0, {held[0].prompt_id()}, tokens, "host-a", 0);
     b.Heartbeat(0, {held_b[0].prompt_id()}, round < 3 ? 0 : tokens, "host-b", pull_b);
     c.Heartbeat(0, {held_c[0].prompt_id()}, tokens / 10, "host-c", 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kIntervalS * 1000)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
     tokens += 100;
-    if (round < 2) pull_b += kIntervalS;  // b pulls for two intervals, then forwards at a's rate
+    // b pulls for two intervals (the whole of each, however long the calls took), then forwards
+    // at a's rate.
+    if (round < 2) {
+      pull_b +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - b_at).count() + 0.1;
+    }
   }
   (*server)->Stop();
   std::vector<std::string> stragglers;
