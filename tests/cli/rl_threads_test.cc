@@ -466,49 +466,76 @@ TEST(ManagerServerTest, AGroupALiveRolloutStoppedRunningIsReissued) {
   (*server)->Stop();
 }
 
-// The manager demarcates what it sees in faults.jsonl, naming the rollout and the host its
-// heartbeats gave: non-finite logits that ended a response, a straggler (decoding at a fraction
-// of the others' rate, then recovering) and a hang (no heartbeat within the timeout).
-TEST(ManagerServerTest, FaultsNameTheRolloutAndItsHost) {
-  const auto faults = TempDir("faults") / "faults.jsonl";
+// A scripted manager that records faults (rollouts silent for `heartbeat_timeout_s` are dead)
+// and rollouts a, b and c holding one group each.
+struct ThreeHeldGroups {
+  std::filesystem::path faults;
+  std::unique_ptr<manager::ManagerServer> server;
+  std::unique_ptr<ScriptedRollout> a, b, c;
+  proto::PromptGroup group_a, group_b, group_c;
+};
+StatusOr<ThreeHeldGroups> StartWithThreeHeldGroups(double heartbeat_timeout_s) {
+  ThreeHeldGroups t;
+  t.faults = TempDir("faults") / "faults.jsonl";
   manager::ManagerServerOptions so;
-  so.heartbeat_timeout_s = 2.5;
-  so.faults = FaultLog(faults.string());
-  auto server = StartScriptedManager(1, so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ScriptedRollout a((*server)->endpoint(), "rollout/a"), b((*server)->endpoint(), "rollout/b"),
-      c((*server)->endpoint(), "rollout/c");
-  auto held = a.Work(0, 1), held_b = b.Work(0, 1), held_c = c.Work(0, 1);
-  ASSERT_EQ(held.size() + held_b.size() + held_c.size(), 3u);
-  // Each holds a group; rollout/c generates at a tenth of a's and b's rate for two intervals,
-  // then catches up.
-  double tokens_ab = 0, tokens_c = 0;
-  for (int round = 0; round < 5; ++round) {
-    a.Heartbeat(0, {held[0].prompt_id()}, tokens_ab, "host-a");
-    b.Heartbeat(0, {held_b[0].prompt_id()}, tokens_ab, "host-b");
-    c.Heartbeat(0, {held_c[0].prompt_id()}, tokens_c, "host-c");
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    tokens_ab += 100;
-    tokens_c += round < 2 ? 10 : 100;
+  so.heartbeat_timeout_s = heartbeat_timeout_s;
+  so.faults = FaultLog(t.faults.string());
+  LAMINAR_ASSIGN_OR_RETURN(t.server, StartScriptedManager(1, so));
+  const std::string endpoint = t.server->endpoint();
+  t.a = std::make_unique<ScriptedRollout>(endpoint, "rollout/a");
+  t.b = std::make_unique<ScriptedRollout>(endpoint, "rollout/b");
+  t.c = std::make_unique<ScriptedRollout>(endpoint, "rollout/c");
+  for (auto [rollout, group] : {std::pair{t.a.get(), &t.group_a}, std::pair{t.b.get(), &t.group_b},
+                                std::pair{t.c.get(), &t.group_c}}) {
+    auto held = rollout->Work(0, 1);
+    if (held.size() != 1) return InternalError("a rollout got no group");
+    *group = held[0];
   }
-  EXPECT_EQ(a.Finish(held[0], 0, {}, proto::FINISH_REASON_NON_FINITE_LOGITS), 0);
-  // b and c fall silent; a, still beating, finds them dead past the timeout.
-  for (int i = 0; i < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1400));
-    a.Heartbeat(0, {}, tokens_ab, "host-a");
-  }
-  (*server)->Stop();
+  return t;
+}
+
+// The records of a faults.jsonl, by kind.
+std::map<std::string, std::vector<nlohmann::json>> FaultsByKind(const std::filesystem::path& path) {
   std::map<std::string, std::vector<nlohmann::json>> by_kind;
-  std::ifstream in(faults);
+  std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
     nlohmann::json j = nlohmann::json::parse(line);
     EXPECT_EQ(j["seen_by"], "manager") << line;
     by_kind[j["kind"].get<std::string>()].push_back(j);
   }
+  return by_kind;
+}
+
+// The manager demarcates what it sees in faults.jsonl, naming the rollout and the host its
+// heartbeats gave: non-finite logits that ended a response, a straggler (decoding at a fraction
+// of the others' rate, then recovering) and a hang (no heartbeat within the timeout).
+TEST(ManagerServerTest, FaultsNameTheRolloutAndItsHost) {
+  auto t = StartWithThreeHeldGroups(2.5);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ScriptedRollout &a = *t->a, &b = *t->b, &c = *t->c;
+  // Each holds a group; rollout/c generates at a tenth of a's and b's rate for two intervals,
+  // then catches up.
+  double tokens_ab = 0, tokens_c = 0;
+  for (int round = 0; round < 5; ++round) {
+    a.Heartbeat(0, {t->group_a.prompt_id()}, tokens_ab, "host-a");
+    b.Heartbeat(0, {t->group_b.prompt_id()}, tokens_ab, "host-b");
+    c.Heartbeat(0, {t->group_c.prompt_id()}, tokens_c, "host-c");
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    tokens_ab += 100;
+    tokens_c += round < 2 ? 10 : 100;
+  }
+  EXPECT_EQ(a.Finish(t->group_a, 0, {}, proto::FINISH_REASON_NON_FINITE_LOGITS), 0);
+  // b and c fall silent; a, still beating, finds them dead past the timeout.
+  for (int i = 0; i < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1400));
+    a.Heartbeat(0, {}, tokens_ab, "host-a");
+  }
+  t->server->Stop();
+  auto by_kind = FaultsByKind(t->faults);
   ASSERT_EQ(by_kind["non_finite"].size(), 1u);
   EXPECT_EQ(by_kind["non_finite"][0]["role"], "rollout/a");
   EXPECT_EQ(by_kind["non_finite"][0]["host"], "host-a");
-  EXPECT_NE(by_kind["non_finite"][0]["detail"].get<std::string>().find(held[0].prompt_id()),
+  EXPECT_NE(by_kind["non_finite"][0]["detail"].get<std::string>().find(t->group_a.prompt_id()),
             std::string::npos);
   ASSERT_EQ(by_kind["straggler"].size(), 1u);
   EXPECT_EQ(by_kind["straggler"][0]["role"], "rollout/c");
@@ -524,22 +551,14 @@ TEST(ManagerServerTest, FaultsNameTheRolloutAndItsHost) {
 // A rollout that forwards nothing while it pulls a new version (its heartbeats' pull time grows
 // by the interval) is waiting on the relay, not straggling; one as slow without pulling is.
 TEST(ManagerServerTest, PullingAVersionIsNotStraggling) {
-  const auto faults = TempDir("faults") / "faults.jsonl";
-  manager::ManagerServerOptions so;
-  so.heartbeat_timeout_s = 30;
-  so.faults = FaultLog(faults.string());
-  auto server = StartScriptedManager(1, so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ScriptedRollout a((*server)->endpoint(), "rollout/a"), b((*server)->endpoint(), "rollout/b"),
-      c((*server)->endpoint(), "rollout/c");
-  auto held = a.Work(0, 1), held_b = b.Work(0, 1), held_c = c.Work(0, 1);
-  ASSERT_EQ(held.size() + held_b.size() + held_c.size(), 3u);
+  auto t = StartWithThreeHeldGroups(30);
+  ASSERT_TRUE(t.ok()) << t.status();
   double tokens = 0, pull_b = 0;
   for (int round = 0; round < 5; ++round) {
     const auto b_at = std::chrono::steady_clock::now();
-    a.Heartbeat(0, {held[0].prompt_id()}, tokens, "host-a", 0);
-    b.Heartbeat(0, {held_b[0].prompt_id()}, round < 3 ? 0 : tokens, "host-b", pull_b);
-    c.Heartbeat(0, {held_c[0].prompt_id()}, tokens / 10, "host-c", 0);
+    t->a->Heartbeat(0, {t->group_a.prompt_id()}, tokens, "host-a", 0);
+    t->b->Heartbeat(0, {t->group_b.prompt_id()}, round < 3 ? 0 : tokens, "host-b", pull_b);
+    t->c->Heartbeat(0, {t->group_c.prompt_id()}, tokens / 10, "host-c", 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     tokens += 100;
     // b pulls for two intervals (the whole of each, however long the calls took), then forwards
@@ -549,12 +568,11 @@ TEST(ManagerServerTest, PullingAVersionIsNotStraggling) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - b_at).count() + 0.1;
     }
   }
-  (*server)->Stop();
+  t->server->Stop();
+  auto by_kind = FaultsByKind(t->faults);
   std::vector<std::string> stragglers;
-  std::ifstream in(faults);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (j["kind"] == "straggler") stragglers.push_back(j["role"].get<std::string>());
+  for (const nlohmann::json& f : by_kind["straggler"]) {
+    stragglers.push_back(f["role"].get<std::string>());
   }
   EXPECT_EQ(stragglers, std::vector<std::string>{"rollout/c"});
 }
