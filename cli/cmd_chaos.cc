@@ -1,8 +1,8 @@
 // `laminar chaos RECIPE --kill rollout,straggler,reward,relay,manager,actor,disk --every 20s
 // --for 10m --seed S`: a real `laminar run` of the recipe with faults injected at random (seeded)
 // times, then an audit. Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager
-// declares it dead, then SIGCONT); a straggler (a rollout stopped nine tenths of the time for a
-// while: the manager records it when the rollouts are what the actor waits for); a reward worker
+// declares it dead, then SIGCONT); a straggler (a rollout that holds work, by the manager's
+// ledger, stopped nine tenths of the time for a while); a reward worker
 // killed; the relay killed (`laminar run` starts it again in place); the manager or actor killed,
 // after which the run is resumed from its newest checkpoint (`laminar run --resume`); a full disk
 // for the checkpoints (the checkpoint folder is a tmpfs of chaos's own mount namespace, shrunk to
@@ -41,7 +41,11 @@
 #include "core/fault_log.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
+#include "core/zmq_transport.h"
+#include "launch/run_keys.h"
 #include "launch/supervisor.h"
+#include "proto/codec.h"
+#include "proto/control.pb.h"
 #include "recipe/recipe.h"
 
 namespace laminar::cli {
@@ -326,6 +330,7 @@ struct Injection {
   std::string target{};  // the role ("rollout/1", "reward", "actor", ...)
   pid_t pid = 0;
   bool resumed = false;     // the run ended and was resumed
+  double detected = NAN;    // its record's detection time
   double recovered = NAN;   // service restored: the record's recovery, or the resumed run up
   double first_step = NAN;  // a resumed run's first step trained
   bool demarcated = false;
@@ -369,6 +374,9 @@ class ChaosRun {
   Status StartRun(bool resume);
   // True once the current invocation has started every role (its "[run] N rollouts" line).
   bool RunIsUp();
+  // The rollouts that hold prompt groups now, from the manager's ledger (asked over its control
+  // socket, as the actor asks for it); empty when the manager does not answer.
+  std::set<std::string> RolloutsHoldingWork() const;
   void Inject(double now);
   void Tick(double now);
   void ReleaseAll();
@@ -401,6 +409,11 @@ class ChaosRun {
   double start_ = 0;
   fs::path run_log_;     // the current invocation's stderr
   bool run_up_ = false;  // RunIsUp's answer, once true
+  // A straggler finds no rollout holding work (slowing an idle one shows nothing): the same kind
+  // is tried again a second later, for up to kStraggleTries seconds.
+  std::string retry_kind_;
+  int retries_ = 0;
+  static constexpr int kStraggleTries = 60;
 };
 
 Status ChaosRun::StartRun(bool resume) {
@@ -426,16 +439,56 @@ bool ChaosRun::RunIsUp() {
   return run_up_;
 }
 
+std::set<std::string> ChaosRun::RolloutsHoldingWork() const {
+  auto text = ReadFileToString(run_log_.string());
+  const std::string marker = " rollouts, manager ";
+  const size_t at = text.ok() ? text->find(marker) : std::string::npos;
+  if (at == std::string::npos) return {};
+  const size_t begin = at + marker.size();
+  const std::string endpoint = text->substr(begin, text->find(',', begin) - begin);
+  ZmqRequestClient manager(endpoint);
+  proto::ManagerRequest req;
+  req.mutable_header()->set_sender("chaos");
+  req.mutable_snapshot();
+  auto bytes = manager.Call(proto::Encode(req), 2000);
+  if (!bytes.ok()) return {};
+  auto reply = proto::Decode<proto::ManagerReply>(*bytes, "manager");
+  if (!reply.ok()) return {};
+  const Json ledger = Json::parse(reply->snapshot_json(), nullptr, false);
+  std::set<std::string> holding;
+  if (!ledger.is_object() || !ledger.contains("in_flight")) return holding;
+  for (const Json& g : ledger["in_flight"]) {
+    if (g.is_object() && g.value("rollout", "") != "") holding.insert(g["rollout"]);
+  }
+  return holding;
+}
+
 void ChaosRun::Inject(double now) {
   const RunProcesses procs = FindRunProcesses(run_.pid());
   std::uniform_int_distribution<size_t> pick_kind(0, kinds_.size() - 1);
-  Injection inj{.at = now, .kind = kinds_[pick_kind(rng_)]};
+  Injection inj{.at = now, .kind = retry_kind_.empty() ? kinds_[pick_kind(rng_)] : retry_kind_};
+  retry_kind_.clear();
   if (inj.kind == "rollout" || inj.kind == "straggler") {
+    // A straggler slows a rollout that holds work: one with nothing to do shows no slowness.
+    const std::set<std::string> holding =
+        inj.kind == "straggler" ? RolloutsHoldingWork() : std::set<std::string>{};
     std::vector<std::pair<std::string, pid_t>> rollouts;
     for (const auto& [name, pid] : procs.roles) {
-      if (name.starts_with("rollout/")) rollouts.emplace_back(name, pid);
+      if (name.starts_with("rollout/") && (inj.kind != "straggler" || holding.contains(name))) {
+        rollouts.emplace_back(name, pid);
+      }
     }
-    if (rollouts.empty()) return;  // all restarting: try again at the next time
+    if (rollouts.empty()) {
+      if (inj.kind == "straggler" && ++retries_ < kStraggleTries) {
+        retry_kind_ = inj.kind;
+      } else if (inj.kind == "straggler") {
+        const std::string note = "a straggler found no rollout holding work for " +
+                                 std::to_string(kStraggleTries) + " s: skipped";
+        notes_.push_back(note);
+      }
+      return;  // none up (restarting) or none busy: try again later
+    }
+    retries_ = 0;
     std::uniform_int_distribution<size_t> pick(0, rollouts.size() - 1);
     std::tie(inj.target, inj.pid) = rollouts[pick(rng_)];
     std::uniform_int_distribution<int> how(0, 1);
@@ -629,7 +682,7 @@ StatusOr<Json> ChaosRun::Go(const sigset_t& stop_signals) {
         awaiting_end = kind == "manager" || kind == "actor";
       }
       std::uniform_real_distribution<double> jitter(0.5, 1.5);
-      next = now + every_s_ * jitter(rng_);
+      next = retry_kind_.empty() ? now + every_s_ * jitter(rng_) : now + 1;
     }
   }
   ReleaseAll();
@@ -771,7 +824,8 @@ Json ChaosRun::Audit(double wall_s) const {
   std::map<std::string, std::string> expected_kind = {
       {"kill", "crash"}, {"hang", "hang"}, {"straggle", "straggler"}, {"fill", "disk_full"}};
   Json per = Json::array();
-  std::map<std::string, std::vector<double>> recovery_by_kind, first_step_by_kind;
+  std::map<std::string, std::vector<double>> detection_by_kind, recovery_by_kind,
+      first_step_by_kind;
   int64_t undemarcated = 0;
   for (const Injection& inj : injections_) {
     Injection out = inj;
@@ -785,13 +839,22 @@ Json ChaosRun::Audit(double wall_s) const {
         continue;
       }
       out.demarcated = true;
+      out.detected = detected;
       if (!std::isfinite(out.recovered) && f["recovered_unix_s"].is_number()) {
         out.recovered = f["recovered_unix_s"].get<double>();
       }
       break;
     }
     undemarcated += !out.demarcated;
-    const double recovery = std::isfinite(out.recovered) ? out.recovered - inj.at : NAN;
+    // Recovery counts from when the fault struck the run: the injection, but for a full disk the
+    // first save that failed (a disk full while nothing writes to it costs nothing; the time
+    // until then is its detection).
+    const double detection = out.detected - inj.at;
+    const double struck = inj.how == "fill" ? out.detected : inj.at;
+    const double recovery = out.recovered - struck;
+    if (std::isfinite(detection)) {
+      detection_by_kind[inj.how + " " + inj.kind].push_back(std::max(0.0, detection));
+    }
     if (std::isfinite(recovery)) recovery_by_kind[inj.how + " " + inj.kind].push_back(recovery);
     const double first_step = inj.first_step - inj.at;
     if (std::isfinite(first_step)) {
@@ -804,6 +867,7 @@ Json ChaosRun::Audit(double wall_s) const {
                    {"pid", inj.pid},
                    {"resumed", inj.resumed},
                    {"demarcated", out.demarcated},
+                   {"detection_s", std::isfinite(detection) ? Json(detection) : Json(nullptr)},
                    {"recovery_s", std::isfinite(recovery) ? Json(recovery) : Json(nullptr)},
                    {"first_step_s", std::isfinite(first_step) ? Json(first_step) : Json(nullptr)}});
   }
@@ -823,6 +887,7 @@ Json ChaosRun::Audit(double wall_s) const {
     }
     return out;
   };
+  r["detection"] = summary(detection_by_kind);
   r["recovery"] = summary(recovery_by_kind);
   r["first_step_after_resume"] = summary(first_step_by_kind);
   r["faults_recorded"] = faults.size();
@@ -855,13 +920,15 @@ void PrintReport(const Json& r, const fs::path& path) {
     ++n;
     d += i["demarcated"].get<bool>();
   }
-  std::fprintf(stderr, "  %-18s %8s %10s %10s %10s %12s\n", "fault", "injected", "demarcated",
-               "recovery", "max", "first step");
+  std::fprintf(stderr, "  %-18s %8s %10s %10s %10s %10s %12s\n", "fault", "injected", "demarcated",
+               "detection", "recovery", "max", "first step");
   for (const auto& [kind, nd] : by) {
+    const Json det = r["detection"].value(kind, Json());
     const Json rec = r["recovery"].value(kind, Json());
     const Json first = r["first_step_after_resume"].value(kind, Json());
-    std::fprintf(stderr, "  %-18s %8d %10d %9.1fs %9.1fs %11.1fs\n", kind.c_str(), nd.first,
-                 nd.second, rec.is_object() ? rec["mean_s"].get<double>() : NAN,
+    std::fprintf(stderr, "  %-18s %8d %10d %9.1fs %9.1fs %9.1fs %11.1fs\n", kind.c_str(), nd.first,
+                 nd.second, det.is_object() ? det["mean_s"].get<double>() : NAN,
+                 rec.is_object() ? rec["mean_s"].get<double>() : NAN,
                  rec.is_object() ? rec["max_s"].get<double>() : NAN,
                  first.is_object() ? first["mean_s"].get<double>() : NAN);
   }
@@ -932,6 +999,8 @@ int RunChaos(const ChaosArgs& a) {
     if (!mounted.ok()) return Fail(mounted.status().message());
     disk = std::move(*mounted);
   }
+  // Chaos asks the manager which rollouts hold work (for stragglers): with the run's keys, if any.
+  if (Status st = launch::SecureRunTransport(*recipe); !st.ok()) return Fail(st.message());
   ChaosRun chaos(a, dir, kinds, *every, *duration, recipe->GetFloat("rollout.heartbeat_timeout_s"),
                  self.string(), disk.get());
   auto report = chaos.Go(stop_signals);
@@ -957,9 +1026,9 @@ std::function<int()> SetupChaos(CLI::App* app) {
   app->add_option("overrides", a->overrides, "dotted overrides, e.g. actor.save_every=2");
   app->add_option("--kill", a->kill,
                   "what to hit, comma-separated: rollout (killed or hung), straggler (a rollout "
-                  "slowed down), reward (a worker killed), relay (killed; restarted in place), "
-                  "manager, actor (killed; the run is resumed), disk (the checkpoints' disk full "
-                  "until a save fails; needs root)")
+                  "holding work slowed down), reward (a worker killed), relay (killed; restarted "
+                  "in place), manager, actor (killed; the run is resumed), disk (the checkpoints' "
+                  "disk full until a save fails; needs root)")
       ->capture_default_str();
   app->add_option("--every", a->every, "mean time between faults (20s, 1m, ...)")
       ->capture_default_str();

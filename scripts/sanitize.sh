@@ -17,8 +17,8 @@ JOBS="${JOBS:-$(nproc)}"
 KINDS=("$@")
 [[ ${#KINDS[@]} -gt 0 ]] || KINDS=(address thread)
 TESTS=(core_test proto_test model_test model_tokenizer_test kernels_test engine_test trainer_test
-       rollout_speculation_test rollout_engine_test rollout_manager_test relay_test reward_test
-       security_test cli_test)
+       rollout_speculation_test rollout_engine_test rollout_worker_test rollout_manager_test
+       relay_test reward_test security_test cli_test)
 # cli_test holds every verb's end-to-end tests; the loop's are the ones run here.
 LOOP_TESTS="*RlLoopTest.*:RlLoopFaultTest.*:RlThreadsTest.*:*MaxStalenessTest.*:ManagerServerTest.*"
 LONG_RUNS="QuantizedRolloutTest.SmolLM2FormatsAgainstF32AndTheF32Trainer"

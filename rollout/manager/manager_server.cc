@@ -151,38 +151,62 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
   const double tokens = tokens_it->second;
   auto pull_it = hb.counters().find("relay/pull_wait_s");
   const double pull_s = pull_it != hb.counters().end() ? pull_it->second : 0;
-  if (r.last_tokens < 0 || tokens < r.last_tokens || pull_s < r.last_pull_s) {
-    // The first heartbeat, or a restarted process.
+  auto restart_interval = [&] {
     r.last_tokens = tokens;
     r.last_pull_s = pull_s;
     r.last_s = now;
+    r.running_sum = 0;
+    r.running_count = 0;
+  };
+  if (r.last_tokens < 0 || tokens < r.last_tokens || pull_s < r.last_pull_s) {
+    restart_interval();  // the first heartbeat, or a restarted process
     return;
   }
+  r.running_sum += hb.running();
+  ++r.running_count;
   const double dt = now - r.last_s - (pull_s - r.last_pull_s);
   if (now - r.last_s < 0.5) return;  // too short an interval to say
   if (dt < 0.25) {
-    // It spent the interval pulling: nothing to say of its rate either way.
-    r.last_tokens = tokens;
-    r.last_pull_s = pull_s;
-    r.last_s = now;
+    restart_interval();  // it spent the interval pulling: nothing to say of its rate either way
     return;
   }
-  // Busy: it holds groups (it should be decoding them); the rate is per group held, so that a
-  // rollout with a larger share of the work is not taken for a fast one.
+  // Busy: it holds groups (it should be decoding them). The rate is per sample running (the
+  // mean over the interval's heartbeats): a decode step forwards a token for each, so a rollout
+  // with a larger share of the work is not taken for a fast one, nor one left with a group's
+  // last long sample (a long tail) for a slow one.
   const std::optional<RolloutHealth> health = state_->Rollout(hb.id());
   const int64_t groups = health ? health->num_groups : 0;
+  const double running = std::max(1.0, r.running_sum / r.running_count);
   r.busy = groups > 0;
-  r.rate = r.busy ? (tokens - r.last_tokens) / dt / static_cast<double>(groups) : 0;
-  r.last_tokens = tokens;
-  r.last_pull_s = pull_s;
-  r.last_s = now;
+  r.rate = r.busy ? (tokens - r.last_tokens) / dt / running : 0;
+  LAMINAR_LOG(DEBUG, MANAGER) << hb.id() << ": " << r.rate << " tokens/s per running sample ("
+                              << running << " running, " << groups << " groups) over " << dt
+                              << " s not pulling";
+  restart_interval();
   if (r.busy) r.busy_s = now;
   // The others' rates while they last had work (within a few heartbeat timeouts): a straggler
-  // holding groups can leave the others idle, waiting for the actor, which waits for it.
-  const std::optional<double> others_median = MedianOfOthers(hb.id(), now);
+  // holding groups can leave the others idle, waiting for the actor, which waits for it. With no
+  // other busy, its own recent rate: the median of its last busy intervals while it was neither
+  // straggling nor slow (a slowdown is an outlier against its own past too).
+  std::optional<double> reference = MedianOfOthers(hb.id(), now);
+  std::string reference_text = "the other busy rollouts' median ";
+  constexpr size_t kMinHistory = 5, kHistory = 50;
+  if (!reference && r.history.size() >= kMinHistory) {
+    std::vector<double> sorted(r.history.begin(), r.history.end());
+    std::ranges::nth_element(sorted,
+                             sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2));
+    reference = sorted[sorted.size() / 2];
+    reference_text =
+        "its own median over its last " + std::to_string(sorted.size()) + " busy intervals ";
+  }
   if (r.busy) r.busy_rate = r.rate;
-  const bool others_empty = !others_median.has_value();
-  const double median = others_median.value_or(0);
+  const bool others_empty = !reference.has_value();
+  const double median = reference.value_or(0);
+  const bool slow_now = r.busy && !others_empty && r.rate < median / 3;
+  if (r.busy && r.straggling_since_unix_s == 0 && !slow_now) {
+    r.history.push_back(r.rate);
+    if (r.history.size() > kHistory) r.history.pop_front();
+  }
   // Two intervals in a row decide either way, so that one unlucky interval (a scheduling hiccup,
   // a batch finishing) neither raises nor ends a straggler.
   constexpr int kIntervals = 2;
@@ -202,8 +226,7 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
     }
     return;
   }
-  const bool slow = r.busy && !others_empty && r.rate < median / 3;
-  if (!slow) {
+  if (!slow_now) {
     r.streak = 0;
     return;
   }
@@ -212,7 +235,7 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
     r.straggling_since_unix_s = r.first_slow_unix_s;
     r.streak = 0;
     r.detail = "forwarding " + std::to_string(r.rate) +
-               " tokens/s (outside pulls) per group held, the other busy rollouts' median " +
+               " tokens/s (outside pulls) per running sample, " + reference_text +
                std::to_string(median);
     LAMINAR_LOG(WARN, MANAGER) << hb.id() << " straggles: " << r.detail;
   }
@@ -356,7 +379,9 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
       reply.set_error("no request kind set");
       break;
   }
-  if (reply.error().empty()) DeliverOrders(r.header().sender(), &reply);
+  // Not with a busy heartbeat: the thread that sent it does not act on replies.
+  const bool busy = r.has_heartbeat() && r.heartbeat().busy();
+  if (reply.error().empty() && !busy) DeliverOrders(r.header().sender(), &reply);
   return reply;
 }
 
@@ -417,8 +442,11 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
   }
   running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
   if (!hb.host().empty()) hosts_[hb.id()] = hb.host();
-  TrackStragglers(hb, now);
   ReissueOrphans(hb);
+  // A heartbeat sent during one long call of the rollout is a sign of life only: its rate is
+  // measured over whole calls, between its other heartbeats, and it carries no counters.
+  if (hb.busy()) return;
+  TrackStragglers(hb, now);
   for (const auto& [name, value] : hb.counters()) {
     double& last = last_counters_[hb.id()][name];
     const double growth = value >= last ? value - last : value;  // smaller: it restarted

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -40,8 +41,8 @@ struct ManagerServerOptions {
   double repack_interval_s = 5;  // also right after each new version (docs/architecture.md)
   // The faults the manager sees, each naming the rollout and its host (core/fault_log.h): a hang
   // (missed heartbeats), non-finite logits that ended a response, a straggler (a rollout whose
-  // rate of generated tokens per group held falls below a third of the median of the other busy
-  // rollouts').
+  // rate of forwarded tokens per running sample falls below a third of the median of the other
+  // busy rollouts').
   FaultLog faults;
   Status Validate() const;
 };
@@ -134,10 +135,13 @@ class ManagerServer {
   struct GenerationRate {
     // rollout/tokens_forwarded and relay/pull_wait_s at the last interval's end, and when it was
     double last_tokens = -1, last_pull_s = 0, last_s = 0;
-    double rate = 0;    // forwarded tokens per second (not pulling) per group held, last interval
-    bool busy = false;  // it held groups at its last heartbeat
-    double busy_rate = 0;                // the rate of the last interval it held groups
-    double busy_s = 0;                   // when that was (manager clock; 0: never)
+    double running_sum = 0;  // the heartbeats' running samples over this interval, summed
+    int64_t running_count = 0;
+    double rate = 0;  // forwarded tokens per second (not pulling) per running sample, last interval
+    bool busy = false;           // it held groups at its last heartbeat
+    double busy_rate = 0;        // the rate of the last interval it held groups
+    std::deque<double> history;  // busy rates of its last intervals neither slow nor straggling
+    double busy_s = 0;           // when that was (manager clock; 0: never)
     double straggling_since_unix_s = 0;  // 0: not straggling
     int streak = 0;                      // intervals in a row toward a change of state
     double first_slow_unix_s = 0;        // the first slow interval of the streak

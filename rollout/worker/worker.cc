@@ -1,8 +1,6 @@
 // Rollout worker loop; see worker.h.
 #include "rollout/worker/worker.h"
 
-#include <functional>
-#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -69,6 +67,9 @@ Status RolloutWorkerOptions::Validate() const {
     return InvalidArgumentError(
         "rollout worker: rollout.manager_timeout_s and rollout.relay_timeout_s must be > 0");
   }
+  if (!(max_busy_heartbeats_s > 0)) {
+    return InvalidArgumentError("rollout worker: max_busy_heartbeats_s must be > 0");
+  }
   return engine.Validate();
 }
 
@@ -95,6 +96,9 @@ StatusOr<std::unique_ptr<RolloutWorker>> RolloutWorker::Create(const model::Mode
   ro.request_timeout_ms = w->options_.request_timeout_ms;
   LAMINAR_ASSIGN_OR_RETURN(w->relay_, relay::RelayClient::Create(std::move(ro)));
   w->manager_ = std::make_unique<ZmqRequestClient>(w->options_.manager);
+  w->busy_beats_ = std::make_unique<BusyHeartbeats>(
+      w->options_.manager, w->options_.heartbeat_interval_ms, w->options_.request_timeout_ms,
+      w->options_.max_busy_heartbeats_s);
   return w;
 }
 
@@ -103,7 +107,8 @@ RolloutWorker::RolloutWorker(const model::ModelConfig& config, const model::Toke
     : config_(config),
       tokenizer_(tokenizer),
       reward_(std::move(reward)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      host_(Hostname()) {
   const model::Tokenizer* tok = tokenizer_;
   options_.engine.token_bytes = [tok](int32_t id) { return tok->TokenBytes(id, true); };
   options_.engine.strips_leading_space = tok->strips_leading_space();
@@ -220,13 +225,14 @@ Status RolloutWorker::RequestWork() {
   return OkStatus();
 }
 
-Status RolloutWorker::SendHeartbeat() {
+proto::ManagerRequest RolloutWorker::BuildHeartbeat(bool busy) {
   proto::ManagerRequest req;
   proto::Heartbeat* h = req.mutable_heartbeat();
   h->set_role("rollout");
   h->set_id(options_.id);
   h->set_version(engine_ ? engine_->weight_version() : -1);
-  h->set_host(Hostname());
+  h->set_host(host_);
+  h->set_busy(busy);
   if (engine_) {
     const SchedulerStats s = engine_->scheduler().stats();
     h->set_running(static_cast<int32_t>(s.num_running));
@@ -235,7 +241,7 @@ Status RolloutWorker::SendHeartbeat() {
     h->set_kv_blocks_capacity(s.num_kv_blocks_total);
     h->set_kv_blocks_used_previous(kv_blocks_previous_);
     h->set_kv_block_size(options_.engine.block_size);
-    kv_blocks_previous_ = s.num_kv_blocks_used;
+    if (!busy) kv_blocks_previous_ = s.num_kv_blocks_used;
     const int64_t bs = options_.engine.block_size;
     for (const auto& f : engine_->InFlight()) {
       const Request& r = requests_.at(f.request_id);
@@ -261,13 +267,13 @@ Status RolloutWorker::SendHeartbeat() {
     rs->set_sample_index(m.sample_index());
     rs->set_kv_tokens(0);
   }
+  if (busy) return req;  // no counters: the manager measures rates between whole calls
   {
     // Running totals: the manager turns them into per-step values and survives a lost heartbeat.
     MutexLock lock(&stats_mu_);
     auto& c = *h->mutable_counters();
-    // With the pull in progress, if any: a rollout pulling for long is waiting, not straggling.
-    c["relay/pull_wait_s"] =
-        stats_.pull_wait_s + (pulling_since_ ? Seconds(Clock::now() - *pulling_since_) : 0.0);
+    // A rollout that spent an interval pulling was waiting, not straggling.
+    c["relay/pull_wait_s"] = stats_.pull_wait_s;
     c["rollout/weight_build_s"] = stats_.weight_build_s;
     c["rollout/tokens_generated"] = static_cast<double>(stats_.tokens_generated);
   }
@@ -280,7 +286,18 @@ Status RolloutWorker::SendHeartbeat() {
     c["rollout/spec_accepted_tokens"] = static_cast<double>(sp.accepted_tokens);
     c["rollout/tokens_forwarded"] = static_cast<double>(engine_->tokens_forwarded());
   }
-  auto reply = Call(std::move(req));
+  return req;
+}
+
+BusyHeartbeats::Scope RolloutWorker::BusyScope() {
+  proto::ManagerRequest req = BuildHeartbeat(/*busy=*/true);
+  req.mutable_header()->set_sender(options_.id);
+  req.mutable_header()->set_seq(++seq_);
+  return BusyHeartbeats::Scope(busy_beats_.get(), proto::Encode(req));
+}
+
+Status RolloutWorker::SendHeartbeat() {
+  auto reply = Call(BuildHeartbeat(/*busy=*/false));
   if (!reply.ok()) {
     LAMINAR_LOG(WARN, ROLLOUT) << options_.id << ": heartbeat failed: " << reply.status();
   }
@@ -330,39 +347,31 @@ RolloutWorker::Scores RolloutWorker::ScoreFinished(const std::vector<FinishedSam
   return out;
 }
 
-Status RolloutWorker::KeepHeartbeatsDuring(const std::function<void()>& work) {
-  auto done = std::async(std::launch::async, work);
-  Status heartbeat = OkStatus();
-  while (done.wait_for(std::chrono::milliseconds(options_.heartbeat_interval_ms / 4 + 1)) !=
-         std::future_status::ready) {
-    if (heartbeat.ok() && Clock::now() >= next_heartbeat_) {
-      heartbeat = SendHeartbeat();
-      next_heartbeat_ = Clock::now() + std::chrono::milliseconds(options_.heartbeat_interval_ms);
-    }
-  }
-  done.get();
-  return heartbeat;
-}
-
-StatusOr<RolloutWorker::Scores> RolloutWorker::ScoreWithHeartbeats(
+RolloutWorker::Scores RolloutWorker::ScoreWithHeartbeats(
     const std::vector<FinishedSample>& finished) {
   // A reward that takes seconds (a Python plug-in may take up to its timeout_s) must not read as
-  // a dead rollout whose groups are re-issued. One thread, in order: a C plug-in need not be
-  // thread-safe. Samples being scored still count as running in the heartbeats (the manager
-  // re-issues a group a live rollout stops listing); their KV is already freed.
+  // a dead rollout whose groups are re-issued. Samples being scored still count as running in the
+  // heartbeats (the manager re-issues a group a live rollout stops listing); their KV is already
+  // freed.
   scoring_.clear();
   for (const FinishedSample& f : finished) {
     scoring_.emplace_back(requests_.at(f.request_id).prompt_id, f.sample_index);
   }
   Scores scores;
-  Status heartbeat = KeepHeartbeatsDuring([&] { scores = ScoreFinished(finished); });
+  {
+    const BusyHeartbeats::Scope busy = BusyScope();
+    scores = ScoreFinished(finished);
+  }
   scoring_.clear();
-  LAMINAR_RETURN_IF_ERROR(heartbeat);
   return scores;
 }
 
 Status RolloutWorker::Generate() {
-  LAMINAR_ASSIGN_OR_RETURN(std::vector<FinishedSample> finished, engine_->Step(), options_.id);
+  StatusOr<std::vector<FinishedSample>> stepped = [&] {
+    const BusyHeartbeats::Scope busy = BusyScope();
+    return engine_->Step();
+  }();
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<FinishedSample> finished, std::move(stepped), options_.id);
   if (finished.empty()) return OkStatus();
   for (const FinishedSample& f : finished) {
     sample_tokens_sum_ += static_cast<double>(f.prompt_ids.size() + f.generated_ids.size());
@@ -370,7 +379,7 @@ Status RolloutWorker::Generate() {
   finished_samples_ += static_cast<int64_t>(finished.size());
   sample_tokens_estimate_ = sample_tokens_sum_ / static_cast<double>(finished_samples_);
   const auto scoring_start = Clock::now();
-  LAMINAR_ASSIGN_OR_RETURN(Scores scores, ScoreWithHeartbeats(finished));
+  const Scores scores = ScoreWithHeartbeats(finished);
   proto::ManagerRequest req;
   proto::TrajectoryBatch* batch = req.mutable_trajectories();
   int64_t tokens = 0;
@@ -471,6 +480,10 @@ Status RolloutWorker::Run(const std::atomic<bool>& stop) {
     }
   }
   while (!stop.load()) {
+    // The heartbeats sent during a long call are contact with the manager too.
+    if (auto answered = busy_beats_->last_answered()) {
+      last_manager_ok_ = std::max(last_manager_ok_, *answered);
+    }
     if (Seconds(Clock::now() - last_manager_ok_) > options_.manager_timeout_s) {
       return UnavailableError(options_.id + ": the manager at " + options_.manager +
                               " did not answer for " + std::to_string(options_.manager_timeout_s) +

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -27,6 +26,7 @@
 #include "relay/relay_client.h"
 #include "reward/reward.h"
 #include "rollout/engine/rollout_engine.h"
+#include "rollout/worker/busy_heartbeats.h"
 
 namespace laminar::rollout {
 
@@ -55,6 +55,9 @@ struct RolloutWorkerOptions {
   // The score of a sample whose reward failed, timed out or was not finite (reward.failure_score).
   double reward_failure_score = 0;
   int heartbeat_interval_ms = 200;
+  // Heartbeats go on from a thread of their own while one engine step or model build lasts
+  // (busy_heartbeats.h), for this long at most: a call stuck longer reads as a hung rollout.
+  double max_busy_heartbeats_s = 300;
   int idle_poll_ms = 10;  // sleep when there is nothing to generate
   int request_timeout_ms = 2000;
   int request_attempts = 3;
@@ -124,7 +127,11 @@ class RolloutWorker {
   // FailedPrecondition when `v` has none, or the model's build error.
   Status BuildDraftModel(const relay::PulledVersion& v);
   Status RequestWork();
+  // The heartbeat of this moment; `busy`: one for BusyHeartbeats (no counters).
+  proto::ManagerRequest BuildHeartbeat(bool busy);
   Status SendHeartbeat();
+  // Heartbeats from busy_beats_ while the returned scope lives: around one long call.
+  BusyHeartbeats::Scope BusyScope();
   // One engine step; the finished samples are scored and sent to the manager.
   Status Generate();
   // The rewards of finished samples (failures score reward.failure_score and are counted).
@@ -135,14 +142,8 @@ class RolloutWorker {
     int64_t errors = 0, timeouts = 0;
   };
   Scores ScoreFinished(const std::vector<FinishedSample>& finished);
-  // ScoreFinished on its own thread while this one keeps sending heartbeats. Errors: a
-  // heartbeat's (the manager is gone).
-  StatusOr<Scores> ScoreWithHeartbeats(const std::vector<FinishedSample>& finished);
-  // Runs `work` on a thread of its own while this one keeps the manager's heartbeats going (a
-  // reward or a version's transfer that takes seconds, on a slow machine tens, must not read as a
-  // hung rollout); `work` must not touch what a heartbeat reads. The first failed heartbeat's
-  // status.
-  Status KeepHeartbeatsDuring(const std::function<void()>& work);
+  // ScoreFinished with heartbeats from busy_beats_ going.
+  Scores ScoreWithHeartbeats(const std::vector<FinishedSample>& finished);
   Status SendPartials();
   // Carries out the repack orders and imports that came with any manager reply (the manager
   // hands a rollout its orders in whatever reply it gets next, so a source hears of a move within
@@ -163,7 +164,9 @@ class RolloutWorker {
   reward::RewardFn reward_;
   RolloutWorkerOptions options_;
   std::unique_ptr<relay::RelayClient> relay_;
+  std::string host_;  // this machine's name, for the manager's fault records
   std::unique_ptr<ZmqRequestClient> manager_;
+  std::unique_ptr<BusyHeartbeats> busy_beats_;
   std::unique_ptr<model::WeightStore> weights_;  // the model uses its f32 tensors in place
   std::unique_ptr<engine::LlamaModel> model_;
   std::unique_ptr<model::WeightStore> draft_weights_;  // the draft_model drafter's, likewise
@@ -182,8 +185,6 @@ class RolloutWorker {
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).
   std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};
-  // When the transfer in progress began (heartbeats count it as pull time while it lasts).
-  std::optional<std::chrono::steady_clock::time_point> pulling_since_;
   int64_t reward_failures_logged_ = 0;  // reward failures so far (their log lines are sampled)
   // (prompt id, sample index) of the finished samples Generate is scoring, for the heartbeats.
   std::vector<std::pair<std::string, int32_t>> scoring_;

@@ -1,7 +1,6 @@
 // The rollout worker's side of repack: carrying out the manager's move orders (exporting samples
 // to another rollout) and importing the samples moved here. See worker.h.
 #include <chrono>
-#include <future>
 #include <map>
 #include <set>
 #include <thread>

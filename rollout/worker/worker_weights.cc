@@ -1,7 +1,6 @@
 // The rollout worker's weights: the newest version pulled from the relays between trajectories,
 // and the draft_model drafter's model built from it. See worker.h.
 #include <chrono>
-#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -25,8 +24,8 @@ Status RolloutWorker::MaybeUpdateWeights() {
   const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
   // Whether there is anything newer first (one control request, every turn of an idle loop);
-  // the transfer itself, which takes seconds for a large model, runs with the heartbeats going
-  // (the model is built from it without them).
+  // the transfer itself, which takes seconds for a large model, runs with the heartbeats going,
+  // and so does building the model from it.
   const StatusOr<int64_t> latest = relay_->LatestVersion();
   if (latest.ok() && *latest <= held) {
     relay_unreachable_since_.reset();
@@ -34,17 +33,15 @@ Status RolloutWorker::MaybeUpdateWeights() {
   }
   StatusOr<std::shared_ptr<const relay::PulledVersion>> pulled =
       latest.ok() ? NotFoundError("not pulled") : latest.status();
-  Status heartbeat = OkStatus();
   if (latest.ok()) {
-    pulling_since_ = start;
-    heartbeat = KeepHeartbeatsDuring([this, held, &pulled] { pulled = relay_->PullLatest(held); });
-    pulling_since_.reset();
-    // As the heartbeats counted it, served or not (the counter must never go back).
+    {
+      const BusyHeartbeats::Scope busy = BusyScope();
+      pulled = relay_->PullLatest(held);
+    }
     MutexLock lock(&stats_mu_);
-    stats_.pull_wait_s += Seconds(Clock::now() - start);
+    stats_.pull_wait_s += Seconds(Clock::now() - start);  // served or not
   }
   const auto pulled_at = Clock::now();
-  LAMINAR_RETURN_IF_ERROR(heartbeat);
   const StatusCode code = pulled.status().code();
   // Busy relays answered (back-pressure): ask again on a later turn of the loop, which keeps the
   // heartbeats going meanwhile.
@@ -65,6 +62,8 @@ Status RolloutWorker::MaybeUpdateWeights() {
     return OkStatus();  // try again later
   }
   const relay::PulledVersion& v = **pulled;
+  // Building the model (quantizing it, for a large model seconds) goes with heartbeats too.
+  const BusyHeartbeats::Scope busy = BusyScope();
   LAMINAR_ASSIGN_OR_RETURN(model::WeightStore tensors, relay::WeightStoreOf(v),
                            options_.id + ": version " + std::to_string(v.version()));
   auto store = std::make_unique<model::WeightStore>(std::move(tensors));

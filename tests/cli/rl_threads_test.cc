@@ -340,14 +340,16 @@ class ScriptedRollout {
 
   // A heartbeat saying sample 0 of each of `running` is in flight, from `host`, with
   // `tokens` forwarded so far and `pull_wait_s` spent pulling versions (< 0: no such counter).
+  // `busy`: one sent during a long call (no counters then).
   void Heartbeat(int64_t version, const std::vector<std::string>& running, double tokens = -1,
-                 const std::string& host = "", double pull_wait_s = -1) {
+                 const std::string& host = "", double pull_wait_s = -1, bool busy = false) {
     proto::ManagerRequest req;
     proto::Heartbeat* h = req.mutable_heartbeat();
     h->set_role("rollout");
     h->set_id(id_);
     h->set_version(version);
     h->set_host(host);
+    h->set_busy(busy);
     if (tokens >= 0) (*h->mutable_counters())["rollout/tokens_forwarded"] = tokens;
     if (pull_wait_s >= 0) (*h->mutable_counters())["relay/pull_wait_s"] = pull_wait_s;
     h->set_running(static_cast<int32_t>(running.size()));
@@ -575,6 +577,96 @@ TEST(ManagerServerTest, PullingAVersionIsNotStraggling) {
     stragglers.push_back(f["role"].get<std::string>());
   }
   EXPECT_EQ(stragglers, std::vector<std::string>{"rollout/c"});
+}
+
+// The rate is per running sample: a rollout left with its group's last long sample (a long tail)
+// forwards fewer tokens than rollouts decoding eight samples each, but faster per sample, and is
+// not a straggler; one forwarding as few with eight running is.
+TEST(ManagerServerTest, ALongTailIsNotStraggling) {
+  auto t = StartWithThreeHeldGroups(30);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto eight = [](const proto::PromptGroup& g) {
+    return std::vector<std::string>(8, g.prompt_id());
+  };
+  double tokens = 0, tail = 0;
+  for (int round = 0; round < 5; ++round) {
+    t->a->Heartbeat(0, eight(t->group_a), tokens, "host-a", 0);
+    t->b->Heartbeat(0, {t->group_b.prompt_id()}, tail, "host-b", 0);
+    t->c->Heartbeat(0, eight(t->group_c), tail, "host-c", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    tokens += 800;
+    tail += 120;
+  }
+  t->server->Stop();
+  auto by_kind = FaultsByKind(t->faults);
+  std::vector<std::string> stragglers;
+  for (const nlohmann::json& f : by_kind["straggler"]) {
+    stragglers.push_back(f["role"].get<std::string>());
+  }
+  EXPECT_EQ(stragglers, std::vector<std::string>{"rollout/c"});
+}
+
+// With no other rollout busy (they wait for the actor), a rollout is measured against its own
+// recent rate: a tenfold drop for two intervals is a straggler, named with that reference.
+TEST(ManagerServerTest, AStragglerWithNoBusyPeerIsMeasuredAgainstItsOwnPast) {
+  auto t = StartWithThreeHeldGroups(30);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // b and c hand their groups back: only a holds work.
+  EXPECT_EQ(t->b->Finish(t->group_b, 0), 0);
+  EXPECT_EQ(t->c->Finish(t->group_c, 0), 0);
+  double tokens = 0;
+  for (int round = 0; round < 10; ++round) {
+    t->a->Heartbeat(0, {t->group_a.prompt_id()}, tokens, "host-a", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    tokens += round < 7 ? 100 : 10;
+  }
+  t->server->Stop();
+  auto by_kind = FaultsByKind(t->faults);
+  ASSERT_EQ(by_kind["straggler"].size(), 1u);
+  EXPECT_EQ(by_kind["straggler"][0]["role"], "rollout/a");
+  EXPECT_NE(by_kind["straggler"][0]["detail"].get<std::string>().find("its own median"),
+            std::string::npos)
+      << by_kind["straggler"][0]["detail"];
+}
+
+// A rollout inside one long call (an engine step on a slowed machine) that outlasts the heartbeat
+// timeout sends busy heartbeats meanwhile: it is neither hung nor a straggler when the call's
+// tokens arrive with its next heartbeat at the others' rate, and its group stays with it.
+TEST(ManagerServerTest, BusyHeartbeatsKeepARolloutInALongCallAlive) {
+  auto t = StartWithThreeHeldGroups(1.5);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ScriptedRollout &a = *t->a, &b = *t->b, &c = *t->c;
+  double tokens = 0;
+  for (int round = 0; round < 2; ++round) {
+    a.Heartbeat(0, {t->group_a.prompt_id()}, tokens, "host-a", 0);
+    b.Heartbeat(0, {t->group_b.prompt_id()}, tokens, "host-b", 0);
+    c.Heartbeat(0, {t->group_c.prompt_id()}, tokens, "host-c", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    tokens += 100;
+  }
+  // c's call lasts twice the timeout: busy heartbeats only; a and b go on as before.
+  const double c_tokens = tokens;
+  for (int round = 0; round < 5; ++round) {
+    a.Heartbeat(0, {t->group_a.prompt_id()}, tokens, "host-a", 0);
+    b.Heartbeat(0, {t->group_b.prompt_id()}, tokens, "host-b", 0);
+    c.Heartbeat(0, {t->group_c.prompt_id()}, -1, "host-c", -1, /*busy=*/true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    tokens += 100;
+  }
+  // The call ends; its tokens came at a's rate.
+  for (int round = 0; round < 3; ++round) {
+    a.Heartbeat(0, {t->group_a.prompt_id()}, tokens, "host-a", 0);
+    b.Heartbeat(0, {t->group_b.prompt_id()}, tokens, "host-b", 0);
+    c.Heartbeat(0, {t->group_c.prompt_id()}, round == 0 ? c_tokens + 500 : tokens, "host-c", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    tokens += 100;
+  }
+  const auto m = t->server->Metrics();
+  t->server->Stop();
+  auto by_kind = FaultsByKind(t->faults);
+  EXPECT_TRUE(by_kind["hang"].empty()) << by_kind["hang"].size() << " hang records";
+  EXPECT_TRUE(by_kind["straggler"].empty()) << by_kind["straggler"].size() << " straggler records";
+  EXPECT_EQ(m.at("manager/orphans_reissued"), 0);
 }
 
 // actor.max_staleness: a group generated a version back, taken when the limit is 0, is dropped
