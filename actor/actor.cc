@@ -77,6 +77,16 @@ StatusOr<std::unique_ptr<Actor>> Actor::Create(const model::ModelConfig& config,
       return InvalidArgumentError("actor: the checkpoint in " + a->options_.checkpoint_dir +
                                   " has no manager_snapshot");
     }
+    // perf/ettr spans the whole run, resumes included: when it began and the time of the steps
+    // kept up to the checkpoint (the steps after it are trained again, their time lost).
+    if (user.contains("ettr") && user["ettr"].is_object()) {
+      const nlohmann::json& e = user["ettr"];
+      if (e.value("run_start_unix_s", nlohmann::json()).is_number() &&
+          e.value("kept_s", nlohmann::json()).is_number()) {
+        a->options_.run_start_unix_s = e["run_start_unix_s"].get<double>();
+        a->kept_s_ = e["kept_s"].get<double>();
+      }
+    }
     proto::ManagerRequest req;
     req.mutable_restore()->set_snapshot_json(user["manager_snapshot"].dump());
     LAMINAR_RETURN_IF_ERROR(a->Call(std::move(req)).status(), "actor: restoring the manager");
@@ -218,6 +228,9 @@ Status Actor::SaveCheckpoint() {
     return DataLossError("actor: the manager's snapshot is not JSON");
   }
   nlohmann::json user = {{"manager_snapshot", std::move(snapshot)}};
+  if (std::isfinite(options_.run_start_unix_s)) {
+    user["ettr"] = {{"run_start_unix_s", options_.run_start_unix_s}, {"kept_s", kept_s_}};
+  }
   LAMINAR_ASSIGN_OR_RETURN(
       std::string dir, trainer_->SaveCheckpoint(options_.checkpoint_dir, user, options_.keep_last),
       "actor");

@@ -70,7 +70,8 @@ struct ActorOptions {
   // goes on; the next step tries again).
   FaultLog faults;
   // When the run began (seconds since the epoch; NaN: when Run starts): perf/ettr, the effective
-  // training time ratio, is the time of the kept steps over the wall time since then.
+  // training time ratio, is the time of the kept steps over the wall time since then. A resumed
+  // actor takes both from its checkpoint instead, so the ratio spans every invocation.
   double run_start_unix_s = NAN;
   int poll_ms = 20;  // between TakeBatch calls while the buffer is short
   int request_timeout_ms = 5000;

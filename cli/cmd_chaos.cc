@@ -77,9 +77,12 @@ StatusOr<double> ParseDuration(const std::string& text, const std::string& what)
   }
   char* end = nullptr;
   const double value = std::strtod(number.c_str(), &end);
-  if (number.empty() || end != number.c_str() + number.size() || !(value > 0)) {
+  constexpr double kMaxS = 30 * 24 * 3600.0;  // a chaos run is bounded: 30 days at most
+  if (number.empty() || end != number.c_str() + number.size() || !(value > 0) ||
+      !(value * scale <= kMaxS)) {
     return InvalidArgumentError(what + " '" + text +
-                                "' is not a positive duration such as 20s, 10m or 1h");
+                                "' is not a positive duration such as 20s, 10m or 1h (30 days "
+                                "at most)");
   }
   return value * scale;
 }
@@ -820,7 +823,7 @@ Json ChaosRun::Audit(double wall_s) const {
   r["leaked"] = leaked;
 
   // Demarcation and recovery: each injection against faults.jsonl and the steps after it.
-  const std::vector<Json> faults = ReadJsonLines(dir_ / "faults.jsonl");
+  const std::vector<Json> faults = ReadFaults((dir_ / "faults.jsonl").string());
   std::map<std::string, std::string> expected_kind = {
       {"kill", "crash"}, {"hang", "hang"}, {"straggle", "straggler"}, {"fill", "disk_full"}};
   Json per = Json::array();
@@ -922,15 +925,20 @@ void PrintReport(const Json& r, const fs::path& path) {
   }
   std::fprintf(stderr, "  %-18s %8s %10s %10s %10s %10s %12s\n", "fault", "injected", "demarcated",
                "detection", "recovery", "max", "first step");
+  // "12.3s", or "-" where there is no value (nothing recovered, no resume).
+  auto seconds = [](const Json& summary, const char* field) {
+    if (!summary.is_object()) return std::string("-");
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1fs", summary[field].get<double>());
+    return std::string(text);
+  };
   for (const auto& [kind, nd] : by) {
     const Json det = r["detection"].value(kind, Json());
     const Json rec = r["recovery"].value(kind, Json());
     const Json first = r["first_step_after_resume"].value(kind, Json());
-    std::fprintf(stderr, "  %-18s %8d %10d %9.1fs %9.1fs %9.1fs %11.1fs\n", kind.c_str(), nd.first,
-                 nd.second, det.is_object() ? det["mean_s"].get<double>() : NAN,
-                 rec.is_object() ? rec["mean_s"].get<double>() : NAN,
-                 rec.is_object() ? rec["max_s"].get<double>() : NAN,
-                 first.is_object() ? first["mean_s"].get<double>() : NAN);
+    std::fprintf(stderr, "  %-18s %8d %10d %10s %10s %10s %12s\n", kind.c_str(), nd.first,
+                 nd.second, seconds(det, "mean_s").c_str(), seconds(rec, "mean_s").c_str(),
+                 seconds(rec, "max_s").c_str(), seconds(first, "mean_s").c_str());
   }
   std::fprintf(stderr,
                "  steps %lld, samples trained %lld; lost %lld, duplicated %lld, version "

@@ -199,10 +199,7 @@ StatusOr<RunFolder> PrepareRunFolder(const RunArgs& a, const Config& recipe) {
 std::string FaultSummary(const fs::path& faults, const fs::path& metrics) {
   std::map<std::string, int> by_kind;
   int total = 0;
-  std::ifstream in(faults);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) continue;
+  for (const nlohmann::json& j : ReadFaults(faults.string())) {
     ++by_kind[j["kind"].get<std::string>()];
     ++total;
   }

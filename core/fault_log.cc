@@ -9,7 +9,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include <fstream>
+#include <map>
+#include <tuple>
 
 #include "core/host.h"
 
@@ -85,6 +87,25 @@ FaultLog FaultLogFromEnvironment() {
 
 double FaultClockNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::vector<nlohmann::json> ReadFaults(const std::string& path) {
+  std::vector<nlohmann::json> faults;
+  std::map<std::tuple<std::string, std::string, double>, size_t> index;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) continue;
+    const auto key = std::make_tuple(j["kind"].get<std::string>(), j.value("role", std::string()),
+                                     j.value("detected_unix_s", 0.0));
+    if (auto it = index.find(key); it != index.end()) {
+      faults[it->second] = std::move(j);
+    } else {
+      index.emplace(key, faults.size());
+      faults.push_back(std::move(j));
+    }
+  }
+  return faults;
 }
 
 }  // namespace laminar

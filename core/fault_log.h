@@ -3,12 +3,17 @@
 // recorded as one JSON line in the run's faults.jsonl, naming the role, host and rank it struck,
 // who saw it, and when it was detected and recovered. Several processes (the supervisor, the
 // manager, the actor) append to the same file: each record is one write(2) on a file opened with
-// O_APPEND, so lines never interleave.
+// O_APPEND, so lines never interleave. A fault that lasts (a straggler) is recorded when it is
+// detected, recovered_unix_s null, so that a recorder killed meanwhile loses nothing, and again
+// when it recovers with the same kind, role and detected_unix_s: ReadFaults keeps the last record
+// of each.
 #pragma once
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -69,5 +74,10 @@ FaultLog FaultLogFromEnvironment();
 
 // Seconds since the epoch, as the records store them.
 double FaultClockNow();
+
+// The faults of a faults.jsonl, one object per fault in the order each was first recorded: of the
+// records that share kind, role and detected_unix_s, the last (a recovery after its detection).
+// Lines that are not fault records are skipped; a missing file has none.
+std::vector<nlohmann::json> ReadFaults(const std::string& path);
 
 }  // namespace laminar

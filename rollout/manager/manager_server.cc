@@ -238,6 +238,12 @@ void ManagerServer::TrackStragglers(const proto::Heartbeat& hb, double now) {
                " tokens/s (outside pulls) per running sample, " + reference_text +
                std::to_string(median);
     LAMINAR_LOG(WARN, MANAGER) << hb.id() << " straggles: " << r.detail;
+    // Recorded now, and again when it recovers: a manager killed meanwhile loses nothing.
+    RecordFault({.kind = FaultKind::kStraggler,
+                 .role = hb.id(),
+                 .host = HostOf(hb.id()),
+                 .detail = r.detail,
+                 .detected_unix_s = r.straggling_since_unix_s});
   }
 }
 

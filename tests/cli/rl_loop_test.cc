@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/fault_log.h"
+#include "core/mapped_file.h"
 #include "core/process.h"
 #include "core/zmq_transport.h"
 #include "proto/codec.h"
@@ -481,6 +483,7 @@ TEST(RlLoopFaultTest, AKilledActorResumesWithTheUninterruptedDataOrder) {
     first.actor.Signal(SIGKILL);
     ASSERT_TRUE(fs::exists(dir / "ckpt" / "latest")) << "see " << dir;
   }  // the rest of the run stops with it; the launcher starts it again
+  const double resumed_at = FaultClockNow();
   RlRun second;
   second.dir = dir;
   second.overrides = overrides;
@@ -489,6 +492,14 @@ TEST(RlLoopFaultTest, AKilledActorResumesWithTheUninterruptedDataOrder) {
   const auto metrics = ReadJsonl(dir / "metrics.jsonl");
   EXPECT_EQ(metrics.back()["training/version"].get<double>(), 4);
   EXPECT_EQ(PromptsByStep(dir), want) << "see " << dir;
+  // perf/ettr spans both invocations: the resumed actor took the run's start from the checkpoint
+  // and writes it on into its own final one.
+  auto state = ReadFileToString((dir / "ckpt" / "step_4" / "trainer_state.json").string());
+  ASSERT_TRUE(state.ok()) << state.status();
+  const auto ettr = nlohmann::json::parse(*state)["user"]["ettr"];
+  ASSERT_TRUE(ettr.is_object()) << *state;
+  EXPECT_LT(ettr["run_start_unix_s"].get<double>(), resumed_at);
+  EXPECT_GT(ettr["kept_s"].get<double>(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RlLoopTest, ::testing::Values("sync", "one_step_off", "async"));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "actor/actor.h"
+#include "core/fault_log.h"
 #include "core/zmq_transport.h"
 #include "model/checkpoint.h"
 #include "model/tokenizer/tokenizer_loader.h"
@@ -499,11 +500,9 @@ StatusOr<ThreeHeldGroups> StartWithThreeHeldGroups(double heartbeat_timeout_s) {
 // The records of a faults.jsonl, by kind.
 std::map<std::string, std::vector<nlohmann::json>> FaultsByKind(const std::filesystem::path& path) {
   std::map<std::string, std::vector<nlohmann::json>> by_kind;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    EXPECT_EQ(j["seen_by"], "manager") << line;
-    by_kind[j["kind"].get<std::string>()].push_back(j);
+  for (nlohmann::json& j : ReadFaults(path.string())) {
+    EXPECT_EQ(j["seen_by"], "manager") << j.dump();
+    by_kind[j["kind"].get<std::string>()].push_back(std::move(j));
   }
   return by_kind;
 }
@@ -620,10 +619,12 @@ TEST(ManagerServerTest, AStragglerWithNoBusyPeerIsMeasuredAgainstItsOwnPast) {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     tokens += round < 7 ? 100 : 10;
   }
-  t->server->Stop();
+  // Recorded when detected, before it recovers (a manager killed now would lose nothing).
   auto by_kind = FaultsByKind(t->faults);
+  t->server->Stop();
   ASSERT_EQ(by_kind["straggler"].size(), 1u);
   EXPECT_EQ(by_kind["straggler"][0]["role"], "rollout/a");
+  EXPECT_TRUE(by_kind["straggler"][0]["recovered_unix_s"].is_null());
   EXPECT_NE(by_kind["straggler"][0]["detail"].get<std::string>().find("its own median"),
             std::string::npos)
       << by_kind["straggler"][0]["detail"];

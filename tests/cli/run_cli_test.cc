@@ -551,6 +551,12 @@ TEST(ChaosCliTest, BadArgumentsAreRefused) {
   auto every = RunLaminar("chaos " + recipe + " --every soon");
   EXPECT_EQ(every.exit_code, 2);
   EXPECT_NE(every.err.find("--every 'soon'"), std::string::npos) << every.err;
+  // Unbounded durations are refused, not run for ever.
+  for (const std::string bad : {"inf", "1e400", "nan"}) {
+    auto forever = RunLaminar("chaos " + recipe + " --for " + bad);
+    EXPECT_EQ(forever.exit_code, 2) << bad;
+    EXPECT_NE(forever.err.find("--for '" + bad + "'"), std::string::npos) << forever.err;
+  }
 }
 
 TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {

@@ -107,6 +107,36 @@ TEST(FaultLogTest, ProcessesAppendWholeLines) {
   }
 }
 
+// A fault recorded at detection and again at its recovery reads as one fault, the later record;
+// faults of other roles or detection times stay apart, in order; other lines are skipped.
+TEST(FaultLogTest, ReadFaultsKeepsTheLastRecordOfEachFault) {
+  const auto path = testing::TempDir("faults") / "faults.jsonl";
+  FaultLog log(path.string());
+  ASSERT_TRUE(
+      log.Record({.kind = FaultKind::kStraggler, .role = "rollout/0", .detected_unix_s = 10}).ok());
+  ASSERT_TRUE(log.Record({.kind = FaultKind::kCrash,
+                          .role = "relay",
+                          .detected_unix_s = 11,
+                          .recovered_unix_s = 12})
+                  .ok());
+  ASSERT_TRUE(
+      log.Record({.kind = FaultKind::kStraggler, .role = "rollout/1", .detected_unix_s = 10}).ok());
+  std::ofstream(path, std::ios::app) << "not json\n{\"no_kind\": 1}\n";
+  ASSERT_TRUE(log.Record({.kind = FaultKind::kStraggler,
+                          .role = "rollout/0",
+                          .detected_unix_s = 10,
+                          .recovered_unix_s = 30})
+                  .ok());
+  const auto faults = ReadFaults(path.string());
+  ASSERT_EQ(faults.size(), 3u);
+  EXPECT_EQ(faults[0]["role"], "rollout/0");
+  EXPECT_EQ(faults[0]["recovered_unix_s"], 30);
+  EXPECT_EQ(faults[1]["kind"], "crash");
+  EXPECT_EQ(faults[2]["role"], "rollout/1");
+  EXPECT_TRUE(faults[2]["recovered_unix_s"].is_null());
+  EXPECT_TRUE(ReadFaults((path.parent_path() / "none.jsonl").string()).empty());
+}
+
 TEST(FaultLogTest, AnUnwritablePathIsAnErrorNamingIt) {
   FaultLog log("/proc/no/such/faults.jsonl");
   Status st = log.Record({.role = "actor"});
