@@ -63,8 +63,7 @@ struct RelayClientOptions {
   int busy_wait_ms = 1000;
 };
 
-// Not thread-safe: one thread at a time uses it (a rollout pulls on a thread of its own while its
-// loop heartbeats; the loop waits for the pull before it calls again).
+// Not thread-safe: one rollout thread uses it.
 class RelayClient {
  public:
   static StatusOr<std::unique_ptr<RelayClient>> Create(RelayClientOptions options);

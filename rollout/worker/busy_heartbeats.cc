@@ -24,21 +24,14 @@ BusyHeartbeats::~BusyHeartbeats() {
 }
 
 void BusyHeartbeats::Begin(std::string request) {
-  {
-    MutexLock lock(&mu_);
-    request_ = std::move(request);
-    began_ = Clock::now();
-    ++call_;
-  }
-  cv_.NotifyAll();
+  MutexLock lock(&mu_);
+  request_ = std::move(request);
+  began_ = Clock::now();
 }
 
 void BusyHeartbeats::End() {
-  {
-    MutexLock lock(&mu_);
-    request_.reset();
-  }
-  cv_.NotifyAll();
+  MutexLock lock(&mu_);
+  request_.reset();
 }
 
 std::optional<BusyHeartbeats::Clock::time_point> BusyHeartbeats::last_answered() const {
@@ -54,32 +47,19 @@ int64_t BusyHeartbeats::sent() const {
 void BusyHeartbeats::Loop() {
   // This thread's own socket: the worker's is not thread-safe, and its thread is busy.
   ZmqRequestClient client(manager_);
-  uint64_t call = 0;  // the call the next heartbeat belongs to
-  Clock::time_point next{};
   while (true) {
     std::string request;
     {
+      // A look every interval (woken early only to stop), not a wake-up per call: Begin and End
+      // run around every engine step and cost a lock each.
       MutexLock lock(&mu_);
-      while (true) {
-        if (stop_) return;
-        if (request_ && call_ != call) {  // a new call: its first heartbeat one interval in
-          call = call_;
-          next = began_ + interval_;
-        }
-        const auto now = Clock::now();
-        if (!request_ || now - began_ > max_busy_) {
-          cv_.Wait(&mu_);  // until the next call (a call past max_busy_s gets none)
-          continue;
-        }
-        if (now < next) {
-          cv_.WaitUntil(&mu_, next);
-          continue;
-        }
-        request = *request_;
-        break;
-      }
+      if (!stop_) cv_.WaitFor(&mu_, interval_);
+      if (stop_) return;
+      const auto busy = Clock::now() - began_;
+      // Nothing running, a call shorter than an interval so far, or one stuck past max_busy_s.
+      if (!request_ || busy < interval_ || busy > max_busy_) continue;
+      request = *request_;
     }
-    next = Clock::now() + interval_;
     // One attempt: the next heartbeat is due within an interval anyway.
     const bool answered = client.Call(request, request_timeout_ms_, 1).ok();
     MutexLock lock(&mu_);

@@ -30,8 +30,9 @@ class BusyHeartbeats {
   BusyHeartbeats& operator=(const BusyHeartbeats&) = delete;
 
   // From the worker's thread, around a long call: `request` is the encoded ManagerRequest to
-  // repeat, the first time one interval after Begin. End stops them (one already on its way
-  // still arrives).
+  // repeat once the call has lasted an interval, then every interval (the thread looks once an
+  // interval, so the first goes out one to two intervals after Begin). End stops them (one already
+  // on its way still arrives).
   void Begin(std::string request) LAMINAR_EXCLUDES(mu_);
   void End() LAMINAR_EXCLUDES(mu_);
 
@@ -68,7 +69,6 @@ class BusyHeartbeats {
   // The call in progress (nullopt: none): its heartbeat and when it began.
   std::optional<std::string> request_ LAMINAR_GUARDED_BY(mu_);
   Clock::time_point began_ LAMINAR_GUARDED_BY(mu_){};
-  uint64_t call_ LAMINAR_GUARDED_BY(mu_) = 0;  // counts Begin calls
   std::optional<Clock::time_point> last_answered_ LAMINAR_GUARDED_BY(mu_);
   int64_t sent_ LAMINAR_GUARDED_BY(mu_) = 0;
   std::thread thread_;

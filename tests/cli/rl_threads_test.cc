@@ -507,6 +507,16 @@ std::map<std::string, std::vector<nlohmann::json>> FaultsByKind(const std::files
   return by_kind;
 }
 
+// The rollouts a faults.jsonl names as stragglers, in order.
+std::vector<std::string> StragglerRoles(const std::filesystem::path& path) {
+  std::vector<std::string> roles;
+  auto by_kind = FaultsByKind(path);
+  for (const nlohmann::json& f : by_kind["straggler"]) {
+    roles.push_back(f["role"].get<std::string>());
+  }
+  return roles;
+}
+
 // The manager demarcates what it sees in faults.jsonl, naming the rollout and the host its
 // heartbeats gave: non-finite logits that ended a response, a straggler (decoding at a fraction
 // of the others' rate, then recovering) and a hang (no heartbeat within the timeout).
@@ -570,12 +580,7 @@ TEST(ManagerServerTest, PullingAVersionIsNotStraggling) {
     }
   }
   t->server->Stop();
-  auto by_kind = FaultsByKind(t->faults);
-  std::vector<std::string> stragglers;
-  for (const nlohmann::json& f : by_kind["straggler"]) {
-    stragglers.push_back(f["role"].get<std::string>());
-  }
-  EXPECT_EQ(stragglers, std::vector<std::string>{"rollout/c"});
+  EXPECT_EQ(StragglerRoles(t->faults), std::vector<std::string>{"rollout/c"});
 }
 
 // The rate is per running sample: a rollout left with its group's last long sample (a long tail)
@@ -597,12 +602,7 @@ TEST(ManagerServerTest, ALongTailIsNotStraggling) {
     tail += 120;
   }
   t->server->Stop();
-  auto by_kind = FaultsByKind(t->faults);
-  std::vector<std::string> stragglers;
-  for (const nlohmann::json& f : by_kind["straggler"]) {
-    stragglers.push_back(f["role"].get<std::string>());
-  }
-  EXPECT_EQ(stragglers, std::vector<std::string>{"rollout/c"});
+  EXPECT_EQ(StragglerRoles(t->faults), std::vector<std::string>{"rollout/c"});
 }
 
 // With no other rollout busy (they wait for the actor), a rollout is measured against its own
