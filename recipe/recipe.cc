@@ -61,8 +61,8 @@ ConfigSchema BuildSchema() {
            "a Python reward instead of reward.name: {path: my_reward.py, function: compute_score, "
            "timeout_s: 10, num_workers: 2}, verl's compute_score(data_source, solution_str, "
            "ground_truth, extra_info=None) -> float | dict; each worker is sandboxed "
-           "(cpu_time_s: 30 per call, memory_mb: 4096, max_open_files: 256, network: false; "
-           "0: no limit)");
+           "(cpu_time_s: 30 per call, memory_mb: 4096, max_open_files: 256, max_processes: 128, "
+           "network: false; 0: no limit)");
   s.AddMap("reward.c",
            "a C ABI reward plug-in instead of reward.name, run in sandboxed worker processes as "
            "reward.python is (same limits and params): {path: libmy_reward.so, "

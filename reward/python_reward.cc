@@ -69,7 +69,38 @@ def exit_with_parent(owner):
             return True
     while os.getppid() == start and (start == owner or owner_alive()):
         time.sleep(0.2)
+    kill_cgroup()  # what the user's code started, also outside the worker's process group
     os.killpg(0, signal.SIGKILL)  # the worker and whatever the user's code started
+
+CGROUP = "-"
+
+def kill_cgroup():
+    for _ in range(1000):
+        try:
+            with open(os.path.join(CGROUP, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split() if int(p) != os.getpid()]
+        except (OSError, ValueError):
+            return
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.005)
+
+def join_cgroup(cgroup):
+    global CGROUP
+    if cgroup == "-":
+        return "unlimited"
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as e:
+        return "unlimited: joining %s: %s" % (cgroup, e.strerror)
+    CGROUP = cgroup
+    return "limited"
 
 def sandbox(memory_mb, open_files, network):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -111,6 +142,7 @@ def main():
     # workers, and a thread pool per library would eat the address-space limit (OpenBLAS).
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    processes = join_cgroup(sys.argv[8])  # first: before the namespace, which may drop privileges
     network = sandbox(memory_mb, open_files, sys.argv[7] == "1")  # single-threaded: before the watcher
     threading.Thread(target=exit_with_parent, args=(int(sys.argv[3]),), daemon=True).start()
     reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -137,7 +169,7 @@ def main():
         send({"error": "the file defines no function '%s' (its functions: %s)"
                        % (name, ", ".join(have) or "none")})
         return
-    send({"ready": True, "network": network})
+    send({"ready": True, "network": network, "processes": processes})
     for line in sys.stdin.buffer:
         try:
             req = json.loads(line)

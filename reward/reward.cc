@@ -64,7 +64,8 @@ StatusOr<RewardFn> MakeAutoReward(internal::ParamReader&) {
 }
 
 // The params every plug-in's worker pool reads: num_workers, timeout_s, startup_timeout_s and the
-// sandbox's (cpu_time_s, memory_mb, max_open_files, network). `kind`: "python" or "c".
+// sandbox's (cpu_time_s, memory_mb, max_open_files, max_processes, network). `kind`: "python" or
+// "c".
 Status ReadWorkerParams(internal::ParamReader& params, const std::string& kind, int* num_workers,
                         double* timeout_s, double* startup_timeout_s, RewardSandbox* sandbox) {
   const std::string where = "reward " + kind + ": param ";
@@ -78,7 +79,8 @@ Status ReadWorkerParams(internal::ParamReader& params, const std::string& kind, 
                            params.Number("startup_timeout_s", *startup_timeout_s));
   LAMINAR_ASSIGN_OR_RETURN(sandbox->cpu_time_s, params.Number("cpu_time_s", sandbox->cpu_time_s));
   for (auto [key, value] : {std::pair{"memory_mb", &sandbox->memory_mb},
-                            std::pair{"max_open_files", &sandbox->max_open_files}}) {
+                            std::pair{"max_open_files", &sandbox->max_open_files},
+                            std::pair{"max_processes", &sandbox->max_processes}}) {
     LAMINAR_ASSIGN_OR_RETURN(double v, params.Number(key, static_cast<double>(*value)));
     if (v != std::floor(v) || v < 0 || v > 1e12) {
       return InvalidArgumentError(where + key + ": expected an integer >= 0 (0: no limit)");

@@ -16,6 +16,7 @@
 #include "core/host.h"
 #include "core/logging.h"
 #include "core/mutex.h"
+#include "core/pids_cgroup.h"
 #include "core/process.h"
 
 namespace laminar::reward {
@@ -23,10 +24,20 @@ namespace {
 
 int ToMs(double seconds) { return static_cast<int>(std::ceil(seconds * 1000)); }
 
+// Names the pids cgroups of reward workers: "laminar-reward-<pid>-<pool>-<worker>".
+constexpr const char* kCgroupPrefix = "laminar-reward";
+
 std::vector<std::string> SandboxArgv(const RewardWorkerOptions& o);
 
-// The workers behind one reward. Thread-safe: `mu_` guards `idle_`; a worker's Process is used
-// only by the thread that took its index off `idle_`.
+// One worker: its process and, when the sandbox bounds processes, the pids cgroup it runs in
+// (which holds whatever it started, also what left its process group).
+struct Worker {
+  Process process;
+  PidsCgroup cage;
+};
+
+// The workers behind one reward. Thread-safe: `mu_` guards `idle_`; a Worker is used only by the
+// thread that took its index off `idle_`.
 class RewardWorkerPool {
  public:
   explicit RewardWorkerPool(RewardWorkerOptions options)
@@ -41,16 +52,16 @@ class RewardWorkerPool {
 
   ~RewardWorkerPool() {
     // End of stdin first for all, so that they exit together; then reap, killing stragglers.
-    for (Process& w : workers_) w.CloseStdin();
-    for (Process& w : workers_) Stop(w, /*grace_ms=*/2000);
+    for (Worker& w : workers_) w.process.CloseStdin();
+    for (Worker& w : workers_) Stop(w, /*grace_ms=*/2000);
   }
 
   // Starts worker 0 now, so that bad user code is reported at creation.
-  Status Validate() { return Start(workers_[0]); }
+  Status Validate() { return Start(workers_[0], 0); }
 
   StatusOr<RewardResult> Call(const RewardInput& in) {
     const int index = Acquire();
-    StatusOr<RewardResult> result = CallOn(workers_[static_cast<size_t>(index)], in);
+    StatusOr<RewardResult> result = CallOn(workers_[static_cast<size_t>(index)], index, in);
     Release(index);
     return result;
   }
@@ -74,19 +85,24 @@ class RewardWorkerPool {
 
   // Waits up to `grace_ms` for `w` to exit, then kills it; reaps it either way. Then kills what
   // is left of its process group (what the user's code started), which outlives its leader: the
-  // kernel does not reuse the group's id while a member lives, so the signal reaches only them.
-  static void Stop(Process& w, int grace_ms) {
-    if (w.pid() <= 0) return;
-    const pid_t group = w.pid();
-    if (!w.Wait(grace_ms).ok()) {
+  // kernel does not reuse the group's id while a member lives, so the signal reaches only them;
+  // and what is left in its cgroup (what left the group: setsid, a daemon's double fork).
+  static void Stop(Worker& w, int grace_ms) {
+    if (w.process.pid() <= 0) return;
+    const pid_t group = w.process.pid();
+    if (!w.process.Wait(grace_ms).ok()) {
       kill(-group, SIGKILL);
-      w.Wait(10000).status().IgnoreError();
+      w.process.Wait(10000).status().IgnoreError();
     }
     kill(-group, SIGKILL);
-    w = Process();
+    if (!w.cage.KillAll()) {
+      LAMINAR_LOG(WARN, REWARD) << "processes a reward worker started outlive it in "
+                                << w.cage.dir();
+    }
+    w.process = Process();
   }
 
-  static std::string ExitText(Process& w) { return ExitText(w.Wait(1000)); }
+  static std::string ExitText(Worker& w) { return ExitText(w.process.Wait(1000)); }
 
   // A worker's death in the run's faults.jsonl ($LAMINAR_FAULTS), as role "reward".
   static void RecordCrash(const std::string& detail, double detected, double recovered) {
@@ -104,14 +120,43 @@ class RewardWorkerPool {
     return "it exited with code " + std::to_string(*code);
   }
 
-  // Spawns a worker into `w` and waits for the driver's "ready".
-  Status Start(Process& w) {
-    LAMINAR_ASSIGN_OR_RETURN(w,
-                             Process::Spawn(argv_, Process::SpawnOptions{.stderr_path = "",
-                                                                         .stdin_pipe = true,
-                                                                         .new_session = true}),
+  static int NextPoolId() {
+    static std::atomic<int> pools{0};
+    return pools.fetch_add(1);
+  }
+
+  // The cgroup worker `index` runs in ("-": none, with the reason said once).
+  std::string CageOf(Worker& w, int index) {
+    const int64_t max_processes = options_.sandbox.max_processes;
+    if (max_processes <= 0) return "-";
+    if (w.cage.dir().empty()) {
+      StatusOr<PidsCgroup> cage =
+          PidsCgroup::Create(std::string(kCgroupPrefix) + "-" + std::to_string(getpid()) + "-" +
+                                 std::to_string(pool_id_) + "-" + std::to_string(index),
+                             max_processes);
+      if (!cage.ok()) {
+        if (!warned_processes_.exchange(true)) {
+          LAMINAR_LOG(WARN, REWARD)
+              << tag_ << ": the workers' processes are not bounded (" << cage.status().message()
+              << "); set max_processes: 0 to say that is intended";
+        }
+        return "-";
+      }
+      w.cage = std::move(*cage);
+    }
+    return w.cage.dir();
+  }
+
+  // Spawns worker `index` into `w` and waits for the driver's "ready".
+  Status Start(Worker& w, int index) {
+    std::vector<std::string> argv = argv_;
+    argv.push_back(CageOf(w, index));
+    LAMINAR_ASSIGN_OR_RETURN(w.process,
+                             Process::Spawn(argv, Process::SpawnOptions{.stderr_path = "",
+                                                                        .stdin_pipe = true,
+                                                                        .new_session = true}),
                              tag_);
-    StatusOr<std::string> line = w.ReadLine(ToMs(options_.startup_timeout_s));
+    StatusOr<std::string> line = w.process.ReadLine(ToMs(options_.startup_timeout_s));
     if (!line.ok()) {
       const bool late = line.status().code() == StatusCode::kDeadlineExceeded;
       std::string what = late ? "" : ExitText(w);
@@ -131,6 +176,12 @@ class RewardWorkerPool {
         LAMINAR_LOG(WARN, REWARD) << tag_ << ": the workers keep the host's network (" << network
                                   << "); set network: true to say that is intended";
       }
+      const std::string processes = reply.value("processes", "");
+      if (options_.sandbox.max_processes > 0 && processes != "limited" && argv.back() != "-" &&
+          !warned_processes_.exchange(true)) {
+        LAMINAR_LOG(WARN, REWARD) << tag_ << ": the workers' processes are not bounded ("
+                                  << processes << ")";
+      }
       return OkStatus();
     }
     Stop(w, 2000);
@@ -140,22 +191,23 @@ class RewardWorkerPool {
     return InternalError(tag_ + ": the worker's first line is not the driver's: " + *line);
   }
 
-  StatusOr<RewardResult> CallOn(Process& w, const RewardInput& in) {
-    if (w.pid() <= 0 || !w.Running()) {
+  StatusOr<RewardResult> CallOn(Worker& w, int index, const RewardInput& in) {
+    if (w.process.pid() <= 0 || !w.process.Running()) {
       // Not started yet, or it died while idle (killed, out of memory): a fresh one takes the call.
-      const bool died = w.pid() > 0;
+      const bool died = w.process.pid() > 0;
       const double at = FaultClockNow();
       const std::string how = died ? ExitText(w) : "";
       Stop(w, 0);
-      LAMINAR_RETURN_IF_ERROR(Start(w), "restarting a worker");
+      LAMINAR_RETURN_IF_ERROR(Start(w, index), "restarting a worker");
       if (died) RecordCrash(tag_ + ": an idle worker died (" + how + ")", at, FaultClockNow());
     }
     const int timeout_ms = ToMs(options_.timeout_s);
     const int64_t deadline = SteadyNowMs() + timeout_ms;
-    Status written = w.WriteStdin(options_.encode(in) + "\n", timeout_ms);
+    Status written = w.process.WriteStdin(options_.encode(in) + "\n", timeout_ms);
     StatusOr<std::string> line =
-        written.ok() ? w.ReadLine(static_cast<int>(std::max<int64_t>(0, deadline - SteadyNowMs())))
-                     : StatusOr<std::string>(written);
+        written.ok()
+            ? w.process.ReadLine(static_cast<int>(std::max<int64_t>(0, deadline - SteadyNowMs())))
+            : StatusOr<std::string>(written);
     if (!line.ok()) {
       if (line.status().code() == StatusCode::kDeadlineExceeded) {
         Stop(w, 0);
@@ -163,7 +215,7 @@ class RewardWorkerPool {
                                      std::to_string(options_.timeout_s) +
                                      " s (timeout_s); the worker was killed");
       }
-      const StatusOr<int> code = w.Wait(1000);
+      const StatusOr<int> code = w.process.Wait(1000);
       Stop(w, 0);
       if (code.ok() && *code == 128 + SIGXCPU) {
         return DeadlineExceededError(tag_ + ": the call used more than " +
@@ -200,9 +252,11 @@ class RewardWorkerPool {
 
   const RewardWorkerOptions options_;
   const std::string tag_;
-  const std::vector<std::string> argv_;      // options_.argv and the sandbox's arguments
-  std::vector<Process> workers_;             // workers_[i] belongs to whoever took i off idle_
-  std::atomic<bool> warned_network_{false};  // the host's network was kept (said once)
+  const std::vector<std::string> argv_;        // options_.argv and the sandbox's arguments
+  std::vector<Worker> workers_;                // workers_[i] belongs to whoever took i off idle_
+  std::atomic<bool> warned_network_{false};    // the host's network was kept (said once)
+  std::atomic<bool> warned_processes_{false};  // the processes are not bounded (said once)
+  const int pool_id_ = NextPoolId();           // names this pool's cgroups
   Mutex mu_;
   CondVar idle_cv_;  // idle_ is not empty
   std::vector<int> idle_ LAMINAR_GUARDED_BY(mu_);
@@ -215,7 +269,7 @@ std::vector<std::string> SandboxArgv(const RewardWorkerOptions& o) {
               {std::to_string(getpid()), std::to_string(o.sandbox.cpu_time_s),
                std::to_string(o.sandbox.memory_mb), std::to_string(o.sandbox.max_open_files),
                o.sandbox.network ? "1" : "0"});
-  return argv;
+  return argv;  // the worker's cgroup comes last, per worker
 }
 
 }  // namespace
@@ -234,10 +288,12 @@ StatusOr<RewardFn> MakeRewardWorkers(RewardWorkerOptions options) {
     return InvalidArgumentError(tag + ": timeout_s and startup_timeout_s must be > 0");
   }
   if (!(options.sandbox.cpu_time_s >= 0) || !std::isfinite(options.sandbox.cpu_time_s) ||
-      options.sandbox.memory_mb < 0 || options.sandbox.max_open_files < 0) {
-    return InvalidArgumentError(tag + ": cpu_time_s, memory_mb and max_open_files must be >= 0 " +
-                                "(0: no limit)");
+      options.sandbox.memory_mb < 0 || options.sandbox.max_open_files < 0 ||
+      options.sandbox.max_processes < 0) {
+    return InvalidArgumentError(tag + ": cpu_time_s, memory_mb, max_open_files and " +
+                                "max_processes must be >= 0 (0: no limit)");
   }
+  if (options.sandbox.max_processes > 0) PidsCgroup::RemoveStale(kCgroupPrefix);
   auto pool = std::make_shared<RewardWorkerPool>(std::move(options));
   LAMINAR_RETURN_IF_ERROR(pool->Validate());
   return RewardFn([pool](const RewardInput& in) { return pool->Call(in); });

@@ -3,14 +3,17 @@
 // never the run.
 //
 // A worker is a long-lived process started as `argv... <parent pid> <cpu_time_s> <memory_mb>
-// <max_open_files> <network: 0 or 1>`, leading a process group of its own. It sandboxes itself
-// before it loads the user's code: no core dumps; a network namespace of its own unless network
-// is 1 (where the kernel refuses one it keeps the host's network and says why); RLIMIT_AS and
-// RLIMIT_NOFILE; before each call RLIMIT_CPU at what it has used plus cpu_time_s (past it the
-// kernel kills it with SIGXCPU). It kills its own process group once its parent is gone. Protocol,
-// one JSON object per line: first {"ready": true, "network": "isolated" | "host" | "host: <why>"}
-// or {"error": "..."} (then it exits); then per request line (the reward's `encode`) one reply
-// {"score": x, "extra": {...}} or {"error": "..."}. It exits at the end of stdin.
+// <max_open_files> <network: 0 or 1> <cgroup dir or ->`, leading a process group of its own. It
+// sandboxes itself before it loads the user's code: it joins the pids cgroup the pool made for it
+// (core/pids_cgroup.h: at most max_processes tasks; "-": none); no core dumps; a network namespace
+// of its own unless network is 1 (where the kernel refuses one it keeps the host's network and
+// says why); RLIMIT_AS and RLIMIT_NOFILE; before each call RLIMIT_CPU at what it has used plus
+// cpu_time_s (past it the kernel kills it with SIGXCPU). Once its parent is gone it kills what is
+// in its cgroup and its own process group. Protocol, one JSON object per line: first
+// {"ready": true, "network": "isolated" | "host" | "host: <why>", "processes": "limited" |
+// "unlimited" | "unlimited: <why>"} or {"error": "..."} (then it exits); then per request line
+// (the reward's `encode`) one reply {"score": x, "extra": {...}} or {"error": "..."}. It exits at
+// the end of stdin.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +28,17 @@ namespace laminar::reward {
 // The limits each worker sets on itself (0: no limit): CPU seconds per call (RLIMIT_CPU, set before
 // each call to what the worker used plus this; past it the kernel kills it and the call is a
 // timeout), address space in MiB (RLIMIT_AS: allocations past it fail in the user's code), open
-// files (RLIMIT_NOFILE); core dumps are always off. network: false runs each worker in a network
-// namespace of its own (no network at all; where the kernel refuses one, the host's network is
-// kept and a warning says why); true keeps the host's.
+// files (RLIMIT_NOFILE), processes and threads of the worker and all it starts (a pids cgroup per
+// worker: forks past it fail, and the worker's stop kills every member, also those that left its
+// process group; where no cgroup can be made, there is no bound and a warning says why); core dumps
+// are always off. network: false runs each worker in a network namespace of its own (no network
+// at all; where the kernel refuses one, the host's network is kept and a warning says why); true
+// keeps the host's.
 struct RewardSandbox {
   double cpu_time_s = 30;
   int64_t memory_mb = 4096;
   int64_t max_open_files = 256;
+  int64_t max_processes = 128;
   bool network = false;
 };
 

@@ -2,14 +2,15 @@
 // started by reward/worker_pool.h's pool as
 //
 //   laminar-reward-host <library.so> <symbol> <parent pid> <cpu_time_s> <memory_mb>
-//                       <max_open_files> <network: 0 or 1>
+//                       <max_open_files> <network: 0 or 1> <cgroup dir or ->
 //
-// It sandboxes itself before it loads the library (no core dumps, a network namespace of its own
-// unless network is 1, RLIMIT_NOFILE and RLIMIT_AS), kills its process group once its parent is
-// gone, and serves the pool's protocol: a ready line, then per request line one reply, with
-// RLIMIT_CPU set before each call. Requests hold the four strings hex-coded (the ABI passes bytes,
-// which need not be UTF-8): {"data_source", "solution_str", "ground_truth", "extra_info"}. What
-// the plug-in writes to stdout goes to stderr, so it never corrupts replies.
+// It sandboxes itself before it loads the library (the pids cgroup the pool made for it, no core
+// dumps, a network namespace of its own unless network is 1, RLIMIT_NOFILE and RLIMIT_AS), kills
+// what is in its cgroup and its process group once its parent is gone, and serves the pool's
+// protocol: a ready line, then per request line one reply, with RLIMIT_CPU set before each call.
+// Requests hold the four strings hex-coded (the ABI passes bytes, which need not be UTF-8):
+// {"data_source", "solution_str", "ground_truth", "extra_info"}. What the plug-in writes to stdout
+// goes to stderr, so it never corrupts replies.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -50,6 +52,33 @@ void Limit(int resource, rlim_t value) {
   }
   const rlimit want{value, value};
   setrlimit(resource, &want);
+}
+
+// Joins the pids cgroup at `dir` ("-": none); returns "limited" or "unlimited[: <why>]".
+std::string JoinCgroup(const std::string& dir) {
+  if (dir == "-") return "unlimited";
+  std::ofstream procs(dir + "/cgroup.procs");
+  procs << getpid();
+  procs.flush();
+  if (!procs) return "unlimited: joining " + dir + ": " + std::strerror(errno);
+  return "limited";
+}
+
+// SIGKILLs every other process in the cgroup at `dir`, until none is left (bounded).
+void KillCgroup(const std::string& dir) {
+  if (dir == "-") return;
+  for (int round = 0; round < 1000; ++round) {
+    std::ifstream procs(dir + "/cgroup.procs");
+    bool any = false;
+    for (long pid = 0; procs >> pid;) {
+      if (pid > 0 && pid != getpid()) {
+        any = true;
+        kill(static_cast<pid_t>(pid), SIGKILL);
+      }
+    }
+    if (!any) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 // The sandbox before any plug-in code runs; returns where the network is ("isolated", "host",
@@ -132,10 +161,10 @@ std::string DlError() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 8) {
+  if (argc != 9) {
     std::fprintf(stderr,
                  "usage: %s LIBRARY SYMBOL PARENT_PID CPU_TIME_S MEMORY_MB MAX_OPEN_FILES "
-                 "NETWORK\n(started by laminar's reward worker pool, not by hand)\n",
+                 "NETWORK CGROUP\n(started by laminar's reward worker pool, not by hand)\n",
                  argv[0]);
     return 2;
   }
@@ -144,14 +173,17 @@ int main(int argc, char** argv) {
   const double cpu_s = std::atof(argv[4]);
   const long memory_mb = std::atol(argv[5]), open_files = std::atol(argv[6]);
   const bool network = std::string(argv[7]) == "1";
+  const std::string cgroup = argv[8];
   // Replies on a private copy of stdout; fd 1 itself (the plug-in's printf) goes to stderr.
   // Close-on-exec: a process the plug-in starts must not hold the reply pipe open.
   g_reply = fdopen(fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3), "w");
   if (g_reply == nullptr) return 1;
   dup2(STDERR_FILENO, STDOUT_FILENO);
   signal(SIGINT, SIG_IGN);  // the pool decides when workers stop
+  // The cgroup first: the namespace may drop the privileges joining it needs.
+  const std::string processes = JoinCgroup(cgroup);
   const std::string where = Sandbox(memory_mb, open_files, network);  // single-threaded still
-  std::thread([parent] {
+  std::thread([parent, cgroup] {
     // The owner's death re-parents this process; under a wrapper that forks, the parent is the
     // wrapper, so the owner is also watched directly.
     const pid_t start = getppid();
@@ -159,7 +191,8 @@ int main(int argc, char** argv) {
     while (getppid() == start && (start == parent || owner_alive())) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    kill(0, SIGKILL);  // this worker's group: it and whatever the plug-in started
+    KillCgroup(cgroup);  // what the plug-in started, also outside this worker's group
+    kill(0, SIGKILL);    // this worker's group: it and whatever the plug-in started
   }).detach();
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -187,7 +220,7 @@ int main(int argc, char** argv) {
     Send({{"error", "exports no '" + symbol + "' (" + DlError() + ")"}});
     return 1;
   }
-  Send({{"ready", true}, {"network", where}});
+  Send({{"ready", true}, {"network", where}, {"processes", processes}});
   std::string line;
   while (std::getline(std::cin, line)) {
     nlohmann::json reply;

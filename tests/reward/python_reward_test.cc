@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "core/pids_cgroup.h"
 #include "core/process.h"
 #include "tests/reward/reward_test_util.h"
 #include "tests/test_util.h"
@@ -98,11 +99,39 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             return 1.0
         except OSError:
             return 0.0
-    if solution_str == "spawn":
-        child = subprocess.Popen(["sleep", "600"])
+    if solution_str in ("spawn", "daemon"):
+        # daemon: a session of its own, out of the worker's process group.
+        child = subprocess.Popen(["sleep", "600"], start_new_session=solution_str == "daemon")
         with open(ground_truth, "w") as f:
             f.write(str(child.pid))
         return 1.0
+    if solution_str in ("count", "bomb"):
+        # Only inside a laminar pids cgroup, which bounds it; anywhere else it refuses.
+        with open("/proc/self/cgroup") as f:
+            if "laminar-reward-" not in f.read():
+                return -1.0
+    if solution_str == "count":
+        # Children that wait, until a fork fails: how many the bound allows.
+        children = []
+        while len(children) < 1000:
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(600)
+                os._exit(0)
+            children.append(pid)
+        for pid in children:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        return float(len(children))
+    if solution_str == "bomb":
+        while True:  # every child forks too
+            try:
+                os.fork()
+            except OSError:
+                pass
     return 1.0 if solution_str.strip() == ground_truth.strip() else 0.0
 
 def length_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -290,25 +319,71 @@ TEST_F(PythonRewardTest, WorkersHaveNoNetworkUnlessAsked) {
   close(listener);
 }
 
-// What the user's code starts goes with its worker: the worker's process group is killed whole.
+// Whether this process may make pids cgroups (root, or a delegated subtree).
+bool CgroupsWork() {
+  static const bool work = PidsCgroup::Create("laminar-probe-" + std::to_string(getpid()), 8).ok();
+  return work;
+}
+
+// Processes in a cgroup of a reward worker this process started.
+int CountInRewardCgroups() {
+  int n = 0;
+  const std::string mine = "laminar-reward-" + std::to_string(getpid()) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    auto cgroup = ReadFileToString(entry.path().string() + "/cgroup");
+    if (cgroup.ok() && cgroup->find(mine) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+bool Gone(int pid) {
+  const char state = testing::ProcessState(pid);
+  return state == 0 || state == 'Z';
+}
+
+// What the user's code starts goes with its worker: the worker's process group is killed whole,
+// and what left the group (a session of its own) with the worker's cgroup.
 TEST_F(PythonRewardTest, ProcessesTheRewardStartsDieWithTheReward) {
-  const std::string pid_file = dir_ + "/child.pid";
+  const std::string spawned = dir_ + "/child.pid", daemon = dir_ + "/daemon.pid";
   {
     auto f = MakePythonReward(Options());
     ASSERT_TRUE(f.ok()) << f.status();
-    EXPECT_EQ(Score(*f, "spawn", pid_file), 1.0);
+    EXPECT_EQ(Score(*f, "spawn", spawned), 1.0);
+    if (CgroupsWork()) {
+      EXPECT_EQ(Score(*f, "daemon", daemon), 1.0);
+    }
   }
-  const int child = std::stoi(*ReadFileToString(pid_file));
-  EXPECT_TRUE(testing::WaitFor(
-      [&] {
-        const char state = testing::ProcessState(child);
-        return state == 0 || state == 'Z';
-      },
-      10000))
-      << "sleep " << child << " outlived the reward";
-  if (const char state = testing::ProcessState(child); state != 0 && state != 'Z') {
-    kill(child, SIGKILL);
+  std::vector<int> children = {std::stoi(*ReadFileToString(spawned))};
+  if (CgroupsWork()) children.push_back(std::stoi(*ReadFileToString(daemon)));
+  for (int child : children) {
+    EXPECT_TRUE(testing::WaitFor([&] { return Gone(child); }, 10000))
+        << "sleep " << child << " outlived the reward";
+    if (!Gone(child)) kill(child, SIGKILL);
   }
+  if (!CgroupsWork()) GTEST_SKIP() << "no pids cgroup can be made here: the daemon case is not run";
+}
+
+// max_processes bounds a worker's processes and threads (the worker itself has two: its main
+// thread and its parent watcher); a fork bomb stops at the bound, the call times out, every
+// process of it is killed and the pool goes on.
+TEST_F(PythonRewardTest, AForkBombStopsAtMaxProcessesAndIsKilledWhole) {
+  if (!CgroupsWork()) GTEST_SKIP() << "no pids cgroup can be made here (needs root)";
+  PythonRewardOptions o = Options();
+  o.num_workers = 1;
+  o.timeout_s = 5;
+  o.sandbox.max_processes = 16;
+  auto f = MakePythonReward(o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(Score(*f, "count", ""), 16 - 2);
+  auto bomb = Call(*f, "bomb");
+  ASSERT_FALSE(bomb.ok());
+  EXPECT_EQ(bomb.status().code(), StatusCode::kDeadlineExceeded) << bomb.status();
+  EXPECT_EQ(CountInRewardCgroups(), 0);
+  EXPECT_EQ(Score(*f, "7", "7"), 1.0);
+  o.sandbox.max_processes = -1;
+  EXPECT_EQ(MakePythonReward(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(PythonRewardTest, ConcurrentCallsFromFourThreads) {
