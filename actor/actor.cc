@@ -397,7 +397,7 @@ Status Actor::WriteStepMetrics(const StepMetrics& m) {
   return OkStatus();
 }
 
-void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
+void Actor::AccountStep(double step_s, double train_s, bool skipped, StepMetrics& m) {
   const double now = FaultClockNow();
   const std::string step = std::to_string(trainer_->global_step());
   auto record = [&](Fault f) {
@@ -416,8 +416,10 @@ void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
   } else {
     kept_s_ += step_s;
   }
-  // A step over 3x the median of the (up to 50) steps before it (5 at least) straggled: it is
-  // recorded as detected when it passed that mark and recovered when it ended...
+  // A step whose training took over 3x the median of the (up to 50) steps before it (5 at least)
+  // straggled: it is recorded as detected when it passed that mark and recovered when it ended...
+  // Only training counts: waiting for a batch is the rollouts' time and publishing the relay's, and
+  // their faults are theirs.
   constexpr size_t kMinHistory = 5;
   constexpr double kOutlier = 3;
   if (step_times_.size() >= kMinHistory) {
@@ -426,16 +428,16 @@ void Actor::AccountStep(double step_s, bool skipped, StepMetrics& m) {
     const double median = sorted[sorted.size() / 2];
     // ... and by a second at least: a step of milliseconds that takes a few more is noise.
     constexpr double kMinExcessS = 1;
-    if (median > 0 && step_s > kOutlier * median && step_s - median >= kMinExcessS) {
+    if (median > 0 && train_s > kOutlier * median && train_s - median >= kMinExcessS) {
       record({.kind = FaultKind::kStraggler,
-              .detail = "step " + step + " took " + std::to_string(step_s) + " s, " +
-                        std::to_string(step_s / median) + "x the median " + std::to_string(median) +
-                        " s of the steps before",
-              .detected_unix_s = now - step_s + kOutlier * median,
+              .detail = "step " + step + " trained for " + std::to_string(train_s) + " s, " +
+                        std::to_string(train_s / median) + "x the median " +
+                        std::to_string(median) + " s of the steps before",
+              .detected_unix_s = now - train_s + kOutlier * median,
               .recovered_unix_s = now});
     }
   }
-  step_times_.push_back(step_s);
+  step_times_.push_back(train_s);
   constexpr size_t kHistory = 50;  // the median of the recent steps: a run's pace drifts
   if (step_times_.size() > kHistory) step_times_.erase(step_times_.begin());
   const double wall = now - options_.run_start_unix_s;
@@ -500,6 +502,7 @@ Status Actor::Run(const std::atomic<bool>& stop,
     const int64_t skipped_steps_before = trainer_->skipped_steps();
     LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(summary.samples),
                              "actor step " + std::to_string(trainer_->global_step() + 1));
+    const double train_s = Seconds(Clock::now() - train_start);
     m.insert(trained.begin(), trained.end());
     LAMINAR_RETURN_IF_ERROR(Publish(&m));
     const auto now = Clock::now();
@@ -517,7 +520,7 @@ Status Actor::Run(const std::atomic<bool>& stop,
     m["training/global_step"] = static_cast<double>(trainer_->global_step());
     m["training/version"] = static_cast<double>(trainer_->policy_version());
     last_update = now;
-    AccountStep(step_s, trainer_->skipped_steps() > skipped_steps_before, m);
+    AccountStep(step_s, train_s, trainer_->skipped_steps() > skipped_steps_before, m);
     LAMINAR_RETURN_IF_ERROR(WriteStepMetrics(m));
     if (on_step) on_step(m);
     // After a save that failed for want of space, every step tries again: a disk freed soon

@@ -2,17 +2,19 @@
 // --for 10m --seed S`: a real `laminar run` of the recipe with faults injected at random (seeded)
 // times, then an audit. Faults: a rollout killed (SIGKILL) or hung (SIGSTOP until the manager
 // declares it dead, then SIGCONT); a straggler (a rollout that holds work, by the manager's
-// ledger, stopped nine tenths of the time for a while); a reward worker
-// killed; the relay killed (`laminar run` starts it again in place); the manager or actor killed,
-// after which the run is resumed from its newest checkpoint (`laminar run --resume`); a full disk
+// ledger, stopped nine tenths of the time for a while); a reward worker killed; the relay killed
+// or hung (`laminar run` declares it hung, kills it and starts it again in place); the manager or
+// actor killed or hung (declared hung and killed by `laminar run`), after which the run is
+// resumed from its newest checkpoint (`laminar run --resume`); a full disk
 // for the checkpoints (the checkpoint folder is a tmpfs of chaos's own mount namespace, shrunk to
 // what it holds until a save has failed: the actor trains on, and its next step saves). The
 // audit, against the manager's ledger in the final checkpoint and the trajectories the actor
 // trained on: every sample trained at most once, every prompt handed out trained, buffered or in
-// flight (none lost), versions never going back per rollout, no process or shared-memory segment of
-// the run left, each fault demarcated in faults.jsonl to the role it struck, the recovery time per
-// fault, and the effective training time ratio. The report goes to the console and to
-// RUN_DIR/chaos_report.json; the exit code is 0 only when the audit is clean.
+// flight (none lost), versions never going back per rollout, no process, shared-memory segment,
+// listening port or KV block (manager/kv_blocks_leaked) of the run left, each fault demarcated in
+// faults.jsonl to the role and host it struck and no record that no fault explains, the detection
+// and recovery time per fault, and the effective training time ratio. The report goes to the
+// console and to RUN_DIR/chaos_report.json; the exit code is 0 only when the audit is clean.
 #include <dirent.h>
 #include <sched.h>
 #include <signal.h>
@@ -39,6 +41,7 @@
 
 #include "cli/command.h"
 #include "core/fault_log.h"
+#include "core/host.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
 #include "core/zmq_transport.h"
@@ -190,6 +193,55 @@ std::vector<std::string> LeftoverSegments(const std::set<pid_t>& supervisors) {
   for (pid_t s : supervisors) {
     for (std::string& name : launch::SharedMemorySegments(launch::RunShmPrefix(s))) {
       out.push_back(std::move(name));
+    }
+  }
+  return out;
+}
+
+// TCP ports some socket still listens on (/proc/net/tcp and tcp6, state 0A).
+std::set<int> ListeningPorts() {
+  std::set<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      if (!(fields >> slot >> local >> remote >> state) || state != "0A") continue;
+      const size_t colon = local.rfind(':');
+      if (colon != std::string::npos) ports.insert(std::stoi(local.substr(colon + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+// The manager and relay endpoints of every invocation (their "[run] N rollouts, manager E, relay
+// E;" line) whose port something still listens on after the run.
+std::vector<std::string> ListenedPorts(const fs::path& dir, int invocations) {
+  std::vector<std::string> out;
+  const std::set<int> listening = ListeningPorts();
+  for (int i = 0; i < invocations; ++i) {
+    std::ifstream log(dir / ("chaos_run." + std::to_string(i) + ".log"));
+    for (std::string line; std::getline(log, line);) {
+      if (!line.starts_with("[run] ") || line.find(" rollouts, manager ") == std::string::npos) {
+        continue;
+      }
+      for (const char* role : {"manager ", "relay "}) {
+        const size_t at = line.find(role);
+        const size_t end = line.find_first_of(",;", at);
+        if (at == std::string::npos || end == std::string::npos) continue;
+        const std::string endpoint =
+            line.substr(at + std::strlen(role), end - at - std::strlen(role));
+        const size_t colon = endpoint.rfind(':');
+        if (colon == std::string::npos) continue;
+        const int port = std::atoi(endpoint.c_str() + colon + 1);
+        if (listening.contains(port)) {
+          out.push_back("port " + std::to_string(port) + " (the " + std::string(role) +
+                        "endpoint " + endpoint + " of invocation " + std::to_string(i) +
+                        ") is still listened on");
+        }
+      }
     }
   }
   return out;
@@ -517,7 +569,8 @@ void ChaosRun::Inject(double now) {
     if (it == procs.roles.end()) return;
     inj.target = it->first;
     inj.pid = it->second;
-    inj.how = "kill";
+    std::uniform_int_distribution<int> how(0, 1);
+    inj.how = how(rng_) == 0 ? "kill" : "hang";
   }
   if (inj.how == "kill") {
     kill(inj.pid, SIGKILL);
@@ -534,9 +587,12 @@ void ChaosRun::Inject(double now) {
                         .disk_full_lines = CountInFile(ActorLog(), kDiskFullLine),
                         .at = now});
   } else if (inj.how == "hang") {
+    // Stopped until it is declared hung: a rollout by the manager (heartbeat timeout), the
+    // others by `laminar run` (twice that), which kills them.
     kill(inj.pid, SIGSTOP);
-    pending_.push_back(
-        {.pid = inj.pid, .until = now + heartbeat_timeout_s_ + 2, .straggle = false});
+    const double declared =
+        inj.target.starts_with("rollout/") ? heartbeat_timeout_s_ : 2 * heartbeat_timeout_s_ + 1;
+    pending_.push_back({.pid = inj.pid, .until = now + declared + 2, .straggle = false});
   } else {
     pending_.push_back({.pid = inj.pid, .until = now + StraggleSeconds(), .straggle = true});
   }
@@ -820,6 +876,16 @@ Json ChaosRun::Audit(double wall_s) const {
   for (const std::string& seg : LeftoverSegments(supervisors_)) {
     leaked.push_back("shared memory /dev/shm/" + seg);
   }
+  for (const std::string& port : ListenedPorts(dir_, invocations_)) leaked.push_back(port);
+  double kv_leaked = 0;
+  for (const Json& m : ReadJsonLines(dir_ / "metrics.jsonl")) {
+    kv_leaked = std::max(kv_leaked, m.value("manager/kv_blocks_leaked", 0.0));
+  }
+  if (kv_leaked > 0) {
+    leaked.push_back(
+        "KV blocks: a rollout held " + std::to_string(static_cast<int64_t>(kv_leaked)) +
+        " with no sample running (manager/kv_blocks_leaked; the manager's log names it)");
+  }
   r["leaked"] = leaked;
 
   // Demarcation and recovery: each injection against faults.jsonl and the steps after it.
@@ -830,16 +896,29 @@ Json ChaosRun::Audit(double wall_s) const {
   std::map<std::string, std::vector<double>> detection_by_kind, recovery_by_kind,
       first_step_by_kind;
   int64_t undemarcated = 0;
+  // Every role runs on this machine: each record must name it.
+  const std::string host = Hostname();
+  std::vector<bool> explained(faults.size(), false);
   for (const Injection& inj : injections_) {
     Injection out = inj;
     const std::string want = expected_kind[inj.how];
     // A straggler is found while it straggles; the rest within two minutes (a resume included).
     const double window_s = inj.how == "straggle" ? StraggleSeconds() : 120;
-    for (const Json& f : faults) {
+    for (size_t k = 0; k < faults.size(); ++k) {
+      const Json& f = faults[k];
       const double detected = f.value("detected_unix_s", 0.0);
-      if (f.value("kind", "") != want || f.value("role", "") != inj.target ||
-          detected < inj.at - 1 || detected > inj.at + window_s) {
+      if (explained[k] || f.value("kind", "") != want || f.value("role", "") != inj.target ||
+          f.value("host", "") != host || detected < inj.at - 1 || detected > inj.at + window_s) {
         continue;
+      }
+      explained[k] = true;
+      // The same fault seen again while it lasts (a slowed rollout that looked fine for a moment
+      // and slow again): its records are this injection's too.
+      for (size_t j = k + 1; inj.how == "straggle" && j < faults.size(); ++j) {
+        const double again = faults[j].value("detected_unix_s", 0.0);
+        explained[j] = explained[j] || (faults[j].value("kind", "") == want &&
+                                        faults[j].value("role", "") == inj.target &&
+                                        again >= detected && again <= inj.at + window_s);
       }
       out.demarcated = true;
       out.detected = detected;
@@ -867,6 +946,7 @@ Json ChaosRun::Audit(double wall_s) const {
                    {"kind", inj.kind},
                    {"how", inj.how},
                    {"target", inj.target},
+                   {"host", out.demarcated ? host : ""},
                    {"pid", inj.pid},
                    {"resumed", inj.resumed},
                    {"demarcated", out.demarcated},
@@ -876,6 +956,17 @@ Json ChaosRun::Audit(double wall_s) const {
   }
   r["injections"] = per;
   r["undemarcated"] = undemarcated;
+  // Records no injection explains: a fault seen where none was made, or named wrongly.
+  Json unexplained = Json::array();
+  for (size_t k = 0; k < faults.size(); ++k) {
+    if (explained[k]) continue;
+    const Json& f = faults[k];
+    unexplained.push_back(
+        f.value("kind", "?") + " " + f.value("role", "?") + "@" + f.value("host", "?") + " at +" +
+        std::to_string(static_cast<int>(f.value("detected_unix_s", 0.0) - start_)) +
+        " s: " + f.value("detail", ""));
+  }
+  r["unexplained"] = unexplained;
   auto summary = [](const std::map<std::string, std::vector<double>>& by_kind) {
     Json out = Json::object();
     for (const auto& [kind, times] : by_kind) {
@@ -909,7 +1000,7 @@ Json ChaosRun::Audit(double wall_s) const {
   r["notes"] = notes_;
   r["invocations"] = invocations_;
   const bool clean = r["lost"] == 0 && r["duplicated"] == 0 && leaked.empty() && regressions == 0 &&
-                     undemarcated == 0 && r["unaccounted_extra"] == 0;
+                     undemarcated == 0 && unexplained.empty() && r["unaccounted_extra"] == 0;
   r["clean"] = clean;
   return r;
 }
@@ -949,6 +1040,22 @@ void PrintReport(const Json& r, const fs::path& path) {
                static_cast<long long>(r["duplicated"].get<int64_t>()),
                static_cast<long long>(r["version_regressions"].get<int64_t>()), r["leaked"].size(),
                r["ettr"].get<double>());
+  // Each fault with where its record placed it.
+  for (const Json& i : r["injections"]) {
+    auto value = [&](const char* field) {
+      return i[field].is_number() ? std::to_string(i[field].get<double>()).substr(0, 5) + "s"
+                                  : std::string("-");
+    };
+    std::fprintf(stderr, "  %s %s: %s, detected %s, recovered %s\n",
+                 i["how"].get<std::string>().c_str(), i["target"].get<std::string>().c_str(),
+                 i["demarcated"].get<bool>()
+                     ? ("recorded on " + i["host"].get<std::string>()).c_str()
+                     : "NOT recorded",
+                 value("detection_s").c_str(), value("recovery_s").c_str());
+  }
+  for (const Json& u : r["unexplained"]) {
+    std::fprintf(stderr, "  unexplained record: %s\n", u.get<std::string>().c_str());
+  }
   for (const Json& l : r["leaked"])
     std::fprintf(stderr, "  leaked: %s\n", l.get<std::string>().c_str());
   for (const Json& n : r["notes"])
@@ -1034,9 +1141,9 @@ std::function<int()> SetupChaos(CLI::App* app) {
   app->add_option("overrides", a->overrides, "dotted overrides, e.g. actor.save_every=2");
   app->add_option("--kill", a->kill,
                   "what to hit, comma-separated: rollout (killed or hung), straggler (a rollout "
-                  "holding work slowed down), reward (a worker killed), relay (killed; restarted "
-                  "in place), manager, actor (killed; the run is resumed), disk (the checkpoints' "
-                  "disk full until a save fails; needs root)")
+                  "holding work slowed down), reward (a worker killed), relay (killed or hung; "
+                  "restarted in place), manager, actor (killed or hung; the run is resumed), disk "
+                  "(the checkpoints' disk full until a save fails; needs root)")
       ->capture_default_str();
   app->add_option("--every", a->every, "mean time between faults (20s, 1m, ...)")
       ->capture_default_str();

@@ -320,12 +320,14 @@ int RunJob(const RunArgs& a) {
 
   Console console(metrics_path, metrics_offset, folder->effective.GetString("actor.progress_file"));
   auto say = [&console](const std::string& line) { console.SayLine(line); };
-  const launch::WatchResult end =
-      launch::WatchRun(*roles, stop_signals,
-                       {.max_restarts = a.max_restarts,
-                        .tick = [&console] { console.Update(); },
-                        .say = say,
-                        .faults = FaultLog(folder->effective.GetString("run.faults"))});
+  const launch::WatchResult end = launch::WatchRun(
+      *roles, stop_signals,
+      {.max_restarts = a.max_restarts,
+       // The manager, master relay and actor get twice a rollout's time.
+       .hang_timeout_s = 2 * folder->effective.GetFloat("rollout.heartbeat_timeout_s"),
+       .tick = [&console] { console.Update(); },
+       .say = say,
+       .faults = FaultLog(folder->effective.GetString("run.faults"))});
   if (end.end == launch::RunEnd::kActorExited) console.Finish();
   // Without its manager the actor cannot save (a checkpoint holds the manager's snapshot): it
   // gets a moment, not the ten minutes a save may take; the run resumes from its last checkpoint.

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <utility>
+
+#include "launch/liveness.h"
 
 namespace laminar::launch {
 
@@ -28,6 +31,7 @@ std::string LogTail(const fs::path& path, int n) {
 namespace {
 
 Status SpawnRole(SupervisedRole* role) {
+  role->started_unix_s = FaultClockNow();
   LAMINAR_ASSIGN_OR_RETURN(
       role->process,
       Process::Spawn(role->argv, Process::SpawnOptions{.stderr_path = role->log.string(),
@@ -108,16 +112,59 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
 namespace {
 
 // Records the death of `role`, which exited with `code` (Process::Wait's); `recovered_unix_s`
-// NaN when it was not brought back.
+// NaN when it was not brought back. A role the supervisor killed as hung had its hang recorded
+// then: this records it again with its recovery (ReadFaults keeps the later record).
 void RecordCrash(const WatchOptions& options, const SupervisedRole& role, int code,
                  double detected_unix_s, double recovered_unix_s) {
-  Fault f{.kind = FaultKind::kCrash,
+  const bool hung = role.hung_unix_s > 0;
+  if (hung && !std::isfinite(recovered_unix_s)) return;  // recorded when it was declared hung
+  Fault f{.kind = hung ? FaultKind::kHang : FaultKind::kCrash,
           .role = role.name,
-          .detail = ExitCodeDetail(code),
+          .detail = hung ? "gave no sign of life; killed" : ExitCodeDetail(code),
           .seen_by = "supervisor",
-          .detected_unix_s = detected_unix_s,
+          .detected_unix_s = hung ? role.hung_unix_s : detected_unix_s,
           .recovered_unix_s = recovered_unix_s};
   if (Status st = options.faults.Record(f); !st.ok()) options.say("[run] " + st.ToString());
+}
+
+// Declares `role` hung: records it (not recovered yet) and kills it.
+void DeclareHung(const WatchOptions& options, SupervisedRole& role, const std::string& detail) {
+  if (role.hung_unix_s > 0 || !role.process.Running()) return;
+  role.hung_unix_s = FaultClockNow();
+  options.say("[run] " + role.name + " " + detail + ": hung; killing it");
+  Fault f{.kind = FaultKind::kHang,
+          .role = role.name,
+          .detail = detail,
+          .seen_by = "supervisor",
+          .detected_unix_s = role.hung_unix_s};
+  if (Status st = options.faults.Record(f); !st.ok()) options.say("[run] " + st.ToString());
+  role.process.Signal(SIGKILL);
+}
+
+// Declares hung the manager or master relay silent past the hang timeout (counted from its last
+// answer, or from its start when it answered none since) and the actor stopped that long.
+void CheckSignsOfLife(RunRoles& roles, const WatchOptions& options, const RoleProbe& probe,
+                      double* actor_stopped_since) {
+  const double now = FaultClockNow(), limit = options.hang_timeout_s;
+  auto silent = [&](SupervisedRole& role, RoleProbe::Role which) {
+    const double since = std::max(probe.LastAnswer(which), role.started_unix_s);
+    if (role.process.Running() && now - since > limit) {
+      char detail[96];
+      std::snprintf(detail, sizeof(detail), "answered no ping for %.1f s", now - since);
+      DeclareHung(options, role, detail);
+    }
+  };
+  silent(roles.manager, RoleProbe::kManager);
+  silent(roles.relay, RoleProbe::kRelay);
+  if (!roles.actor.process.Running() || !ProcessStopped(roles.actor.process.pid())) {
+    *actor_stopped_since = 0;
+  } else if (*actor_stopped_since == 0) {
+    *actor_stopped_since = now;
+  } else if (now - *actor_stopped_since > limit) {
+    char detail[96];
+    std::snprintf(detail, sizeof(detail), "was stopped for %.1f s", now - *actor_stopped_since);
+    DeclareHung(options, roles.actor, detail);
+  }
 }
 
 // Keeps `r` up: when its process has exited, records the crash and starts it again (up to
@@ -149,6 +196,7 @@ bool KeepRoleUp(
     return false;  // its Process is not running: the next round counts another restart
   }
   RecordCrash(options, r, exit_code, detected, FaultClockNow());
+  r.hung_unix_s = 0;
   return true;
 }
 
@@ -173,10 +221,14 @@ bool KeepRelayUp(RunRoles& roles, const WatchOptions& options, int start_timeout
 
 WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchOptions& options) {
   constexpr int kStartTimeoutMs = 120000;
+  std::optional<RoleProbe> probe;
+  if (options.hang_timeout_s > 0) probe.emplace(roles.manager_endpoint, roles.relay_endpoint);
+  double actor_stopped_since = 0;
   while (true) {
     const timespec wait = {.tv_sec = 0, .tv_nsec = 200'000'000};
     if (sigtimedwait(&stop_signals, nullptr, &wait) > 0) return {RunEnd::kInterrupted, 130};
     options.tick();
+    if (probe) CheckSignsOfLife(roles, options, *probe, &actor_stopped_since);
     if (!roles.actor.process.Running()) {
       const double detected = FaultClockNow();
       auto code = roles.actor.process.Wait(1000);

@@ -31,7 +31,9 @@ struct SupervisedRole {
   std::filesystem::path log;
   Process process;
   int restarts = 0;
-  bool gone = false;  // past its restarts
+  bool gone = false;          // past its restarts
+  double started_unix_s = 0;  // when its process was spawned (FaultClockNow)
+  double hung_unix_s = 0;     // > 0: the supervisor declared it hung then and killed it
 };
 
 // The last `n` lines of `path`, each on a new indented line, for error messages.
@@ -84,9 +86,13 @@ struct WatchResult {
 // How WatchRun watches: `tick` is called every round, each event is told to `say` as one line,
 // each dead rollout and the master relay are restarted up to `max_restarts` times each, and each
 // death is recorded in `faults` (a crash naming the role, host and exit code or signal; recovered
-// when the restarted role is ready again).
+// when the restarted role is ready again). With hang_timeout_s > 0 the manager and the master
+// relay that answer no ping for that long, and an actor stopped that long (launch/liveness.h), are
+// hung: recorded as a hang, killed, and then handled as a death (the relay restarted in place,
+// whose hang recovers when it is ready again; the run ended for the manager and the actor).
 struct WatchOptions {
   int max_restarts = 5;
+  double hang_timeout_s = 0;
   std::function<void()> tick = [] {};
   std::function<void(const std::string&)> say = [](const std::string&) {};
   FaultLog faults;

@@ -295,6 +295,7 @@ Status Validate(const ManagerRequest& m) {
       return OkStatus();
     case ManagerRequest::kSnapshot:
     case ManagerRequest::kRestore:
+    case ManagerRequest::kPing:
       return OkStatus();
     case ManagerRequest::KIND_NOT_SET:
       break;

@@ -55,8 +55,9 @@ ManagerServer::ManagerServer(std::unique_ptr<ManagerState> state, ManagerServerO
     : options_(std::move(options)),
       start_(std::chrono::steady_clock::now()),
       state_(std::move(state)) {
-  for (const char* k : {"repack/rounds", "repack/requests_moved", "repack/kv_tokens_moved",
-                        "repack/sources_freed", "repack/overhead_s", "manager/orphans_reissued"}) {
+  for (const char* k :
+       {"repack/rounds", "repack/requests_moved", "repack/kv_tokens_moved", "repack/sources_freed",
+        "repack/overhead_s", "manager/orphans_reissued", "manager/kv_blocks_leaked"}) {
     totals_[k] = 0;
   }
 }
@@ -381,6 +382,8 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
       if (!st.ok()) reply.set_error("restore: " + std::string(st.message()));
       break;
     }
+    case proto::ManagerRequest::kPing:
+      break;
     case proto::ManagerRequest::KIND_NOT_SET:
       reply.set_error("no request kind set");
       break;
@@ -461,6 +464,15 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
     window_.counter_growth[name] += growth;
   }
   block_size_[hb.id()] = hb.kv_block_size();
+  // Between engine steps, KV blocks held while no sample runs or waits belong to no one: a leak
+  // in the engine's accounting (cached prefixes count as free). The worst seen, with a warning
+  // each time it grows.
+  if (hb.running() == 0 && hb.waiting() == 0 && hb.kv_blocks_used() > 0 &&
+      static_cast<double>(hb.kv_blocks_used()) > totals_["manager/kv_blocks_leaked"]) {
+    totals_["manager/kv_blocks_leaked"] = static_cast<double>(hb.kv_blocks_used());
+    LAMINAR_LOG(WARN, MANAGER) << hb.id() << " holds " << hb.kv_blocks_used()
+                               << " KV blocks with no sample running or waiting: leaked";
+  }
   if (hb.kv_blocks_capacity() > 0) {
     const double util =
         static_cast<double>(hb.kv_blocks_used()) / static_cast<double>(hb.kv_blocks_capacity());

@@ -23,10 +23,13 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 Status RolloutWorker::MaybeUpdateWeights() {
   const auto start = Clock::now();
   const int64_t held = engine_ ? engine_->weight_version() : -1;
-  // Whether there is anything newer first (one control request, every turn of an idle loop);
-  // the transfer itself, which takes seconds for a large model, runs with the heartbeats going,
-  // and so does building the model from it.
-  const StatusOr<int64_t> latest = relay_->LatestVersion();
+  // Whether there is anything newer first (one control request, every turn of an idle loop, which
+  // waits up to its timeout for a relay that does not answer); the transfer itself, which takes
+  // seconds for a large model, and building the model from it: all with the heartbeats going.
+  const StatusOr<int64_t> latest = [&] {
+    const BusyHeartbeats::Scope busy = BusyScope();
+    return relay_->LatestVersion();
+  }();
   if (latest.ok() && *latest <= held) {
     relay_unreachable_since_.reset();
     return OkStatus();

@@ -19,6 +19,7 @@
 
 #include "actor/console.h"
 #include "actor/tensorboard.h"
+#include "core/fault_log.h"
 #include "core/host.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
@@ -307,6 +308,55 @@ TEST(RunCliTest, AKilledRelayIsRestartedInPlaceAndTrainingGoesOn) {
   EXPECT_EQ(FindProcess({recipe}), -1);
 }
 
+// A role that is there but gives no sign of life is hung: `laminar run` records it and kills it
+// after twice the heartbeat timeout. The master relay stopped (SIGSTOP) answers no ping and is
+// restarted in place, its hang recovered; the actor stopped ends the run, to be resumed. Neither
+// is recorded as a crash as well.
+TEST(RunCliTest, HungRolesAreDeclaredHungKilledAndRecorded) {
+  const fs::path dir = TempDir("run_roles_hung");
+  const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel());
+  const fs::path out = dir / "out";
+  auto run = SpawnRun(recipe, out, dir / "run.err");
+  ASSERT_TRUE(run.ok()) << run.status();
+  const fs::path metrics = out / "metrics.jsonl";
+  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= 2; }, 60000)) << Slurp(dir / "run.err");
+  const pid_t relay =
+      FindProcess({"relay", "--id master", "laminar-run-" + std::to_string(run->pid()) + " "});
+  ASSERT_GT(relay, 0);
+  kill(relay, SIGSTOP);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string err = Slurp(dir / "run.err");
+        return err.find("relay answered no ping for") != std::string::npos &&
+               err.find("relay killed by SIGKILL; restarting it") != std::string::npos;
+      },
+      30000))
+      << Slurp(dir / "run.err");
+  const size_t before = Lines(metrics).size();
+  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= before + 2; }, 60000))
+      << Slurp(dir / "run.err");
+  const pid_t actor = FindProcess({" actor --recipe", recipe});  // every role has actor.* args
+  ASSERT_GT(actor, 0);
+  kill(actor, SIGSTOP);
+  auto code = run->Wait(60000);
+  ASSERT_TRUE(code.ok()) << code.status() << Slurp(dir / "run.err");
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(Slurp(dir / "run.err").find("actor was stopped for"), std::string::npos)
+      << Slurp(dir / "run.err");
+  std::map<std::string, nlohmann::json> hangs;
+  for (const nlohmann::json& f : ReadFaults((out / "faults.jsonl").string())) {
+    EXPECT_FALSE(f["kind"] == "crash" && (f["role"] == "relay" || f["role"] == "actor")) << f;
+    if (f["kind"] == "hang") hangs[f["role"].get<std::string>()] = f;
+  }
+  ASSERT_TRUE(hangs.contains("relay") && hangs.contains("actor")) << Slurp(out / "faults.jsonl");
+  EXPECT_EQ(hangs["relay"]["seen_by"], "supervisor");
+  EXPECT_EQ(hangs["relay"]["host"], Hostname());
+  ASSERT_TRUE(hangs["relay"]["recovery_s"].is_number()) << hangs["relay"];
+  EXPECT_GT(hangs["relay"]["recovery_s"].get<double>(), 0);
+  EXPECT_TRUE(hangs["actor"]["recovered_unix_s"].is_null()) << hangs["actor"];  // a resume's
+  EXPECT_EQ(FindProcess({recipe}), -1);
+}
+
 // A supervisor killed outright (SIGKILL: no chance to stop its children) does not leave the
 // roles running: each gets SIGTERM from the kernel and stops as on Ctrl-C, the actor with a
 // checkpoint.
@@ -339,35 +389,43 @@ bool MayMount() {
   return false;
 }
 
-// The CI-sized chaos run: every kind of fault at random (seed 1) for 40 s of a real run, whose
-// relay is restarted in place and which is resumed after each killed manager or actor; its
-// checkpoints' disk fills now and then. The checkpoints are on the folder underneath afterwards.
-// The audit finds nothing lost, trained twice or leaked, every fault demarcated to its role, and
-// the recovery times.
+// The CI-sized chaos run: every kind of fault at random (seed 1) for about two minutes of a real
+// run: rollouts killed, hung and slowed, reward workers killed, the relay killed or hung (restarted
+// in place), the manager and actor killed or hung (the run resumed each time), the checkpoints'
+// disk full now and then. The checkpoints are on the folder underneath afterwards. The audit finds
+// nothing lost, trained twice or leaked, every fault demarcated to its role and host, no record
+// without a fault, and the recovery times.
 TEST(ChaosCliTest, RandomFaultsLoseNothingLeakNothingAndAreDemarcated) {
   const fs::path dir = TempDir("chaos");
   const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel(), /*python_reward=*/true);
   const fs::path out = dir / "out";
   // A full disk needs a mount namespace of chaos's own: CAP_SYS_ADMIN (CI runs as root).
   const std::string kinds =
-      std::string("rollout,reward,relay,manager,actor") + (MayMount() ? ",disk" : "");
-  auto r = RunLaminar("chaos " + recipe + " rollout.heartbeat_timeout_s=2 --kill " + kinds +
-                      " --every 4s --for 40s --seed 1 --run-dir " + out.string());
+      std::string("rollout,straggler,reward,relay,manager,actor") + (MayMount() ? ",disk" : "");
+  // Responses of up to 256 tokens keep groups on a rollout long enough for a slowed one to show.
+  auto r = RunLaminar("chaos " + recipe +
+                      " rollout.heartbeat_timeout_s=2 rollout.max_tokens=256 --kill " + kinds +
+                      " --every 5s --for 100s --seed 1 --run-dir " + out.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   auto text = ReadFileToString((out / "chaos_report.json").string());
   ASSERT_TRUE(text.ok()) << text.status() << r.err;
   const nlohmann::json report = nlohmann::json::parse(*text);
   EXPECT_TRUE(report["clean"].get<bool>()) << report.dump(2);
-  EXPECT_GE(report["injections"].size(), 5u) << report.dump(2);
+  EXPECT_GE(report["injections"].size(), 10u) << report.dump(2);
+  EXPECT_TRUE(report["unexplained"].empty()) << report.dump(2);
   EXPECT_EQ(report["lost"], 0);
   EXPECT_EQ(report["duplicated"], 0);
   EXPECT_EQ(report["version_regressions"], 0);
   EXPECT_TRUE(report["leaked"].empty()) << report.dump(2);
   EXPECT_GT(report["steps"].get<int64_t>(), 0);
   EXPECT_GT(report["ettr"].get<double>(), 0);
+  std::set<std::string> kinds_hit;
   for (const auto& inj : report["injections"]) {
     EXPECT_TRUE(inj["demarcated"].get<bool>()) << inj.dump();
+    EXPECT_EQ(inj["host"], Hostname()) << inj.dump();
+    kinds_hit.insert(inj["how"].get<std::string>() + " " + inj["kind"].get<std::string>());
   }
+  EXPECT_TRUE(kinds_hit.contains("straggle straggler")) << report.dump(2);
   EXPECT_NE(r.err.find("[chaos] clean"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(out / "checkpoints" / "latest"));
 }
@@ -415,7 +473,7 @@ AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>
       if (run->Running() && lines() < static_cast<size_t>(max_steps)) {
         // Each kind in turn, from a seeded start.
         const size_t how = (seed + audit.interrupts.size()) % 3;
-        const pid_t actor = FindProcess({"actor", "--recipe", recipe});
+        const pid_t actor = FindProcess({" actor --recipe", recipe});
         if (how == 0 && actor > 0) {
           kill(actor, SIGKILL);
           audit.interrupts.push_back("actor killed after " + std::to_string(lines()) + " steps");
@@ -433,7 +491,7 @@ AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>
     EXPECT_TRUE(code.ok()) << code.status();
     if (code.ok() && *code == 0) break;
     // Roles of a killed `laminar run` stop on their own (they watch it); wait for the actor.
-    WaitFor([&] { return FindProcess({"actor", "--recipe", recipe}) < 0; }, 30000);
+    WaitFor([&] { return FindProcess({" actor --recipe", recipe}) < 0; }, 30000);
   }
   int64_t previous = 0;
   for (const auto& t : Lines(out / "trajectories.jsonl")) {
