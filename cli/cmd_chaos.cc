@@ -1098,10 +1098,13 @@ int RunChaos(const ChaosArgs& a) {
   const fs::path dir = !a.run_dir.empty()
                            ? fs::path(a.run_dir)
                            : fs::path("runs") / ("chaos-" + fs::path(a.recipe).stem().string());
-  if (fs::exists(dir / "checkpoints" / "latest") || fs::exists(dir / "trajectories.jsonl")) {
-    return Fail(dir.string() +
-                " holds an earlier run: a chaos run starts afresh (choose another "
-                "--run-dir)");
+  // Anything an earlier run leaves (its audit would read it as this run's).
+  for (const char* left : {"checkpoints", "trajectories.jsonl", "metrics.jsonl", "faults.jsonl",
+                           "chaos_report.json", "logs"}) {
+    if (fs::exists(dir / left)) {
+      return Fail(dir.string() + " holds an earlier run (" + left +
+                  "): a chaos run starts afresh (choose another --run-dir)");
+    }
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -43,6 +43,7 @@ std::string FaultJson(const Fault& f) {
                       {"detail", f.detail},
                       {"seen_by", f.seen_by},
                       {"detected_unix_s", f.detected_unix_s}};
+  if (!f.supersedes.empty()) j["supersedes"] = f.supersedes;
   if (std::isfinite(f.recovered_unix_s)) {
     j["recovered_unix_s"] = f.recovered_unix_s;
     j["recovery_s"] = f.recovered_unix_s - f.detected_unix_s;
@@ -98,7 +99,15 @@ std::vector<nlohmann::json> ReadFaults(const std::string& path) {
     if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) continue;
     const auto key = std::make_tuple(j["kind"].get<std::string>(), j.value("role", std::string()),
                                      j.value("detected_unix_s", 0.0));
-    if (auto it = index.find(key); it != index.end()) {
+    const std::string supersedes = j.value("supersedes", std::string());
+    if (auto old = index.find(std::make_tuple(supersedes, std::get<1>(key), std::get<2>(key)));
+        !supersedes.empty() && old != index.end()) {
+      // The earlier record, reclassified: this one takes its place.
+      const size_t at = old->second;
+      index.erase(old);
+      index[key] = at;
+      faults[at] = std::move(j);
+    } else if (auto it = index.find(key); it != index.end()) {
       faults[it->second] = std::move(j);
     } else {
       index.emplace(key, faults.size());

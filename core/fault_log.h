@@ -40,6 +40,10 @@ struct Fault {
   std::string seen_by{};  // the role that detected it: "supervisor", "manager", "actor"
   double detected_unix_s = 0;
   double recovered_unix_s = NAN;  // NaN: not recovered (the run went on without the role, or ended)
+  // Non-empty: this record reclassifies the fault recorded earlier as this kind ("hang") with the
+  // same role and detection time (a rollout declared hung turned out alive behind a lost link);
+  // ReadFaults keeps this record in its place.
+  std::string supersedes{};
 };
 
 // The fault as one JSON object (no newline): kind, role, host, rank, detail, seen_by,
@@ -76,7 +80,8 @@ FaultLog FaultLogFromEnvironment();
 double FaultClockNow();
 
 // The faults of a faults.jsonl, one object per fault in the order each was first recorded: of the
-// records that share kind, role and detected_unix_s, the last (a recovery after its detection).
+// records that share kind, role and detected_unix_s, the last (a recovery after its detection);
+// a record that `supersedes` another kind with its role and detection time replaces that one.
 // Lines that are not fault records are skipped; a missing file has none.
 std::vector<nlohmann::json> ReadFaults(const std::string& path);
 

@@ -192,6 +192,9 @@ Status Validate(const Heartbeat& m) {
     return Bad("kv_blocks_used " + std::to_string(m.kv_blocks_used()) + " outside [0, capacity " +
                std::to_string(m.kv_blocks_capacity()) + "]");
   }
+  if (m.unanswered() < 0 || !(m.unanswered_s() >= 0) || !std::isfinite(m.unanswered_s())) {
+    return Bad("unanswered is negative, or unanswered_s negative or not finite");
+  }
   return OkStatus();
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <set>
 #include <utility>
 
@@ -124,6 +125,7 @@ void ManagerServer::ExpireDead(double now) {
     EndStraggler(id);
     // Detected now; recovered at once: its groups went back to the pool for the others.
     const double t = FaultClockNow();
+    declared_hung_[id] = t;
     RecordFault({.kind = FaultKind::kHang,
                  .role = id,
                  .host = HostOf(id),
@@ -451,6 +453,27 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
   }
   running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
   if (!hb.host().empty()) hosts_[hb.id()] = hb.host();
+  if (auto hung = declared_hung_.find(hb.id()); hung != declared_hung_.end()) {
+    // Back after it was declared hung. A stopped or stuck process sent nothing meanwhile; one
+    // whose requests went unanswered for longer than the timeout was running all along, and what
+    // failed was the link between it and this manager.
+    if (hb.unanswered() >= 2 && hb.unanswered_s() >= options_.heartbeat_timeout_s) {
+      char detail[160];
+      std::snprintf(detail, sizeof(detail),
+                    "alive, but %d of its requests over %.1f s got no answer: the link failed, "
+                    "not the process",
+                    hb.unanswered(), hb.unanswered_s());
+      LAMINAR_LOG(WARN, MANAGER) << hb.id() << " is back: " << detail;
+      RecordFault({.kind = FaultKind::kLostLink,
+                   .role = hb.id(),
+                   .host = HostOf(hb.id()),
+                   .detail = detail,
+                   .detected_unix_s = hung->second,
+                   .recovered_unix_s = FaultClockNow(),
+                   .supersedes = "hang"});
+    }
+    declared_hung_.erase(hung);
+  }
   ReissueOrphans(hb);
   // A heartbeat sent during one long call of the rollout is a sign of life only: its rate is
   // measured over whole calls, between its other heartbeats, and it carries no counters.

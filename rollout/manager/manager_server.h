@@ -132,6 +132,9 @@ class ManagerServer {
   std::map<std::string, double> totals_ LAMINAR_GUARDED_BY(mu_);
   // Each rollout's host (from its heartbeats) and generation rate, for fault records.
   std::map<std::string, std::string> hosts_ LAMINAR_GUARDED_BY(mu_);
+  // Rollouts declared hung, by when: one that comes back having sent requests that got no answer
+  // was behind a lost link, and its record is reclassified.
+  std::map<std::string, double> declared_hung_ LAMINAR_GUARDED_BY(mu_);
   struct GenerationRate {
     // rollout/tokens_forwarded and relay/pull_wait_s at the last interval's end, and when it was
     double last_tokens = -1, last_pull_s = 0, last_s = 0;

@@ -122,11 +122,18 @@ RolloutWorkerStats RolloutWorker::stats() const {
 StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request) {
   request.mutable_header()->set_sender(options_.id);
   request.mutable_header()->set_seq(++seq_);
+  if (unanswered_ > 0 && request.has_heartbeat()) {
+    request.mutable_heartbeat()->set_unanswered(unanswered_);
+    request.mutable_heartbeat()->set_unanswered_s(
+        std::chrono::duration<double>(Clock::now() - last_manager_ok_).count());
+  }
   auto bytes = manager_->Call(proto::Encode(request), options_.request_timeout_ms,
                               options_.request_attempts);
   if (!bytes.ok()) {
+    ++unanswered_;
     return bytes.status();
   }
+  unanswered_ = 0;
   last_manager_ok_ = Clock::now();
   LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply,
                            proto::Decode<proto::ManagerReply>(*bytes, "manager"));

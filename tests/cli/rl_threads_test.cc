@@ -343,9 +343,12 @@ class ScriptedRollout {
   // `tokens` forwarded so far and `pull_wait_s` spent pulling versions (< 0: no such counter).
   // `busy`: one sent during a long call (no counters then).
   void Heartbeat(int64_t version, const std::vector<std::string>& running, double tokens = -1,
-                 const std::string& host = "", double pull_wait_s = -1, bool busy = false) {
+                 const std::string& host = "", double pull_wait_s = -1, bool busy = false,
+                 int unanswered = 0, double unanswered_s = 0) {
     proto::ManagerRequest req;
     proto::Heartbeat* h = req.mutable_heartbeat();
+    h->set_unanswered(unanswered);
+    h->set_unanswered_s(unanswered_s);
     h->set_role("rollout");
     h->set_id(id_);
     h->set_version(version);
@@ -668,6 +671,38 @@ TEST(ManagerServerTest, BusyHeartbeatsKeepARolloutInALongCallAlive) {
   EXPECT_TRUE(by_kind["hang"].empty()) << by_kind["hang"].size() << " hang records";
   EXPECT_TRUE(by_kind["straggler"].empty()) << by_kind["straggler"].size() << " straggler records";
   EXPECT_EQ(m.at("manager/orphans_reissued"), 0);
+}
+
+// A rollout declared hung that comes back having sent requests no one answered was alive behind a
+// lost link: its hang record is reclassified as lost_link, recovered when it came back. One that
+// comes back having sent nothing (stopped, stuck) stays a hang.
+TEST(ManagerServerTest, ALostLinkIsToldFromAHang) {
+  auto t = StartWithThreeHeldGroups(1.0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ScriptedRollout &a = *t->a, &b = *t->b, &c = *t->c;
+  a.Heartbeat(0, {t->group_a.prompt_id()}, -1, "host-a");
+  b.Heartbeat(0, {t->group_b.prompt_id()}, -1, "host-b");
+  c.Heartbeat(0, {t->group_c.prompt_id()}, -1, "host-c");
+  // b and c fall silent; a, still beating, finds them dead past the timeout.
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    a.Heartbeat(0, {t->group_a.prompt_id()}, -1, "host-a");
+  }
+  b.Heartbeat(0, {}, -1, "host-b", -1, false, /*unanswered=*/6, /*unanswered_s=*/2.4);
+  c.Heartbeat(0, {}, -1, "host-c");
+  t->server->Stop();
+  auto by_kind = FaultsByKind(t->faults);
+  ASSERT_EQ(by_kind["lost_link"].size(), 1u);
+  const nlohmann::json& lost = by_kind["lost_link"][0];
+  EXPECT_EQ(lost["role"], "rollout/b");
+  EXPECT_EQ(lost["host"], "host-b");
+  EXPECT_EQ(lost["supersedes"], "hang");
+  EXPECT_GT(lost["recovery_s"].get<double>(), 0);
+  EXPECT_NE(lost["detail"].get<std::string>().find("6 of its requests over 2.4 s"),
+            std::string::npos)
+      << lost;
+  ASSERT_EQ(by_kind["hang"].size(), 1u);  // b's hang record was replaced; c's stays
+  EXPECT_EQ(by_kind["hang"][0]["role"], "rollout/c");
 }
 
 // actor.max_staleness: a group generated a version back, taken when the limit is 0, is dropped

@@ -2,7 +2,10 @@
 // policy, supervised (a killed rollout is started again), stopped with Ctrl-C (a checkpoint is
 // saved) and continued with --resume; the exported policy loads in `laminar generate`.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -23,6 +26,9 @@
 #include "core/host.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
+#include "core/zmq_transport.h"
+#include "proto/codec.h"
+#include "proto/control.pb.h"
 #include "tests/cli/cli_util.h"
 #include "tests/test_util.h"
 
@@ -439,13 +445,76 @@ struct AuditedRun {
   std::vector<std::string> interrupts;
 };
 
-// `laminar run RECIPE OVERRIDES --run-dir OUT` to the end, interrupted `max_interrupts` times at
-// seeded random points, each time continued with --resume (once a checkpoint exists): after a
-// random number of steps plus a random fraction of one, the actor is SIGKILLed (mid-step or
-// mid-checkpoint-write; checkpoints are saved every step), the run gets Ctrl-C (the actor saves
-// and stops), or `laminar run` itself is SIGKILLed (every role dies with it).
+// SIGKILLs `pid` the moment an entry named `prefix`* (but not *-delete) appears in `dir`
+// (inotify), or after `timeout_ms`; returns the entry's name, empty when none appeared.
+std::string KillWhenCreated(const fs::path& dir, const std::string& prefix, pid_t pid,
+                            int timeout_ms) {
+  fs::create_directories(dir);
+  const int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) return "";
+  std::string name;
+  if (inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO) >= 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    alignas(inotify_event) char buf[4096];
+    while (name.empty() && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      for (ssize_t at = 0; at < n;) {
+        const auto* e = reinterpret_cast<const inotify_event*>(buf + at);
+        // "-delete": an old checkpoint on its way out, not a write.
+        if (e->len > 0 && std::string_view(e->name).starts_with(prefix) &&
+            !std::string_view(e->name).ends_with("-delete")) {
+          kill(pid, SIGKILL);
+          name = e->name;
+          break;
+        }
+        at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+      }
+    }
+  }
+  close(fd);
+  return name;
+}
+
+// The rows of `rows` whose groups the manager of the run logging to `run_err` has handed to a
+// rollout now (its ledger, asked over its control socket), or none when it does not answer.
+std::set<int64_t> RowsInFlight(const fs::path& run_err, const std::set<int64_t>& rows) {
+  const std::string text = Slurp(run_err);
+  const std::string marker = " rollouts, manager ";
+  const size_t at = text.rfind(marker);  // the current attempt's
+  if (at == std::string::npos) return {};
+  const size_t begin = at + marker.size();
+  ZmqRequestClient manager(text.substr(begin, text.find(',', begin) - begin));
+  proto::ManagerRequest req;
+  req.mutable_header()->set_sender("test");
+  req.mutable_snapshot();
+  auto bytes = manager.Call(proto::Encode(req), 2000);
+  if (!bytes.ok()) return {};
+  auto reply = proto::Decode<proto::ManagerReply>(*bytes, "manager");
+  if (!reply.ok()) return {};
+  const nlohmann::json ledger = nlohmann::json::parse(reply->snapshot_json(), nullptr, false);
+  std::set<int64_t> found;
+  if (!ledger.is_object()) return found;
+  for (const nlohmann::json& g : ledger.value("in_flight", nlohmann::json::array())) {
+    const int64_t row = g.value("row", int64_t{-1});
+    if (rows.contains(row) && !g.value("rollout", std::string()).empty()) found.insert(row);
+  }
+  return found;
+}
+
+// `laminar run RECIPE OVERRIDES --run-dir OUT` to the end, interrupted `max_interrupts` times, each
+// time continued with --resume (once a checkpoint exists). The interruption points are taken in
+// turn from a seeded start: the actor SIGKILLed while it writes a checkpoint (the moment its
+// temporary folder appears; checkpoints are saved every step); the run interrupted at an epoch
+// boundary (the first step of an epoch, every `steps_per_epoch`: Ctrl-C or `laminar run`
+// SIGKILLed in turn) or, with `long_tail_rows` instead, while a rollout generates the group of one
+// of those rows (the same signals in turn); and mid-step (a random number of steps plus a random
+// fraction of one, then the actor SIGKILLed, Ctrl-C, or `laminar run` SIGKILLed). Each interruption
+// is named with what it hit: a checkpoint write that finished before the signal is said so.
 AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>& overrides,
-                       const fs::path& out, int64_t max_steps, int max_interrupts, uint32_t seed) {
+                       const fs::path& out, int64_t max_steps, int max_interrupts, uint32_t seed,
+                       int64_t steps_per_epoch = 0, const std::set<int64_t>& long_tail_rows = {}) {
   AuditedRun audit;
   std::mt19937 rng(seed);
   for (int attempt = 0; attempt < max_interrupts + 4; ++attempt) {
@@ -457,33 +526,80 @@ AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>
     EXPECT_TRUE(run.ok()) << run.status();
     if (!run.ok()) return audit;
     const bool interrupt = static_cast<int>(audit.interrupts.size()) < max_interrupts;
-    if (interrupt) {
-      const auto lines = [&] { return Lines(out / "metrics.jsonl").size(); };
-      // One or two more steps than the attempt started with (so every attempt makes progress),
-      // then up to a step's time more: mid-step, mid-save or between steps.
-      const size_t at = std::min<size_t>(lines() + std::uniform_int_distribution<size_t>(1, 2)(rng),
-                                         static_cast<size_t>(max_steps - 1));
-      // Steps of the test model take tens of milliseconds: poll often.
+    const auto lines = [&] { return Lines(out / "metrics.jsonl").size(); };
+    // Steps of the test model take tens of milliseconds: poll often.
+    const auto wait_for_steps = [&](size_t at) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       while (lines() < at && run->Running() && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
+    };
+    const size_t turn = seed + audit.interrupts.size();
+    const size_t point = turn % 3;
+    if (interrupt && point == 0) {
+      // Mid-checkpoint-write: the actor is up once the run has taken a step.
+      wait_for_steps(lines() + 1);
+      const pid_t actor = FindProcess({" actor --recipe", recipe});
+      const std::string tmp =
+          actor > 0 ? KillWhenCreated(out / "checkpoints", ".tmp-step_", actor, 30000) : "";
+      if (!tmp.empty()) {
+        const bool mid = fs::exists(out / "checkpoints" / tmp);
+        audit.interrupts.push_back(
+            std::string("actor killed ") +
+            (mid ? "mid-checkpoint-write (left " + tmp + ")" : "as a checkpoint write finished") +
+            " after " + std::to_string(lines()) + " steps");
+      }
+    } else if (interrupt && point == 1 && !long_tail_rows.empty()) {
+      // While a long-tail group is being generated.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      std::set<int64_t> rows;
+      while (rows.empty() && run->Running() && std::chrono::steady_clock::now() < deadline) {
+        rows = RowsInFlight(out.parent_path() / "run.err", long_tail_rows);
+        if (rows.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (!rows.empty() && run->Running()) {
+        const bool ctrl_c = turn / 3 % 2 == 0;
+        run->Signal(ctrl_c ? SIGINT : SIGKILL);
+        std::string which;
+        for (int64_t row : rows) which += (which.empty() ? "" : ",") + std::to_string(row);
+        audit.interrupts.push_back(std::string(ctrl_c ? "Ctrl-C" : "laminar run killed") +
+                                   " with the long-tail group of row(s) " + which +
+                                   " in flight after " + std::to_string(lines()) + " steps");
+      }
+    } else if (interrupt && point == 1 && steps_per_epoch > 0) {
+      // At the epoch boundary ahead: the first step of the next epoch is written.
+      const size_t next = (lines() / steps_per_epoch + 1) * steps_per_epoch + 1;
+      if (next < static_cast<size_t>(max_steps)) {
+        wait_for_steps(next);
+        if (run->Running()) {
+          const bool ctrl_c = turn / 3 % 2 == 0;
+          run->Signal(ctrl_c ? SIGINT : SIGKILL);
+          audit.interrupts.push_back(std::string(ctrl_c ? "Ctrl-C" : "laminar run killed") +
+                                     " at the epoch boundary after " + std::to_string(lines()) +
+                                     " steps");
+        }
+      }
+    } else if (interrupt) {
+      // One or two more steps than the attempt started with (so every attempt makes progress),
+      // then up to a step's time more: mid-step, mid-save or between steps.
+      wait_for_steps(std::min<size_t>(lines() + std::uniform_int_distribution<size_t>(1, 2)(rng),
+                                      static_cast<size_t>(max_steps - 1)));
       std::this_thread::sleep_for(
           std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
       if (run->Running() && lines() < static_cast<size_t>(max_steps)) {
-        // Each kind in turn, from a seeded start.
-        const size_t how = (seed + audit.interrupts.size()) % 3;
+        const size_t how = turn / 3 % 3;
         const pid_t actor = FindProcess({" actor --recipe", recipe});
         if (how == 0 && actor > 0) {
           kill(actor, SIGKILL);
-          audit.interrupts.push_back("actor killed after " + std::to_string(lines()) + " steps");
+          audit.interrupts.push_back("actor killed mid-step after " + std::to_string(lines()) +
+                                     " steps");
         } else if (how == 1) {
           run->Signal(SIGINT);
-          audit.interrupts.push_back("Ctrl-C after " + std::to_string(lines()) + " steps");
+          audit.interrupts.push_back("Ctrl-C mid-step after " + std::to_string(lines()) + " steps");
         } else {
           run->Signal(SIGKILL);
-          audit.interrupts.push_back("laminar run killed after " + std::to_string(lines()) +
-                                     " steps");
+          audit.interrupts.push_back("laminar run killed mid-step after " +
+                                     std::to_string(lines()) + " steps");
         }
       }
     }
@@ -509,11 +625,12 @@ AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>
 std::string Bytes(const fs::path& p) { return Slurp(p); }
 
 // Sync mode with f32 trains the same prompts at every step and
-// ends with bit-identical weights however often and wherever the run is interrupted and resumed,
-// across epoch boundaries (8 prompts, 2 groups a step: an epoch ends every 4 steps).
+// ends with bit-identical weights however often and wherever the run is interrupted and resumed:
+// mid-step, mid-checkpoint-write and at an epoch boundary (8 prompts, 2 groups a step: an epoch
+// ends every 4 steps).
 TEST(ResumeAuditTest, SyncRunsInterruptedAnywhereEndWithTheUninterruptedWeights) {
   const std::string model = TinyModel();
-  constexpr int64_t kSteps = 8;
+  constexpr int64_t kSteps = 12, kStepsPerEpoch = 4;
   auto recipe_in = [&](const fs::path& dir) {
     StoriesRun run;
     run.num_prompts = 8;
@@ -532,11 +649,13 @@ TEST(ResumeAuditTest, SyncRunsInterruptedAnywhereEndWithTheUninterruptedWeights)
       ResumeAudit(recipe_in(a), overrides(a / "out"), a / "out", kSteps, 0, 0);
   const fs::path b = TempDir("audit_sync_interrupted");
   const AuditedRun resumed =
-      ResumeAudit(recipe_in(b), overrides(b / "out"), b / "out", kSteps, 3, 41);
+      ResumeAudit(recipe_in(b), overrides(b / "out"), b / "out", kSteps, 3, 41, kStepsPerEpoch);
   std::string how;
   for (const std::string& i : resumed.interrupts) how += i + "; ";
   std::cout << "interrupts: " << how << "\n";
-  EXPECT_GE(resumed.interrupts.size(), 1u);
+  EXPECT_EQ(resumed.interrupts.size(), 3u) << how;
+  EXPECT_NE(how.find("checkpoint"), std::string::npos) << how;
+  EXPECT_NE(how.find("at the epoch boundary"), std::string::npos) << how;
   std::vector<int64_t> want_steps(kSteps);
   std::iota(want_steps.begin(), want_steps.end(), 1);
   EXPECT_EQ(straight.steps, want_steps);
@@ -552,19 +671,30 @@ TEST(ResumeAuditTest, SyncRunsInterruptedAnywhereEndWithTheUninterruptedWeights)
 
 // async mode over one epoch: whatever the interrupts, every prompt is trained exactly once, as in
 // the uninterrupted run (the order within the epoch may differ: groups complete as they finish).
+// Every fourth row is a long tail (up to 256 tokens where the rest stop at 16), and one interrupt
+// comes while a rollout generates one.
 TEST(ResumeAuditTest, AsyncRunsInterruptedAnywhereConsumeEveryPromptOnce) {
   const std::string model = TinyModel();
   constexpr int64_t kSteps = 6;  // 12 prompts, 2 groups a step: one epoch
+  const std::set<int64_t> long_tail = {0, 4, 8};
   auto recipe_in = [&](const fs::path& dir) {
     StoriesRun run;
     run.num_prompts = 12;
     run.rollout = "num_workers: 2";
     run.actor = "save_every: 1";
-    run.data = "num_epochs: 1";
-    return WriteStoriesRecipe(dir, model, model, run);
+    run.data = "num_epochs: 1, max_tokens_key: max_tokens";
+    const std::string recipe = WriteStoriesRecipe(dir, model, model, run);
+    std::vector<nlohmann::json> rows = Lines(dir / "prompts.jsonl");
+    std::ofstream out(dir / "prompts.jsonl");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (long_tail.contains(static_cast<int64_t>(i))) rows[i]["max_tokens"] = 256;
+      out << rows[i].dump() << "\n";
+    }
+    return recipe;
   };
   auto overrides = [](const fs::path& out) {
     return std::vector<std::string>{
+        "rollout.kv_cache_mb=8",  // room for the long tails
         "actor.max_steps=" + std::to_string(kSteps),
         "actor.trajectory_log=" + (out / "trajectories.jsonl").string()};
   };
@@ -578,13 +708,14 @@ TEST(ResumeAuditTest, AsyncRunsInterruptedAnywhereConsumeEveryPromptOnce) {
       ResumeAudit(recipe_in(a), overrides(a / "out"), a / "out", kSteps, 0, 0);
   const fs::path b = TempDir("audit_async_interrupted");
   const AuditedRun resumed =
-      ResumeAudit(recipe_in(b), overrides(b / "out"), b / "out", kSteps, 3, 7);
+      ResumeAudit(recipe_in(b), overrides(b / "out"), b / "out", kSteps, 3, 7, 0, long_tail);
   std::string how;
   for (const std::string& i : resumed.interrupts) how += i + "; ";
   std::cout << "interrupts: " << how << "\n";
   std::vector<int64_t> want_steps(kSteps);
   std::iota(want_steps.begin(), want_steps.end(), 1);
-  EXPECT_GE(resumed.interrupts.size(), 1u);
+  EXPECT_EQ(resumed.interrupts.size(), 3u) << how;
+  EXPECT_NE(how.find("long-tail group"), std::string::npos) << how;
   EXPECT_EQ(resumed.steps, want_steps) << how << "see " << b;
   std::multiset<std::string> every;
   for (int row = 0; row < 12; ++row) {
@@ -615,6 +746,12 @@ TEST(ChaosCliTest, BadArgumentsAreRefused) {
     EXPECT_EQ(forever.exit_code, 2) << bad;
     EXPECT_NE(forever.err.find("--for '" + bad + "'"), std::string::npos) << forever.err;
   }
+  // A folder an earlier run wrote to, if only its metrics, is not audited as this run's.
+  fs::create_directories(dir / "used");
+  std::ofstream(dir / "used" / "metrics.jsonl") << "{}\n";
+  auto used = RunLaminar("chaos " + recipe + " --run-dir " + (dir / "used").string());
+  EXPECT_NE(used.exit_code, 0);
+  EXPECT_NE(used.err.find("holds an earlier run (metrics.jsonl)"), std::string::npos) << used.err;
 }
 
 TEST(RunCliTest, BadRecipesFailBeforeAnythingStarts) {

@@ -137,6 +137,33 @@ TEST(FaultLogTest, ReadFaultsKeepsTheLastRecordOfEachFault) {
   EXPECT_TRUE(ReadFaults((path.parent_path() / "none.jsonl").string()).empty());
 }
 
+// A record that reclassifies an earlier one (a hang that was a lost link) takes its place; one of
+// another role or detection time is left alone.
+TEST(FaultLogTest, ASupersedingRecordReplacesTheOneItReclassifies) {
+  const auto path = testing::TempDir("faults_superseded") / "faults.jsonl";
+  FaultLog log(path.string());
+  for (const char* role : {"rollout/0", "rollout/1"}) {
+    ASSERT_TRUE(log.Record({.kind = FaultKind::kHang,
+                            .role = role,
+                            .detected_unix_s = 10,
+                            .recovered_unix_s = 10})
+                    .ok());
+  }
+  ASSERT_TRUE(log.Record({.kind = FaultKind::kLostLink,
+                          .role = "rollout/0",
+                          .detected_unix_s = 10,
+                          .recovered_unix_s = 14,
+                          .supersedes = "hang"})
+                  .ok());
+  const auto faults = ReadFaults(path.string());
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_EQ(faults[0]["kind"], "lost_link");
+  EXPECT_EQ(faults[0]["role"], "rollout/0");
+  EXPECT_EQ(faults[0]["recovery_s"], 4);
+  EXPECT_EQ(faults[1]["kind"], "hang");
+  EXPECT_EQ(faults[1]["role"], "rollout/1");
+}
+
 TEST(FaultLogTest, AnUnwritablePathIsAnErrorNamingIt) {
   FaultLog log("/proc/no/such/faults.jsonl");
   Status st = log.Record({.role = "actor"});
