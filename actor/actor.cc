@@ -397,7 +397,8 @@ Status Actor::WriteStepMetrics(const StepMetrics& m) {
   return OkStatus();
 }
 
-void Actor::AccountStep(double step_s, double train_s, bool skipped, StepMetrics& m) {
+void Actor::AccountStep(double step_s, double train_s, double since_trained_s, bool skipped,
+                        StepMetrics& m) {
   const double now = FaultClockNow();
   const std::string step = std::to_string(trainer_->global_step());
   auto record = [&](Fault f) {
@@ -433,8 +434,8 @@ void Actor::AccountStep(double step_s, double train_s, bool skipped, StepMetrics
               .detail = "step " + step + " trained for " + std::to_string(train_s) + " s, " +
                         std::to_string(train_s / median) + "x the median " +
                         std::to_string(median) + " s of the steps before",
-              .detected_unix_s = now - train_s + kOutlier * median,
-              .recovered_unix_s = now});
+              .detected_unix_s = now - since_trained_s - train_s + kOutlier * median,
+              .recovered_unix_s = now - since_trained_s});
     }
   }
   step_times_.push_back(train_s);
@@ -502,7 +503,8 @@ Status Actor::Run(const std::atomic<bool>& stop,
     const int64_t skipped_steps_before = trainer_->skipped_steps();
     LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(summary.samples),
                              "actor step " + std::to_string(trainer_->global_step() + 1));
-    const double train_s = Seconds(Clock::now() - train_start);
+    const auto train_end = Clock::now();
+    const double train_s = Seconds(train_end - train_start);
     m.insert(trained.begin(), trained.end());
     LAMINAR_RETURN_IF_ERROR(Publish(&m));
     const auto now = Clock::now();
@@ -520,7 +522,8 @@ Status Actor::Run(const std::atomic<bool>& stop,
     m["training/global_step"] = static_cast<double>(trainer_->global_step());
     m["training/version"] = static_cast<double>(trainer_->policy_version());
     last_update = now;
-    AccountStep(step_s, train_s, trainer_->skipped_steps() > skipped_steps_before, m);
+    AccountStep(step_s, train_s, Seconds(now - train_end),
+                trainer_->skipped_steps() > skipped_steps_before, m);
     LAMINAR_RETURN_IF_ERROR(WriteStepMetrics(m));
     if (on_step) on_step(m);
     // After a save that failed for want of space, every step tries again: a disk freed soon

@@ -127,8 +127,10 @@ class Actor {
   // After a save succeeded: a full disk seen before is recorded in faults.jsonl, recovered now.
   void RecordDiskRecovered();
   // The fault records and perf/ettr of one step that took `step_s` (of which `train_s` training,
-  // the rest waiting for the batch and publishing) and skipped its update or not.
-  void AccountStep(double step_s, double train_s, bool skipped, StepMetrics& m);
+  // which ended `since_trained_s` ago; the rest waiting for the batch and publishing) and skipped
+  // its update or not.
+  void AccountStep(double step_s, double train_s, double since_trained_s, bool skipped,
+                   StepMetrics& m);
   // Records `progress` in progress_path when it changed, and draws the generating phase's bar on
   // a terminal.
   void ShowProgress(const StepProgress& progress);

@@ -45,6 +45,7 @@
 #include "core/mapped_file.h"
 #include "core/process.h"
 #include "core/zmq_transport.h"
+#include "launch/liveness.h"
 #include "launch/run_keys.h"
 #include "launch/supervisor.h"
 #include "proto/codec.h"
@@ -198,29 +199,57 @@ std::vector<std::string> LeftoverSegments(const std::set<pid_t>& supervisors) {
   return out;
 }
 
-// TCP ports some socket still listens on (/proc/net/tcp and tcp6, state 0A).
-std::set<int> ListeningPorts() {
-  std::set<int> ports;
+// TCP ports some socket still listens on (/proc/net/tcp and tcp6, state 0A), with the sockets'
+// inodes.
+std::multimap<int, std::string> ListeningPorts() {
+  std::multimap<int, std::string> ports;
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     std::ifstream in(table);
     std::string line;
     std::getline(in, line);  // the header
     while (std::getline(in, line)) {
       std::istringstream fields(line);
-      std::string slot, local, remote, state;
-      if (!(fields >> slot >> local >> remote >> state) || state != "0A") continue;
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+            timeout >> inode) ||
+          state != "0A") {
+        continue;
+      }
       const size_t colon = local.rfind(':');
-      if (colon != std::string::npos) ports.insert(std::stoi(local.substr(colon + 1), nullptr, 16));
+      if (colon != std::string::npos) {
+        ports.emplace(std::stoi(local.substr(colon + 1), nullptr, 16), inode);
+      }
     }
   }
   return ports;
 }
 
+// The command line of the process that holds socket `inode`, or empty when none is found.
+std::string SocketOwner(const std::string& inode) {
+  const std::string link = "socket:[" + inode + "]";
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code read_ec;
+      if (fs::read_symlink(fd.path(), read_ec).string() != link) continue;
+      std::ifstream cmdline(proc.path() / "cmdline");
+      std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+      std::replace(text.begin(), text.end(), '\0', ' ');
+      return text;
+    }
+  }
+  return "";
+}
+
 // The manager and relay endpoints of every invocation (their "[run] N rollouts, manager E, relay
-// E;" line) whose port something still listens on after the run.
+// E;" line) that a process of the run (one whose command line names the run's folder) still
+// listens on after the run. Another process that took the port since is not the run's leak.
 std::vector<std::string> ListenedPorts(const fs::path& dir, int invocations) {
   std::vector<std::string> out;
-  const std::set<int> listening = ListeningPorts();
+  const std::multimap<int, std::string> listening = ListeningPorts();
   for (int i = 0; i < invocations; ++i) {
     std::ifstream log(dir / ("chaos_run." + std::to_string(i) + ".log"));
     for (std::string line; std::getline(log, line);) {
@@ -236,10 +265,13 @@ std::vector<std::string> ListenedPorts(const fs::path& dir, int invocations) {
         const size_t colon = endpoint.rfind(':');
         if (colon == std::string::npos) continue;
         const int port = std::atoi(endpoint.c_str() + colon + 1);
-        if (listening.contains(port)) {
+        auto [first, last] = listening.equal_range(port);
+        for (auto it = first; it != last; ++it) {
+          const std::string owner = SocketOwner(it->second);
+          if (owner.find(dir.string()) == std::string::npos) continue;
           out.push_back("port " + std::to_string(port) + " (the " + std::string(role) +
                         "endpoint " + endpoint + " of invocation " + std::to_string(i) +
-                        ") is still listened on");
+                        ") is still listened on by " + owner.substr(0, 120));
         }
       }
     }
@@ -590,8 +622,9 @@ void ChaosRun::Inject(double now) {
     // Stopped until it is declared hung: a rollout by the manager (heartbeat timeout), the
     // others by `laminar run` (twice that), which kills them.
     kill(inj.pid, SIGSTOP);
-    const double declared =
-        inj.target.starts_with("rollout/") ? heartbeat_timeout_s_ : 2 * heartbeat_timeout_s_ + 1;
+    const double declared = inj.target.starts_with("rollout/")
+                                ? heartbeat_timeout_s_
+                                : launch::HangTimeoutS(heartbeat_timeout_s_) + 1;
     pending_.push_back({.pid = inj.pid, .until = now + declared + 2, .straggle = false});
   } else {
     pending_.push_back({.pid = inj.pid, .until = now + StraggleSeconds(), .straggle = true});
@@ -853,16 +886,12 @@ Json ChaosRun::Audit(double wall_s) const {
   r["unaccounted_extra"] = handed_out < 0 ? 0 : std::max<int64_t>(0, accounted - handed_out);
 
   // Versions never go back per rollout, in the order the actor trained them.
-  std::map<std::string, int64_t> newest;
+  // Versions per rollout, as the manager saw its trajectories arrive (the training order mixes
+  // them: a group completes when its last sample does, also one moved to another rollout).
   int64_t regressions = 0;
-  for (const Json& t : kept) {
-    const std::string rollout = t.value("rollout_id", "");
-    const int64_t v = t.value("version", int64_t{-1});
-    auto [it, fresh] = newest.emplace(rollout, v);
-    if (!fresh) {
-      regressions += v < it->second;
-      it->second = std::max(it->second, v);
-    }
+  for (const Json& m : ReadJsonLines(dir_ / "metrics.jsonl")) {
+    regressions =
+        std::max(regressions, static_cast<int64_t>(m.value("manager/version_regressions", 0.0)));
   }
   r["version_regressions"] = regressions;
 
@@ -910,6 +939,19 @@ Json ChaosRun::Audit(double wall_s) const {
       if (explained[k] || f.value("kind", "") != want || f.value("role", "") != inj.target ||
           f.value("host", "") != host || detected < inj.at - 1 || detected > inj.at + window_s) {
         continue;
+      }
+      // A killed rollout whose restart outlasts the heartbeat timeout is also declared hung by the
+      // manager before it is back: the same fault, seen from there.
+      const double back = f["recovered_unix_s"].is_number()
+                              ? f["recovered_unix_s"].get<double>() + 1
+                              : inj.at + window_s;
+      for (size_t j = 0;
+           inj.how == "kill" && inj.target.starts_with("rollout/") && j < faults.size(); ++j) {
+        const double seen = faults[j].value("detected_unix_s", 0.0);
+        explained[j] =
+            explained[j] ||
+            (faults[j].value("kind", "") == "hang" && faults[j].value("role", "") == inj.target &&
+             seen >= inj.at && seen <= back && faults[j].value("seen_by", "") == "manager");
       }
       explained[k] = true;
       // The same fault seen again while it lasts (a slowed rollout that looked fine for a moment

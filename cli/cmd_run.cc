@@ -27,6 +27,7 @@
 #include "cli/command.h"
 #include "core/fault_log.h"
 #include "core/mapped_file.h"
+#include "launch/liveness.h"
 #include "launch/run_keys.h"
 #include "launch/supervisor.h"
 #include "model/model_path.h"
@@ -323,8 +324,8 @@ int RunJob(const RunArgs& a) {
   const launch::WatchResult end = launch::WatchRun(
       *roles, stop_signals,
       {.max_restarts = a.max_restarts,
-       // The manager, master relay and actor get twice a rollout's time.
-       .hang_timeout_s = 2 * folder->effective.GetFloat("rollout.heartbeat_timeout_s"),
+       .hang_timeout_s =
+           launch::HangTimeoutS(folder->effective.GetFloat("rollout.heartbeat_timeout_s")),
        .tick = [&console] { console.Update(); },
        .say = say,
        .faults = FaultLog(folder->effective.GetString("run.faults"))});

@@ -78,8 +78,12 @@ StatusOr<Hierarchy> OwnPidsCgroup() {
     const bool v2 = !have_v1 && have_v2 && fstype == "cgroup2";
     if (!v1 && !v2) continue;
     std::string own = v1 ? v1_path : v2_path;
-    // The mount shows the hierarchy from `root` down (a container sees its own subtree).
-    if (root != "/" && own.compare(0, root.size(), root) == 0) own = own.substr(root.size());
+    // The mount shows the hierarchy from `root` down (a container sees its own subtree): it holds
+    // this process's cgroup only when `root` is a whole-component prefix of its path.
+    if (root != "/") {
+      if (own != root && own.compare(0, root.size() + 1, root + "/") != 0) continue;
+      own = own.substr(root.size());
+    }
     const std::string dir = (fs::path(mountpoint) / fs::path(own).relative_path()).string();
     if (v2) {
       std::ifstream controllers(dir + "/cgroup.controllers");
@@ -133,7 +137,13 @@ void PidsCgroup::RemoveStale(const std::string& prefix) {
     if (name.compare(0, prefix.size() + 1, prefix + "-") != 0) continue;
     const pid_t owner = static_cast<pid_t>(std::atol(name.c_str() + prefix.size() + 1));
     if (owner <= 0 || kill(owner, 0) == 0 || errno == EPERM) continue;
-    PidsCgroup stale(entry.path().string());  // its destructor kills what is left and removes it
+    // Only empty ones: members mean a live owner this process cannot see (another pid
+    // namespace sharing the hierarchy). rmdir refuses a cgroup that has members anyway.
+    PidsCgroup stale(entry.path().string());
+    if (stale.Pids().empty()) {
+      rmdir(stale.dir_.c_str());
+    }
+    stale.dir_.clear();  // never killed or removed by its destructor
   }
 }
 

@@ -26,7 +26,7 @@ class PidsCgroup {
   static StatusOr<PidsCgroup> Create(const std::string& name, int64_t max_tasks);
 
   // Removes cgroups named `<prefix>-<pid>-...` whose pid is not a live process and which hold no
-  // task: those left by a process that was killed before it could remove its own.
+  // task (those left by a process that was killed before it could remove its own); kills nothing.
   static void RemoveStale(const std::string& prefix);
 
   PidsCgroup() = default;

@@ -1,12 +1,13 @@
 // Signs of life from the manager, the master relay and the actor; see liveness.h.
 #include "launch/liveness.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
-#include "core/fault_log.h"
+#include "core/host.h"
 #include "core/zmq_transport.h"
 #include "proto/codec.h"
 #include "proto/control.pb.h"
@@ -16,7 +17,7 @@ namespace laminar::launch {
 
 RoleProbe::RoleProbe(std::string manager_endpoint, std::string relay_endpoint)
     : endpoints_{std::move(manager_endpoint), std::move(relay_endpoint)},
-      last_{FaultClockNow(), FaultClockNow()},
+      last_{SteadyNowMs(), SteadyNowMs()},
       thread_([this] { Loop(); }) {}
 
 RoleProbe::~RoleProbe() {
@@ -38,12 +39,16 @@ void RoleProbe::Loop() {
     for (int i = 0; i < 2 && !stop_; ++i) {
       if (endpoints_[i].empty()) continue;
       if (!clients[i]) clients[i] = std::make_unique<ZmqRequestClient>(endpoints_[i]);
-      if (clients[i]->Call(pings[i], kCallTimeoutMs).ok()) last_[i] = FaultClockNow();
+      if (clients[i]->Call(pings[i], kCallTimeoutMs).ok()) last_[i] = SteadyNowMs();
     }
     for (int slept = 0; slept < kIntervalMs && !stop_; slept += kSliceMs) {
       std::this_thread::sleep_for(std::chrono::milliseconds(kSliceMs));
     }
   }
+}
+
+double HangTimeoutS(double heartbeat_timeout_s) {
+  return std::clamp(2 * heartbeat_timeout_s, 4.0, 10.0);
 }
 
 bool ProcessStopped(pid_t pid) {

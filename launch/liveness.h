@@ -24,19 +24,24 @@ class RoleProbe {
   RoleProbe(const RoleProbe&) = delete;
   RoleProbe& operator=(const RoleProbe&) = delete;
 
-  // Seconds since the epoch (FaultClockNow) of `role`'s last answer; the probe's start before any.
-  double LastAnswer(Role role) const { return last_[role].load(); }
+  // SteadyNowMs() of `role`'s last answer; the probe's start before any.
+  int64_t LastAnswerMs(Role role) const { return last_[role].load(); }
 
  private:
   void Loop();
 
   const std::string endpoints_[2];
-  std::atomic<double> last_[2];
+  std::atomic<int64_t> last_[2];
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
 // Whether process `pid` is stopped now (state T or t in /proc/<pid>/stat).
 bool ProcessStopped(pid_t pid);
+
+// The hang timeout of a run whose rollouts time out after `heartbeat_timeout_s`: twice that, but
+// at least 4 s (the probe's round, two calls of up to 1 s each, must fit more than once) and at
+// most 10 s (so that a hung manager is declared before the actor's requests to it give up).
+double HangTimeoutS(double heartbeat_timeout_s);
 
 }  // namespace laminar::launch

@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/host.h"
 #include "launch/liveness.h"
 
 namespace laminar::launch {
@@ -31,7 +32,7 @@ std::string LogTail(const fs::path& path, int n) {
 namespace {
 
 Status SpawnRole(SupervisedRole* role) {
-  role->started_unix_s = FaultClockNow();
+  role->started_ms = SteadyNowMs();
   LAMINAR_ASSIGN_OR_RETURN(
       role->process,
       Process::Spawn(role->argv, Process::SpawnOptions{.stderr_path = role->log.string(),
@@ -144,25 +145,28 @@ void DeclareHung(const WatchOptions& options, SupervisedRole& role, const std::s
 // Declares hung the manager or master relay silent past the hang timeout (counted from its last
 // answer, or from its start when it answered none since) and the actor stopped that long.
 void CheckSignsOfLife(RunRoles& roles, const WatchOptions& options, const RoleProbe& probe,
-                      double* actor_stopped_since) {
-  const double now = FaultClockNow(), limit = options.hang_timeout_s;
+                      int64_t* actor_stopped_since_ms) {
+  const int64_t now = SteadyNowMs();
+  const auto limit = static_cast<int64_t>(options.hang_timeout_s * 1000);
   auto silent = [&](SupervisedRole& role, RoleProbe::Role which) {
-    const double since = std::max(probe.LastAnswer(which), role.started_unix_s);
+    const int64_t since = std::max(probe.LastAnswerMs(which), role.started_ms);
     if (role.process.Running() && now - since > limit) {
       char detail[96];
-      std::snprintf(detail, sizeof(detail), "answered no ping for %.1f s", now - since);
+      std::snprintf(detail, sizeof(detail), "answered no ping for %.1f s",
+                    static_cast<double>(now - since) / 1000);
       DeclareHung(options, role, detail);
     }
   };
   silent(roles.manager, RoleProbe::kManager);
   silent(roles.relay, RoleProbe::kRelay);
   if (!roles.actor.process.Running() || !ProcessStopped(roles.actor.process.pid())) {
-    *actor_stopped_since = 0;
-  } else if (*actor_stopped_since == 0) {
-    *actor_stopped_since = now;
-  } else if (now - *actor_stopped_since > limit) {
+    *actor_stopped_since_ms = 0;
+  } else if (*actor_stopped_since_ms == 0) {
+    *actor_stopped_since_ms = now;
+  } else if (now - *actor_stopped_since_ms > limit) {
     char detail[96];
-    std::snprintf(detail, sizeof(detail), "was stopped for %.1f s", now - *actor_stopped_since);
+    std::snprintf(detail, sizeof(detail), "was stopped for %.1f s",
+                  static_cast<double>(now - *actor_stopped_since_ms) / 1000);
     DeclareHung(options, roles.actor, detail);
   }
 }
@@ -223,12 +227,12 @@ WatchResult WatchRun(RunRoles& roles, const sigset_t& stop_signals, const WatchO
   constexpr int kStartTimeoutMs = 120000;
   std::optional<RoleProbe> probe;
   if (options.hang_timeout_s > 0) probe.emplace(roles.manager_endpoint, roles.relay_endpoint);
-  double actor_stopped_since = 0;
+  int64_t actor_stopped_since_ms = 0;
   while (true) {
     const timespec wait = {.tv_sec = 0, .tv_nsec = 200'000'000};
     if (sigtimedwait(&stop_signals, nullptr, &wait) > 0) return {RunEnd::kInterrupted, 130};
     options.tick();
-    if (probe) CheckSignsOfLife(roles, options, *probe, &actor_stopped_since);
+    if (probe) CheckSignsOfLife(roles, options, *probe, &actor_stopped_since_ms);
     if (!roles.actor.process.Running()) {
       const double detected = FaultClockNow();
       auto code = roles.actor.process.Wait(1000);

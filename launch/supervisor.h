@@ -31,9 +31,9 @@ struct SupervisedRole {
   std::filesystem::path log;
   Process process;
   int restarts = 0;
-  bool gone = false;          // past its restarts
-  double started_unix_s = 0;  // when its process was spawned (FaultClockNow)
-  double hung_unix_s = 0;     // > 0: the supervisor declared it hung then and killed it
+  bool gone = false;       // past its restarts
+  int64_t started_ms = 0;  // when its process was spawned (SteadyNowMs)
+  double hung_unix_s = 0;  // > 0: the supervisor declared it hung then and killed it
 };
 
 // The last `n` lines of `path`, each on a new indented line, for error messages.

@@ -153,8 +153,8 @@ ConfigSchema BuildSchema() {
              "a rollout stops when no relay has answered for this long", 0.001);
   s.AddFloat("rollout.heartbeat_timeout_s", 5.0,
              "a rollout silent this long is dead and its groups are re-issued (laminar run: a "
-             "manager or relay that answers no ping, or an actor stopped, for twice this long is "
-             "hung, and killed)",
+             "manager or relay that answers no ping, or an actor stopped, for twice this long "
+             "(within 4-10 s) is hung, and killed)",
              0.01);
   s.AddInt("actor.groups_per_step", 4, "prompt groups per training step (B)", 1);
   s.AddInt("actor.max_steps", 0, "global steps to train (0: until the data runs out)", 0);

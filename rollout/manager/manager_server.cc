@@ -308,6 +308,17 @@ proto::ManagerReply ManagerServer::Dispatch(const proto::ManagerRequest& r, doub
         }
         // Counted when accepted, before any batch can take the sample: the step that trains it
         // reports its failure, and a batch the rollout sends again (a slow reply) counts once.
+        // A rollout's weights only move forward: trajectories it sends in order never come from
+        // an older version than one before them (a restarted process starts at the newest).
+        if (auto [newest, fresh] = newest_sent_.emplace(t.rollout_id(), t.version());
+            !fresh && t.version() < newest->second) {
+          totals_["manager/version_regressions"] += 1;
+          LAMINAR_LOG(WARN, MANAGER)
+              << t.rollout_id() << " sent " << t.prompt_id() << " sample " << t.sample_index()
+              << " of version " << t.version() << " after one of version " << newest->second;
+        } else if (!fresh) {
+          newest->second = t.version();
+        }
         if (t.reward_outcome() == proto::REWARD_OUTCOME_ERROR) {
           ++counter_totals_["reward/error_count"];
         }
@@ -453,7 +464,9 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
   }
   running_[hb.id()].assign(hb.running_samples().begin(), hb.running_samples().end());
   if (!hb.host().empty()) hosts_[hb.id()] = hb.host();
-  if (auto hung = declared_hung_.find(hb.id()); hung != declared_hung_.end()) {
+  // Busy heartbeats come from another thread of the rollout, which does not count what went
+  // unanswered: the next whole heartbeat tells.
+  if (auto hung = declared_hung_.find(hb.id()); hung != declared_hung_.end() && !hb.busy()) {
     // Back after it was declared hung. A stopped or stuck process sent nothing meanwhile; one
     // whose requests went unanswered for longer than the timeout was running all along, and what
     // failed was the link between it and this manager.

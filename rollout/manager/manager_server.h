@@ -135,6 +135,8 @@ class ManagerServer {
   // Rollouts declared hung, by when: one that comes back having sent requests that got no answer
   // was behind a lost link, and its record is reclassified.
   std::map<std::string, double> declared_hung_ LAMINAR_GUARDED_BY(mu_);
+  // The newest version of the trajectories each rollout sent, in the order they came.
+  std::map<std::string, int64_t> newest_sent_ LAMINAR_GUARDED_BY(mu_);
   struct GenerationRate {
     // rollout/tokens_forwarded and relay/pull_wait_s at the last interval's end, and when it was
     double last_tokens = -1, last_pull_s = 0, last_s = 0;

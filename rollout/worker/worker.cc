@@ -125,15 +125,16 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
   if (unanswered_ > 0 && request.has_heartbeat()) {
     request.mutable_heartbeat()->set_unanswered(unanswered_);
     request.mutable_heartbeat()->set_unanswered_s(
-        std::chrono::duration<double>(Clock::now() - last_manager_ok_).count());
+        std::chrono::duration<double>(Clock::now() - unanswered_since_).count());
   }
   auto bytes = manager_->Call(proto::Encode(request), options_.request_timeout_ms,
                               options_.request_attempts);
   if (!bytes.ok()) {
-    ++unanswered_;
+    if (unanswered_++ == 0) unanswered_since_ = last_manager_ok_;
     return bytes.status();
   }
-  unanswered_ = 0;
+  // The count goes to the manager with the next heartbeat: only an answered one has told it.
+  if (request.has_heartbeat()) unanswered_ = 0;
   last_manager_ok_ = Clock::now();
   LAMINAR_ASSIGN_OR_RETURN(proto::ManagerReply reply,
                            proto::Decode<proto::ManagerReply>(*bytes, "manager"));

@@ -182,7 +182,10 @@ class RolloutWorker {
   int64_t actor_version_ = -1;
   uint64_t seq_ = 0;
   std::chrono::steady_clock::time_point last_manager_ok_{};
-  int32_t unanswered_ = 0;  // requests to the manager that failed since its last answer
+  // Requests to the manager that got no answer since an answered heartbeat, and the last answer
+  // before the first of them.
+  int32_t unanswered_ = 0;
+  std::chrono::steady_clock::time_point unanswered_since_{};
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).
   std::optional<std::chrono::steady_clock::time_point> relay_unreachable_since_;
   std::chrono::steady_clock::time_point next_heartbeat_{};

@@ -477,12 +477,15 @@ std::string KillWhenCreated(const fs::path& dir, const std::string& prefix, pid_
   return name;
 }
 
-// The rows of `rows` whose groups the manager of the run logging to `run_err` has handed to a
-// rollout now (its ledger, asked over its control socket), or none when it does not answer.
-std::set<int64_t> RowsInFlight(const fs::path& run_err, const std::set<int64_t>& rows) {
-  const std::string text = Slurp(run_err);
+// The rows of `rows` whose groups the manager of the run logging to `run_err` from byte `from` on
+// has handed to a rollout now (its ledger, asked over its control socket), or none when it does
+// not answer or has not started.
+std::set<int64_t> RowsInFlight(const fs::path& run_err, size_t from,
+                               const std::set<int64_t>& rows) {
+  const std::string all = Slurp(run_err);
+  const std::string text = all.size() > from ? all.substr(from) : "";
   const std::string marker = " rollouts, manager ";
-  const size_t at = text.rfind(marker);  // the current attempt's
+  const size_t at = text.rfind(marker);
   if (at == std::string::npos) return {};
   const size_t begin = at + marker.size();
   ZmqRequestClient manager(text.substr(begin, text.find(',', begin) - begin));
@@ -522,11 +525,23 @@ AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>
     argv.insert(argv.end(), overrides.begin(), overrides.end());
     argv.insert(argv.end(), {"--run-dir", out.string()});
     if (fs::exists(out / "checkpoints" / "latest")) argv.push_back("--resume");
-    auto run = Process::Spawn(argv, (out.parent_path() / "run.err").string());
+    const fs::path run_err = out.parent_path() / "run.err";
+    const size_t err_from = Slurp(run_err).size();  // this attempt's lines come after
+    auto run = Process::Spawn(argv, run_err.string());
     EXPECT_TRUE(run.ok()) << run.status();
     if (!run.ok()) return audit;
     const bool interrupt = static_cast<int>(audit.interrupts.size()) < max_interrupts;
     const auto lines = [&] { return Lines(out / "metrics.jsonl").size(); };
+    // Steps are counted once every role is up: a resume first cuts metrics.jsonl back to its
+    // checkpoint.
+    if (interrupt) {
+      WaitFor(
+          [&] {
+            return !run->Running() ||
+                   Slurp(run_err).find(" rollouts, manager ", err_from) != std::string::npos;
+          },
+          60000);
+    }
     // Steps of the test model take tens of milliseconds: poll often.
     const auto wait_for_steps = [&](size_t at) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -554,7 +569,7 @@ AuditedRun ResumeAudit(const std::string& recipe, const std::vector<std::string>
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       std::set<int64_t> rows;
       while (rows.empty() && run->Running() && std::chrono::steady_clock::now() < deadline) {
-        rows = RowsInFlight(out.parent_path() / "run.err", long_tail_rows);
+        rows = RowsInFlight(run_err, err_from, long_tail_rows);
         if (rows.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       if (!rows.empty() && run->Running()) {
