@@ -44,12 +44,10 @@
 #include "core/host.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
-#include "core/zmq_transport.h"
 #include "launch/liveness.h"
+#include "launch/manager_ledger.h"
 #include "launch/run_keys.h"
 #include "launch/supervisor.h"
-#include "proto/codec.h"
-#include "proto/control.pb.h"
 #include "recipe/recipe.h"
 
 namespace laminar::cli {
@@ -528,23 +526,12 @@ bool ChaosRun::RunIsUp() {
 
 std::set<std::string> ChaosRun::RolloutsHoldingWork() const {
   auto text = ReadFileToString(run_log_.string());
-  const std::string marker = " rollouts, manager ";
-  const size_t at = text.ok() ? text->find(marker) : std::string::npos;
-  if (at == std::string::npos) return {};
-  const size_t begin = at + marker.size();
-  const std::string endpoint = text->substr(begin, text->find(',', begin) - begin);
-  ZmqRequestClient manager(endpoint);
-  proto::ManagerRequest req;
-  req.mutable_header()->set_sender("chaos");
-  req.mutable_snapshot();
-  auto bytes = manager.Call(proto::Encode(req), 2000);
-  if (!bytes.ok()) return {};
-  auto reply = proto::Decode<proto::ManagerReply>(*bytes, "manager");
-  if (!reply.ok()) return {};
-  const Json ledger = Json::parse(reply->snapshot_json(), nullptr, false);
+  const std::string endpoint = text.ok() ? launch::ManagerEndpointInRunLog(*text) : "";
+  if (endpoint.empty()) return {};
+  StatusOr<Json> ledger = launch::AskManagerLedger(endpoint, "chaos", 2000);
   std::set<std::string> holding;
-  if (!ledger.is_object() || !ledger.contains("in_flight")) return holding;
-  for (const Json& g : ledger["in_flight"]) {
+  if (!ledger.ok()) return holding;
+  for (const Json& g : ledger->value("in_flight", Json::array())) {
     if (g.is_object() && g.value("rollout", "") != "") holding.insert(g["rollout"]);
   }
   return holding;

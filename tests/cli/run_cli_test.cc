@@ -26,9 +26,7 @@
 #include "core/host.h"
 #include "core/mapped_file.h"
 #include "core/process.h"
-#include "core/zmq_transport.h"
-#include "proto/codec.h"
-#include "proto/control.pb.h"
+#include "launch/manager_ledger.h"
 #include "tests/cli/cli_util.h"
 #include "tests/test_util.h"
 
@@ -263,22 +261,40 @@ TEST(RunCliTest, AKilledRolloutIsRestartedAndCtrlCSavesACheckpointToResumeFrom) 
   EXPECT_EQ(all[all.size() - 2]["training/global_step"].get<double>(), last + 1);
 }
 
+// A `laminar run` of the test recipe, two steps in, and its master relay.
+struct StartedRun {
+  fs::path dir, out;
+  std::string recipe;
+  Process run;
+  pid_t relay = -1;
+};
+
+// Starts `laminar run` of WriteRunRecipe's recipe in TempDir(`name`) and waits for two steps.
+void StartRunTwoStepsIn(const std::string& name, StartedRun* r) {
+  r->dir = TempDir(name);
+  r->recipe = WriteRunRecipe(r->dir, TinyModel(), TinyModel());
+  r->out = r->dir / "out";
+  auto run = SpawnRun(r->recipe, r->out, r->dir / "run.err");
+  ASSERT_TRUE(run.ok()) << run.status();
+  r->run = std::move(*run);
+  ASSERT_TRUE(WaitFor([&] { return Lines(r->out / "metrics.jsonl").size() >= 2; }, 60000))
+      << Slurp(r->dir / "run.err");
+  // This run's relay (other tests' runs may be running too).
+  r->relay =
+      FindProcess({"relay", "--id master", "laminar-run-" + std::to_string(r->run.pid()) + " "});
+  ASSERT_GT(r->relay, 0);
+}
+
 // The master relay killed mid-run is started again in place, on the endpoint the others know:
 // the actor's publisher sends it the newest version again, the rollouts pull the versions that
 // follow, and training goes on without a resume; faults.jsonl records the crash and its recovery.
 TEST(RunCliTest, AKilledRelayIsRestartedInPlaceAndTrainingGoesOn) {
-  const fs::path dir = TempDir("run_relay_killed");
-  const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel());
-  const fs::path out = dir / "out";
-  auto run = SpawnRun(recipe, out, dir / "run.err");
-  ASSERT_TRUE(run.ok()) << run.status();
-  const fs::path metrics = out / "metrics.jsonl";
-  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= 2; }, 60000)) << Slurp(dir / "run.err");
-  // This run's relay (other tests' runs may be running too).
-  const pid_t relay =
-      FindProcess({"relay", "--id master", "laminar-run-" + std::to_string(run->pid()) + " "});
-  ASSERT_GT(relay, 0);
-  kill(relay, SIGKILL);
+  StartedRun s;
+  ASSERT_NO_FATAL_FAILURE(StartRunTwoStepsIn("run_relay_killed", &s));
+  const fs::path &dir = s.dir, &out = s.out, metrics = out / "metrics.jsonl";
+  const std::string& recipe = s.recipe;
+  Process* run = &s.run;
+  kill(s.relay, SIGKILL);
   ASSERT_TRUE(WaitFor(
       [&] {
         return Slurp(dir / "run.err").find("relay killed by SIGKILL; restarting it") !=
@@ -319,17 +335,12 @@ TEST(RunCliTest, AKilledRelayIsRestartedInPlaceAndTrainingGoesOn) {
 // restarted in place, its hang recovered; the actor stopped ends the run, to be resumed. Neither
 // is recorded as a crash as well.
 TEST(RunCliTest, HungRolesAreDeclaredHungKilledAndRecorded) {
-  const fs::path dir = TempDir("run_roles_hung");
-  const std::string recipe = WriteRunRecipe(dir, TinyModel(), TinyModel());
-  const fs::path out = dir / "out";
-  auto run = SpawnRun(recipe, out, dir / "run.err");
-  ASSERT_TRUE(run.ok()) << run.status();
-  const fs::path metrics = out / "metrics.jsonl";
-  ASSERT_TRUE(WaitFor([&] { return Lines(metrics).size() >= 2; }, 60000)) << Slurp(dir / "run.err");
-  const pid_t relay =
-      FindProcess({"relay", "--id master", "laminar-run-" + std::to_string(run->pid()) + " "});
-  ASSERT_GT(relay, 0);
-  kill(relay, SIGSTOP);
+  StartedRun s;
+  ASSERT_NO_FATAL_FAILURE(StartRunTwoStepsIn("run_roles_hung", &s));
+  const fs::path &dir = s.dir, &out = s.out, metrics = out / "metrics.jsonl";
+  const std::string& recipe = s.recipe;
+  Process* run = &s.run;
+  kill(s.relay, SIGSTOP);
   ASSERT_TRUE(WaitFor(
       [&] {
         const std::string err = Slurp(dir / "run.err");
@@ -483,23 +494,13 @@ std::string KillWhenCreated(const fs::path& dir, const std::string& prefix, pid_
 std::set<int64_t> RowsInFlight(const fs::path& run_err, size_t from,
                                const std::set<int64_t>& rows) {
   const std::string all = Slurp(run_err);
-  const std::string text = all.size() > from ? all.substr(from) : "";
-  const std::string marker = " rollouts, manager ";
-  const size_t at = text.rfind(marker);
-  if (at == std::string::npos) return {};
-  const size_t begin = at + marker.size();
-  ZmqRequestClient manager(text.substr(begin, text.find(',', begin) - begin));
-  proto::ManagerRequest req;
-  req.mutable_header()->set_sender("test");
-  req.mutable_snapshot();
-  auto bytes = manager.Call(proto::Encode(req), 2000);
-  if (!bytes.ok()) return {};
-  auto reply = proto::Decode<proto::ManagerReply>(*bytes, "manager");
-  if (!reply.ok()) return {};
-  const nlohmann::json ledger = nlohmann::json::parse(reply->snapshot_json(), nullptr, false);
+  const std::string endpoint =
+      launch::ManagerEndpointInRunLog(all.size() > from ? all.substr(from) : "");
+  if (endpoint.empty()) return {};
+  auto ledger = launch::AskManagerLedger(endpoint, "test", 2000);
+  if (!ledger.ok()) return {};
   std::set<int64_t> found;
-  if (!ledger.is_object()) return found;
-  for (const nlohmann::json& g : ledger.value("in_flight", nlohmann::json::array())) {
+  for (const nlohmann::json& g : ledger->value("in_flight", nlohmann::json::array())) {
     const int64_t row = g.value("row", int64_t{-1});
     if (rows.contains(row) && !g.value("rollout", std::string()).empty()) found.insert(row);
   }

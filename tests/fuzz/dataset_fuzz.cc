@@ -11,24 +11,12 @@
 #include <memory>
 #include <string>
 
-#include "model/synthetic/synthetic_model.h"
 #include "model/tokenizer/chat_format.h"
 #include "model/tokenizer/tokenizer.h"
 #include "rollout/manager/prompt_dataset.h"
+#include "tests/fuzz/synthetic_tokenizer.h"
 
 namespace {
-
-const laminar::model::Tokenizer& TheTokenizer() {
-  static const std::unique_ptr<laminar::model::Tokenizer> tokenizer = [] {
-    using namespace laminar::model;
-    auto model = MakeSyntheticModel(*FindSyntheticPreset("tiny-llama"), 1);
-    if (!model.ok()) __builtin_trap();
-    auto tok = SyntheticTokenizer(*model);
-    if (!tok.ok()) __builtin_trap();
-    return std::move(*tok);
-  }();
-  return *tokenizer;
-}
 
 // A file of this process's own that each input overwrites, removed at exit.
 const std::string& ThePath() {
@@ -60,9 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((pick & 32) != 0) o.max_prompt_tokens = 16;
   if ((pick & 64) != 0) o.overlong = manager::OverlongPrompts::kError;
   if ((pick & 128) != 0) o.system_message = "Be brief.";
-  auto dataset = manager::LoadPromptDataset(ThePath(), TheTokenizer(), o);
+  auto dataset = manager::LoadPromptDataset(ThePath(), laminar::fuzz::SyntheticTokenizer(), o);
   if (!dataset.ok()) return 0;
-  const int32_t vocab = TheTokenizer().vocab_size();
+  const int32_t vocab = laminar::fuzz::SyntheticTokenizer().vocab_size();
   for (const manager::PromptRow& row : dataset->rows) {
     if (row.prompt_ids.empty() || row.id.empty() || row.max_tokens < 0) __builtin_trap();
     const auto length = static_cast<int64_t>(row.prompt_ids.size());

@@ -8,29 +8,13 @@
 #include <string>
 #include <string_view>
 
-#include "model/synthetic/synthetic_model.h"
 #include "model/tokenizer/tokenizer.h"
-
-namespace {
-
-const laminar::model::Tokenizer& TheTokenizer() {
-  static const std::unique_ptr<laminar::model::Tokenizer> tokenizer = [] {
-    using namespace laminar::model;
-    auto model = MakeSyntheticModel(*FindSyntheticPreset("tiny-llama"), 1);
-    if (!model.ok()) __builtin_trap();
-    auto tok = SyntheticTokenizer(*model);
-    if (!tok.ok()) __builtin_trap();
-    return std::move(*tok);
-  }();
-  return *tokenizer;
-}
-
-}  // namespace
+#include "tests/fuzz/synthetic_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace laminar::model;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const Tokenizer& tok = TheTokenizer();
+  const Tokenizer& tok = laminar::fuzz::SyntheticTokenizer();
   for (const bool parse_special : {false, true}) {
     auto ids = tok.Encode(text, {.add_special = false, .parse_special = parse_special});
     if (!ids.ok()) continue;
