@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,6 +27,38 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// What rank 0 tells the other data-parallel ranks: a header of two floats holding the kind and
+// the payload's bytes, then the payload in floats (Collective::Broadcast copies bits).
+enum RankMessage : uint32_t {
+  kTrainBatch = 1,  // payload: the step's proto::TrajectoryBatch, whole
+  kSave = 2,        // save a checkpoint with rank 0 (Trainer::SaveCheckpoint's barrier)
+  kStop = 3,
+  kStillHere = 4,  // rank 0 waits for a batch: the ranks' wait for a message starts again
+  kExport = 5,     // export the policy with rank 0 (Trainer::ExportHuggingFace's barrier)
+};
+
+// rank 0 sends one at least this often, well inside the collective timeout.
+constexpr auto kStillHereEvery = std::chrono::seconds(10);
+
+Status BroadcastMessage(trainer::Collective& c, uint32_t* kind, std::string* payload) {
+  std::vector<float> header(2);
+  uint32_t bytes = static_cast<uint32_t>(payload->size());
+  std::memcpy(&header[0], kind, sizeof(uint32_t));
+  std::memcpy(&header[1], &bytes, sizeof(uint32_t));
+  LAMINAR_RETURN_IF_ERROR(c.Broadcast(std::span<float>(header), 0));
+  std::memcpy(kind, &header[0], sizeof(uint32_t));
+  std::memcpy(&bytes, &header[1], sizeof(uint32_t));
+  if (bytes == 0) {
+    payload->clear();
+    return OkStatus();
+  }
+  std::vector<float> body((bytes + sizeof(float) - 1) / sizeof(float));
+  if (c.rank() == 0) std::memcpy(body.data(), payload->data(), bytes);
+  LAMINAR_RETURN_IF_ERROR(c.Broadcast(std::span<float>(body), 0));
+  payload->assign(reinterpret_cast<const char*>(body.data()), bytes);
+  return OkStatus();
+}
 
 // p-th quantile (nearest rank) of sorted values.
 double Quantile(const std::vector<double>& sorted, double p) {
@@ -64,15 +97,26 @@ StatusOr<std::unique_ptr<Actor>> Actor::Create(const model::ModelConfig& config,
   if (resume && options.checkpoint_dir.empty()) {
     return InvalidArgumentError("actor: resume needs a checkpoint_dir");
   }
+  if (options.collective.rank != 0) {
+    return InvalidArgumentError("actor: the Actor is rank 0; rank " +
+                                std::to_string(options.collective.rank) + " runs RunActorRank");
+  }
   std::unique_ptr<Actor> a(new Actor(std::move(options)));
-  LAMINAR_ASSIGN_OR_RETURN(a->trainer_,
-                           trainer::Trainer::Create(config, weights, a->options_.trainer, nullptr),
-                           "actor");
+  std::unique_ptr<trainer::Collective> collective;
+  if (a->options_.collective.world_size > 1) {
+    LAMINAR_ASSIGN_OR_RETURN(collective, trainer::CreateCollective(a->options_.collective),
+                             "actor rank 0");
+  }
+  LAMINAR_ASSIGN_OR_RETURN(
+      a->trainer_,
+      trainer::Trainer::Create(config, weights, a->options_.trainer, std::move(collective)),
+      "actor");
   a->manager_ = std::make_unique<ZmqRequestClient>(a->options_.manager);
   if (resume) {
     LAMINAR_ASSIGN_OR_RETURN(nlohmann::json user,
                              a->trainer_->LoadCheckpoint(a->options_.checkpoint_dir), "actor");
     a->last_saved_step_ = a->trainer_->global_step();
+    a->resumed_ = true;
     if (!user.contains("manager_snapshot") || !user["manager_snapshot"].is_object()) {
       return InvalidArgumentError("actor: the checkpoint in " + a->options_.checkpoint_dir +
                                   " has no manager_snapshot");
@@ -91,6 +135,9 @@ StatusOr<std::unique_ptr<Actor>> Actor::Create(const model::ModelConfig& config,
     req.mutable_restore()->set_snapshot_json(user["manager_snapshot"].dump());
     LAMINAR_RETURN_IF_ERROR(a->Call(std::move(req)).status(), "actor: restoring the manager");
   }
+  // Every rank, resumed or not, checks that all of them start at the same step (one started
+  // with --resume and another without would otherwise wait on different collectives).
+  LAMINAR_RETURN_IF_ERROR(a->trainer_->CheckRanksAgree(), "actor");
   relay::PublisherOptions po;
   po.id = a->options_.id;
   po.master_endpoint = a->options_.master_relay;
@@ -162,6 +209,9 @@ StatusOr<std::optional<std::vector<proto::Trajectory>>> Actor::TakeBatch(
       progress.samples = samples_taken + reply.samples_ready();
       progress.samples_needed = int64_t{options_.groups_per_step} * reply.group_size();
       ShowProgress(progress);
+      if (trainer_->world_size() > 1 && Clock::now() - told_ranks_ > kStillHereEvery) {
+        LAMINAR_RETURN_IF_ERROR(TellRanks(kStillHere), "actor");
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
       continue;
     }
@@ -215,6 +265,13 @@ void Actor::ClearProgressBar() {
   bar_on_screen_ = false;
 }
 
+Status Actor::TellRanks(uint32_t kind, const std::string& payload) {
+  if (trainer_->world_size() == 1) return OkStatus();
+  std::string p = payload;
+  told_ranks_ = Clock::now();
+  return BroadcastMessage(trainer_->collective(), &kind, &p);
+}
+
 Status Actor::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty() || last_saved_step_ == trainer_->global_step()) {
     return OkStatus();
@@ -231,11 +288,13 @@ Status Actor::SaveCheckpoint() {
   if (std::isfinite(options_.run_start_unix_s)) {
     user["ettr"] = {{"run_start_unix_s", options_.run_start_unix_s}, {"kept_s", kept_s_}};
   }
+  LAMINAR_RETURN_IF_ERROR(TellRanks(kSave), "actor: telling the other ranks to save");
   LAMINAR_ASSIGN_OR_RETURN(
       std::string dir, trainer_->SaveCheckpoint(options_.checkpoint_dir, user, options_.keep_last),
       "actor");
   LAMINAR_LOG(INFO, ACTOR) << "checkpoint " << dir;
   if (!options_.export_dir.empty()) {
+    LAMINAR_RETURN_IF_ERROR(TellRanks(kExport), "actor: telling the other ranks to export");
     LAMINAR_RETURN_IF_ERROR(
         trainer_->ExportHuggingFace(options_.export_dir, options_.export_tokenizer_files,
                                     DType::kF32, /*overwrite=*/true),
@@ -480,9 +539,64 @@ Status Actor::SavePeriodicCheckpoint() {
   return OkStatus();
 }
 
+void Actor::RecordLostRank() {
+  const double now = FaultClockNow();
+  // Which rank was lost is not known here (the collective's error names its address): -1.
+  if (Status st = options_.faults.Record(
+          {.kind = FaultKind::kLostLink,
+           .role = options_.id,
+           .rank = -1,
+           .detail = "lost a data-parallel rank: " + trainer_->collective().error().message(),
+           .seen_by = options_.id,
+           .detected_unix_s = now});
+      !st.ok()) {
+    LAMINAR_LOG(WARN, ACTOR) << st;
+  }
+}
+
+void Actor::RecordLostRanksRecovered() {
+  if (!options_.faults.enabled()) return;
+  const double now = FaultClockNow();
+  for (const nlohmann::json& f : ReadFaults(options_.faults.path())) {
+    if (f.value("kind", "") != FaultKindName(FaultKind::kLostLink) ||
+        f.value("seen_by", "") != options_.id ||
+        !f.value("recovered_unix_s", nlohmann::json()).is_null() ||
+        !f.value("detail", "").starts_with("lost a data-parallel rank")) {
+      continue;
+    }
+    Status st = options_.faults.Record({.kind = FaultKind::kLostLink,
+                                        .role = f.value("role", ""),
+                                        .host = f.value("host", ""),
+                                        .rank = f.value("rank", -1),
+                                        .detail = f.value("detail", ""),
+                                        .seen_by = options_.id,
+                                        .detected_unix_s = f.value("detected_unix_s", 0.0),
+                                        .recovered_unix_s = now});
+    if (!st.ok()) LAMINAR_LOG(WARN, ACTOR) << st;
+  }
+}
+
 Status Actor::Run(const std::atomic<bool>& stop,
                   const std::function<void(const StepMetrics&)>& on_step) {
+  Status st = RunSteps(stop, on_step);
+  if (!st.ok() && lost_a_rank()) RecordLostRank();
+  return st;
+}
+
+Status Actor::RunSteps(const std::atomic<bool>& stop,
+                       const std::function<void(const StepMetrics&)>& on_step) {
   if (!std::isfinite(options_.run_start_unix_s)) options_.run_start_unix_s = FaultClockNow();
+  // However Run ends, the other ranks are told to stop (after a collective's error, the message
+  // fails too and they find out by their own collective's error).
+  struct StopRanks {
+    Actor* actor;
+    ~StopRanks() {
+      if (Status st = actor->TellRanks(kStop); !st.ok()) {
+        LAMINAR_LOG(WARN, ACTOR) << "telling the other ranks to stop: " << st;
+      }
+    }
+  } stop_ranks{this};
+  told_ranks_ = Clock::now();
   LAMINAR_RETURN_IF_ERROR(OpenRunOutputs());
   LAMINAR_RETURN_IF_ERROR(Publish(nullptr));
   auto last_update = Clock::now();
@@ -501,8 +615,21 @@ Status Actor::Run(const std::atomic<bool>& stop,
       LogTrajectories(*batch, trainer_->global_step() + 1, version, trajectory_file_);
     }
     const int64_t skipped_steps_before = trainer_->skipped_steps();
-    LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(summary.samples),
-                             "actor step " + std::to_string(trainer_->global_step() + 1));
+    const std::string step_name = "actor step " + std::to_string(trainer_->global_step() + 1);
+    std::vector<trainer::TrainSample> share = summary.samples;
+    if (trainer_->world_size() > 1) {
+      // Checked whole here, so that no rank finds a bad sample in its share alone.
+      LAMINAR_RETURN_IF_ERROR(trainer_->ValidateSamples(summary.samples), step_name);
+      proto::TrajectoryBatch whole;
+      for (const proto::Trajectory& t : *batch) *whole.add_trajectories() = t;
+      LAMINAR_RETURN_IF_ERROR(TellRanks(kTrainBatch, whole.SerializeAsString()), step_name);
+      LAMINAR_ASSIGN_OR_RETURN(
+          share,
+          ShareOfBatch(summary.samples, 0, trainer_->world_size(),
+                       options_.trainer.mini_batch_size * trainer_->world_size()),
+          step_name);
+    }
+    LAMINAR_ASSIGN_OR_RETURN(StepMetrics trained, trainer_->Step(share), step_name);
     const auto train_end = Clock::now();
     const double train_s = Seconds(train_end - train_start);
     m.insert(trained.begin(), trained.end());
@@ -526,6 +653,7 @@ Status Actor::Run(const std::atomic<bool>& stop,
                 trainer_->skipped_steps() > skipped_steps_before, m);
     LAMINAR_RETURN_IF_ERROR(WriteStepMetrics(m));
     if (on_step) on_step(m);
+    if (std::exchange(resumed_, false)) RecordLostRanksRecovered();
     // After a save that failed for want of space, every step tries again: a disk freed soon
     // costs one step of progress at risk, not save_every.
     if (options_.save_every > 0 &&
@@ -535,6 +663,155 @@ Status Actor::Run(const std::atomic<bool>& stop,
   }
   LAMINAR_RETURN_IF_ERROR(SaveCheckpoint());
   RecordDiskRecovered();  // the final save ends a full disk too
+  return OkStatus();
+}
+
+namespace {
+
+// One mini-batch's share (ShareOfBatch): `samples` whole groups.
+StatusOr<std::vector<trainer::TrainSample>> ShareOfGroups(
+    std::span<const trainer::TrainSample> samples, int rank, int world_size) {
+  struct Group {
+    size_t begin = 0, end = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (groups.empty() || samples[i].group_id != samples[groups.back().begin].group_id) {
+      groups.push_back({i, i, 0});
+    }
+    groups.back().end = i + 1;
+    groups.back().tokens +=
+        static_cast<int64_t>(samples[i].prompt_ids.size() + samples[i].response_ids.size());
+  }
+  if (groups.size() % static_cast<size_t>(world_size) != 0) {
+    return InvalidArgumentError(std::to_string(groups.size()) +
+                                " groups do not split evenly over " + std::to_string(world_size) +
+                                " ranks");
+  }
+  const size_t per_rank = groups.size() / static_cast<size_t>(world_size);
+  std::vector<size_t> order(groups.size());
+  for (size_t g = 0; g < order.size(); ++g) order[g] = g;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return groups[x].tokens > groups[y].tokens; });
+  std::vector<int64_t> tokens(static_cast<size_t>(world_size), 0);
+  std::vector<size_t> count(static_cast<size_t>(world_size), 0);
+  std::vector<int> owner(groups.size(), 0);
+  for (size_t g : order) {
+    int best = -1;
+    for (int r = 0; r < world_size; ++r) {
+      const auto ur = static_cast<size_t>(r);
+      if (count[ur] < per_rank && (best < 0 || tokens[ur] < tokens[static_cast<size_t>(best)])) {
+        best = r;
+      }
+    }
+    owner[g] = best;
+    tokens[static_cast<size_t>(best)] += groups[g].tokens;
+    ++count[static_cast<size_t>(best)];
+  }
+  std::vector<trainer::TrainSample> share;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (owner[g] != rank) continue;
+    share.insert(share.end(), samples.begin() + static_cast<std::ptrdiff_t>(groups[g].begin),
+                 samples.begin() + static_cast<std::ptrdiff_t>(groups[g].end));
+  }
+  return share;
+}
+
+}  // namespace
+
+StatusOr<std::vector<trainer::TrainSample>> ShareOfBatch(
+    const std::vector<trainer::TrainSample>& samples, int rank, int world_size,
+    int64_t mini_batch_samples) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " is not in [0, " +
+                                std::to_string(world_size) + ")");
+  }
+  const size_t mb = mini_batch_samples > 0 ? static_cast<size_t>(mini_batch_samples)
+                                           : std::max<size_t>(samples.size(), 1);
+  std::vector<trainer::TrainSample> share;
+  for (size_t begin = 0; begin < samples.size(); begin += mb) {
+    const size_t end = std::min(samples.size(), begin + mb);
+    if (end < samples.size() && samples[end].group_id == samples[end - 1].group_id) {
+      return InvalidArgumentError("mini-batch of samples " + std::to_string(begin) + ".." +
+                                  std::to_string(end - 1) + " ends inside a group");
+    }
+    LAMINAR_ASSIGN_OR_RETURN(
+        std::vector<trainer::TrainSample> part,
+        ShareOfGroups(std::span<const trainer::TrainSample>(samples).subspan(begin, end - begin),
+                      rank, world_size),
+        "mini-batch of samples " + std::to_string(begin) + ".." + std::to_string(end - 1));
+    share.insert(share.end(), std::make_move_iterator(part.begin()),
+                 std::make_move_iterator(part.end()));
+  }
+  return share;
+}
+
+Status RunActorRank(const model::ModelConfig& config, const model::WeightStore& weights,
+                    const ActorOptions& options, bool resume,
+                    const std::function<void()>& on_joined) {
+  const int rank = options.collective.rank;
+  const std::string me = "actor rank " + std::to_string(rank);
+  if (rank < 1 || rank >= options.collective.world_size) {
+    return InvalidArgumentError(me + ": ranks other than 0 are 1.." +
+                                std::to_string(options.collective.world_size - 1));
+  }
+  if (resume && options.checkpoint_dir.empty()) {
+    return InvalidArgumentError(me + ": resume needs a checkpoint_dir");
+  }
+  LAMINAR_ASSIGN_OR_RETURN(auto collective, trainer::CreateCollective(options.collective), me);
+  LAMINAR_ASSIGN_OR_RETURN(
+      auto trainer,
+      trainer::Trainer::Create(config, weights, options.trainer, std::move(collective)), me);
+  if (resume) {
+    LAMINAR_RETURN_IF_ERROR(trainer->LoadCheckpoint(options.checkpoint_dir).status(), me);
+  }
+  LAMINAR_RETURN_IF_ERROR(trainer->CheckRanksAgree(), me);
+  LAMINAR_LOG(INFO, ACTOR) << me << " of " << options.collective.world_size << " joined at step "
+                           << trainer->global_step();
+  if (on_joined) on_joined();
+  while (true) {
+    uint32_t kind = 0;
+    std::string payload;
+    LAMINAR_RETURN_IF_ERROR(BroadcastMessage(trainer->collective(), &kind, &payload),
+                            me + ": waiting for rank 0");
+    if (kind == kStop) break;
+    if (kind == kStillHere) continue;
+    if (kind == kSave) {
+      LAMINAR_RETURN_IF_ERROR(
+          trainer
+              ->SaveCheckpoint(options.checkpoint_dir, nlohmann::json::object(), options.keep_last)
+              .status(),
+          me);
+      continue;
+    }
+    if (kind == kExport) {
+      LAMINAR_RETURN_IF_ERROR(trainer->ExportHuggingFace(options.export_dir, {}, DType::kF32,
+                                                         /*overwrite=*/true),
+                              me);
+      continue;
+    }
+    if (kind != kTrainBatch) {
+      return DataLossError(me + ": rank 0 sent message kind " + std::to_string(kind));
+    }
+    proto::TrajectoryBatch batch;
+    if (!batch.ParseFromString(payload)) {
+      return DataLossError(me + ": rank 0's batch does not parse");
+    }
+    const std::vector<proto::Trajectory> trajectories(batch.trajectories().begin(),
+                                                      batch.trajectories().end());
+    const BatchSummary summary = Summarize(trajectories, trainer->policy_version());
+    const std::string step = me + " step " + std::to_string(trainer->global_step() + 1);
+    LAMINAR_ASSIGN_OR_RETURN(
+        auto share,
+        ShareOfBatch(summary.samples, rank, options.collective.world_size,
+                     options.trainer.mini_batch_size * options.collective.world_size),
+        step);
+    LAMINAR_RETURN_IF_ERROR(trainer->Step(share).status(), step);
+    LAMINAR_LOG(INFO, ACTOR) << step << ": trained " << share.size() << " of "
+                             << summary.samples.size() << " samples";
+  }
+  LAMINAR_LOG(INFO, ACTOR) << me << ": rank 0 ended the run at step " << trainer->global_step();
   return OkStatus();
 }
 

@@ -25,6 +25,7 @@
 #include "model/weight_store.h"
 #include "proto/control.pb.h"
 #include "relay/publisher.h"
+#include "trainer/collective.h"
 #include "trainer/trainer.h"
 
 namespace laminar::actor {
@@ -39,7 +40,11 @@ struct ActorOptions {
   // counted; nullopt: no bound (Laminar's default, docs/architecture.md).
   std::optional<int64_t> max_staleness;
   bool drop_stale = true;
-  trainer::TrainerConfig trainer;
+  trainer::TrainerConfig trainer;  // mini_batch_size per rank
+  // Data-parallel ranks (actor.world_size, actor.rendezvous): rank 0 is the Actor, which takes
+  // each batch and tells the other ranks (RunActorRank) over the collective; every rank trains on
+  // its share (ShareOfBatch) and the gradients are all-reduced. world_size 1: no collective.
+  trainer::CollectiveOptions collective;
   // rollout.speculative.drafter draft_model: the draft model's weights (plain dtypes), published
   // with every version under relay::kDraftModelPrefix so that rollouts, however late they start,
   // pull them from their relay like the policy's. Null: none.
@@ -90,6 +95,27 @@ inline constexpr char kRunStartEnv[] = "LAMINAR_RUN_START_UNIX";
 // missing file is fine. Errors name the file.
 Status DropStepsAfter(const std::string& path, const std::string& key, int64_t step);
 
+// The samples rank `rank` of `world_size` trains on: whole groups (runs of one group_id), as
+// many on every rank, balanced by tokens (the longest group first, each to the rank with the
+// fewest tokens among those still short of their count), in the batch's order. With
+// `mini_batch_samples` > 0, each run of that many samples (one rank's mini-batch, over all ranks)
+// is split so, and the rank's shares follow one another: its m-th mini-batch is its part of the
+// m-th one. Every rank computes the same split. Errors: InvalidArgument for a rank outside
+// [0, world_size), a mini-batch that ends inside a group or whose groups do not split evenly.
+StatusOr<std::vector<trainer::TrainSample>> ShareOfBatch(
+    const std::vector<trainer::TrainSample>& samples, int rank, int world_size,
+    int64_t mini_batch_samples = 0);
+
+// Rank options.collective.rank >= 1 of the actor: joins the ranks (blocking until rank 0 and the
+// others come, within the rendezvous timeout), loads the newest checkpoint when `resume`, then
+// trains on its share of each batch that rank 0 sends and saves with it, until rank 0 says stop.
+// Stop signals do not end it: rank 0 does, or a collective's error (rank 0 gone, no word from it
+// within the collective timeout). Errors: the collective's and the trainer's, naming the rank.
+// `on_joined` (optional) runs once the ranks have met and the checkpoint is loaded.
+Status RunActorRank(const model::ModelConfig& config, const model::WeightStore& weights,
+                    const ActorOptions& options, bool resume,
+                    const std::function<void()>& on_joined = nullptr);
+
 // StepMetrics (one training step's result) and StepProgress are in actor/console.h.
 
 // Not thread-safe: one thread calls Run.
@@ -112,6 +138,10 @@ class Actor {
 
   int64_t global_step() const { return trainer_->global_step(); }
   int64_t policy_version() const { return trainer_->policy_version(); }
+  // Whether the data-parallel ranks' collective failed (a rank died, or its host or link did):
+  // the ranks cannot go on together, and the run continues only by starting every rank again
+  // from its last checkpoint.
+  bool lost_a_rank() const { return !trainer_->collective().error().ok(); }
 
  private:
   explicit Actor(ActorOptions options) : options_(std::move(options)) {}
@@ -120,12 +150,22 @@ class Actor {
   // Waits for B groups; nullopt when stopped or the data ran out.
   StatusOr<std::optional<std::vector<proto::Trajectory>>> TakeBatch(const std::atomic<bool>& stop,
                                                                     StepMetrics* metrics);
+  // To the other data-parallel ranks (none: nothing): a message RunActorRank acts on.
+  Status TellRanks(uint32_t kind, const std::string& payload = "");
   Status SaveCheckpoint();
   // A periodic checkpoint: SaveCheckpoint, where a full disk is recorded as a fault and training
   // goes on (nothing saved earlier is touched; every step tries again until a save succeeds).
   Status SavePeriodicCheckpoint();
   // After a save succeeded: a full disk seen before is recorded in faults.jsonl, recovered now.
   void RecordDiskRecovered();
+  // Run's steps; Run records a lost rank when they end so.
+  Status RunSteps(const std::atomic<bool>& stop,
+                  const std::function<void(const StepMetrics&)>& on_step);
+  // A lost rank (lost_a_rank) in faults.jsonl, detected now, with the collective's error.
+  void RecordLostRank();
+  // A resumed actor's first step: the lost-rank faults that an earlier invocation recorded and
+  // nothing recovered yet, recorded as recovered now (the run trains again).
+  void RecordLostRanksRecovered();
   // The fault records and perf/ettr of one step that took `step_s` (of which `train_s` training,
   // which ended `since_trained_s` ago; the rest waiting for the batch and publishing) and skipped
   // its update or not.
@@ -155,8 +195,10 @@ class Actor {
   double kept_s_ = 0;                  // time of the steps whose update was kept
   std::vector<double> step_times_;     // of this process's last steps, for straggler detection
   double disk_full_since_unix_s_ = 0;  // a periodic checkpoint failed for space (0: none)
+  bool resumed_ = false;               // Create loaded a checkpoint
   std::optional<StepProgress> progress_written_;  // what progress_path holds
   bool bar_on_screen_ = false;
+  std::chrono::steady_clock::time_point told_ranks_;  // the last message to the other ranks
 };
 
 }  // namespace laminar::actor

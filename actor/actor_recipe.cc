@@ -33,6 +33,7 @@ StatusOr<trainer::TrainerConfig> TrainerConfigOf(const Config& r) {
   t.share_prompts = r.GetBool("actor.share_prompts");
   t.graph.bf16_compute = r.GetString("actor.compute") == "bf16";
   t.seed = static_cast<uint64_t>(r.GetInt("data.seed"));
+  t.zero_stage = static_cast<int>(r.GetInt("actor.zero_stage"));
   LAMINAR_RETURN_IF_ERROR(trainer::ValidatePolicyLossConfig(t.loss), "recipe actor.*");
   return t;
 }
@@ -41,6 +42,40 @@ StatusOr<ActorOptions> ActorOptionsOf(const Config& r) {
   ActorOptions a;
   LAMINAR_ASSIGN_OR_RETURN(a.trainer, TrainerConfigOf(r));
   a.groups_per_step = static_cast<int32_t>(r.GetInt("actor.groups_per_step"));
+  a.collective.world_size = static_cast<int>(r.GetInt("actor.world_size"));
+  a.collective.backend = a.collective.world_size > 1 ? "gloo" : "local";
+  a.collective.rendezvous_address = r.GetString("actor.rendezvous");
+  if (a.collective.world_size > 1) {
+    const int n = a.collective.world_size;
+    const std::string adv = r.GetString("actor.adv_estimator");
+    if (adv != "grpo" && adv != "dr_grpo" && adv != "rloo") {
+      return InvalidArgumentError(
+          "recipe actor.world_size " + std::to_string(n) + " with actor.adv_estimator " + adv +
+          ": data-parallel ranks split a step by whole groups, so only the group-local "
+          "estimators (grpo, dr_grpo, rloo) train as one rank would");
+    }
+    if (a.groups_per_step % n != 0) {
+      return InvalidArgumentError("recipe actor.groups_per_step " +
+                                  std::to_string(a.groups_per_step) +
+                                  " is not a multiple of actor.world_size " + std::to_string(n) +
+                                  " (every rank trains the same number of groups)");
+    }
+    const int64_t group = r.GetInt("rollout.n");
+    if (a.trainer.mini_batch_size % (n * group) != 0) {
+      return InvalidArgumentError("recipe actor.mini_batch_size " +
+                                  std::to_string(a.trainer.mini_batch_size) +
+                                  " is not a multiple of actor.world_size " + std::to_string(n) +
+                                  " x rollout.n " + std::to_string(group) +
+                                  " (every mini-batch is whole groups, split evenly over the "
+                                  "ranks)");
+    }
+    a.trainer.mini_batch_size /= n;
+    if (a.collective.rendezvous_address.empty()) {
+      return InvalidArgumentError(
+          "recipe actor.world_size " + std::to_string(n) +
+          " needs actor.rendezvous, tcp://HOST:PORT on rank 0's machine (laminar run sets it)");
+    }
+  }
   a.max_steps = r.GetInt("actor.max_steps");
   if (r.GetInt("actor.max_staleness") >= 0) a.max_staleness = r.GetInt("actor.max_staleness");
   a.drop_stale = r.GetBool("actor.drop_stale");

@@ -64,7 +64,7 @@ std::function<int()> SetupBench(CLI::App* app) {
 LAMINAR_REGISTER_COMMAND(
     "bench",
     "benchmarks with JSON output: hw, decode, prefill, gemm, rollout, spec, train, broadcast, "
-    "publish, manager",
+    "pull, publish, manager",
     SetupBench);
 
 }  // namespace laminar::cli

@@ -46,6 +46,7 @@
 #include "core/process.h"
 #include "launch/liveness.h"
 #include "launch/manager_ledger.h"
+#include "launch/run_audit.h"
 #include "launch/run_keys.h"
 #include "launch/supervisor.h"
 #include "recipe/recipe.h"
@@ -273,16 +274,6 @@ std::vector<std::string> ListenedPorts(const fs::path& dir, int invocations) {
         }
       }
     }
-  }
-  return out;
-}
-
-std::vector<Json> ReadJsonLines(const fs::path& path) {
-  std::vector<Json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    Json j = Json::parse(line, nullptr, false);
-    if (j.is_object()) out.push_back(std::move(j));
   }
   return out;
 }
@@ -643,7 +634,7 @@ void ChaosRun::Tick(double now) {
         continue;
       }
       bool recorded = false;
-      for (const Json& f : ReadJsonLines(dir_ / "faults.jsonl")) {
+      for (const Json& f : launch::ReadJsonLines(dir_ / "faults.jsonl")) {
         recorded = recorded || (f.value("kind", "") == "disk_full" &&
                                 f.value("detected_unix_s", 0.0) >= it->at - 1);
       }
@@ -796,87 +787,14 @@ void ChaosRun::Quiesce() {
   }
 }
 
-// The trajectories of the kept steps: for each step up to `last_step`, the lines of the last time
-// it was trained (a resumed run trains again the steps after its checkpoint).
-std::vector<Json> KeptTrajectories(const fs::path& log, int64_t last_step) {
-  std::map<int64_t, std::vector<Json>> by_step;
-  int64_t current = -1;
-  for (Json& j : ReadJsonLines(log)) {
-    const int64_t step = j.value("step", int64_t{-1});
-    if (step != current) {
-      by_step[step].clear();  // a step trained again replaces the earlier one
-      current = step;
-    }
-    by_step[step].push_back(std::move(j));
-  }
-  std::vector<Json> out;
-  for (auto& [step, lines] : by_step) {
-    if (step > last_step) continue;
-    for (Json& j : lines) out.push_back(std::move(j));
-  }
-  return out;
-}
-
 Json ChaosRun::Audit(double wall_s) const {
-  Json r;
-  // The final checkpoint: the trained steps and the manager's ledger.
-  const fs::path ckpts = dir_ / "checkpoints";
-  std::string latest;
-  if (auto text = ReadFileToString((ckpts / "latest").string()); text.ok()) latest = *text;
-  while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
-  Json state;
-  if (!latest.empty()) {
-    if (auto text = ReadFileToString((ckpts / latest / "trainer_state.json").string()); text.ok()) {
-      state = Json::parse(*text, nullptr, false);
-    }
-  }
-  const Json snapshot = state.is_object()
-                            ? state.value("user", Json::object()).value("manager_snapshot", Json())
-                            : Json();
-  int64_t last_step = 0;
-  if (state.is_object()) last_step = state.value("global_step", int64_t{0});
-  r["checkpoint"] = latest;
-  r["steps"] = last_step;
+  Json r = launch::AuditExactlyOnce(dir_ / "checkpoints", dir_ / "trajectories.jsonl");
+  const int64_t last_step = r.value("steps", int64_t{0});
 
-  // Exactly once: each sample trained at most once; each prompt handed out trained, buffered or
-  // in flight.
-  const std::vector<Json> kept = KeptTrajectories(dir_ / "trajectories.jsonl", last_step);
-  std::map<std::pair<std::string, int64_t>, int> samples;
-  std::set<std::string> trained;
-  for (const Json& t : kept) {
-    const std::string id = t.value("prompt_id", "");
-    ++samples[{id, t.value("sample_index", int64_t{-1})}];
-    trained.insert(id);
-  }
-  int64_t duplicated = 0;
-  for (const auto& [key, n] : samples) duplicated += n - 1;
-  std::set<std::string> held;
-  int64_t handed_out = -1, overlaps = 0;
-  if (snapshot.is_object()) {
-    const int64_t rows = snapshot["dataset"].value("num_rows", int64_t{0});
-    handed_out = snapshot["cursor"].value("epoch", int64_t{0}) * rows +
-                 snapshot["cursor"].value("index", int64_t{0});
-    for (const char* part : {"buffer", "in_flight"}) {
-      for (const Json& g : snapshot.value(part, Json::array())) {
-        const std::string id = g.value("prompt_id", "");
-        overlaps += trained.count(id) + (held.insert(id).second ? 0 : 1);
-      }
-    }
-  }
-  const int64_t accounted = static_cast<int64_t>(trained.size() + held.size());
-  r["samples_trained"] = kept.size();
-  r["groups_trained"] = trained.size();
-  r["groups_buffered_or_in_flight"] = held.size();
-  r["groups_handed_out"] = handed_out;
-  r["duplicated"] = duplicated + overlaps;
-  r["lost"] = handed_out < 0 ? -1 : std::max<int64_t>(0, handed_out - accounted);
-  r["unaccounted_extra"] = handed_out < 0 ? 0 : std::max<int64_t>(0, accounted - handed_out);
-
-  // Versions never go back per rollout, in the order the actor trained them.
   // Versions per rollout, as the manager saw its trajectories arrive (the training order mixes
   // them: a group completes when its last sample does, also one moved to another rollout).
   int64_t regressions = 0;
-  for (const Json& m : ReadJsonLines(dir_ / "metrics.jsonl")) {
+  for (const Json& m : launch::ReadJsonLines(dir_ / "metrics.jsonl")) {
     regressions =
         std::max(regressions, static_cast<int64_t>(m.value("manager/version_regressions", 0.0)));
   }
@@ -894,7 +812,7 @@ Json ChaosRun::Audit(double wall_s) const {
   }
   for (const std::string& port : ListenedPorts(dir_, invocations_)) leaked.push_back(port);
   double kv_leaked = 0;
-  for (const Json& m : ReadJsonLines(dir_ / "metrics.jsonl")) {
+  for (const Json& m : launch::ReadJsonLines(dir_ / "metrics.jsonl")) {
     kv_leaked = std::max(kv_leaked, m.value("manager/kv_blocks_leaked", 0.0));
   }
   if (kv_leaked > 0) {
@@ -1018,7 +936,7 @@ Json ChaosRun::Audit(double wall_s) const {
   // The effective training time ratio over the whole chaos run: the kept steps' time over the
   // wall time, resumes included.
   std::map<int64_t, double> step_s;
-  for (const Json& m : ReadJsonLines(dir_ / "metrics.jsonl")) {
+  for (const Json& m : launch::ReadJsonLines(dir_ / "metrics.jsonl")) {
     const auto step = static_cast<int64_t>(m.value("training/global_step", -1.0));
     if (step >= 1 && step <= last_step) step_s[step] = m.value("timing_s/step", 0.0);
   }

@@ -44,6 +44,7 @@ struct RelayArgs {
   std::vector<std::string> overrides;
   int rank = 0;
   std::string coordinator;
+  double stop_grace_s = 0;  // with --coordinator: the recipe's cluster.stop_grace_s
   bool id_set = false, listen_set = false, host_set = false;
 };
 
@@ -63,6 +64,7 @@ StatusOr<std::unique_ptr<launch::CoordinatorClient>> JoinAsRelay(RelayArgs* a,
                            launch::JoinCluster(plan, "relay", a->rank, a->coordinator,
                                                launch::StopSignalPending(stop_signals)));
   *node = plan.relay_node[static_cast<size_t>(a->rank)];
+  a->stop_grace_s = plan.stop_grace_s;
   if (a->rank == 0) {
     LAMINAR_RETURN_IF_ERROR(client->WaitReady());
   } else {
@@ -143,6 +145,8 @@ int Run(RelayArgs a) {
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  if (coordinator && a.rank == 0)
+    launch::OutliveActor(coordinator->Peek("actor", 0), a.stop_grace_s, a.id);
   (*r)->Stop();
   return 0;
 }

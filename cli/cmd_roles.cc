@@ -53,7 +53,7 @@ struct RoleArgs {
   // A multi-machine launch: the role instance and the coordinator that finds its peers.
   int rank = 0;
   std::string coordinator;
-  std::string host;  // manager: the address the others reach it at
+  std::string host;  // manager: the address the others reach it at; rollout: where pulls arrive
 };
 
 void PrintReady(const std::string& role, const std::string& id, const std::string& endpoint) {
@@ -187,6 +187,11 @@ int RunManager(const RoleArgs& a) {
   PrintReady("manager", a.id.empty() ? "manager" : a.id, endpoint);
   int sig = 0;
   sigwait(&signals, &sig);
+  if (coordinator) {
+    auto plan = launch::ClusterPlanOf(r);
+    launch::OutliveActor(coordinator->Find("actor", 0), plan.ok() ? plan->stop_grace_s : 0,
+                         "manager");
+  }
   (*server)->Stop();
   return 0;
 }
@@ -214,6 +219,7 @@ int RunRollout(const RoleArgs& a) {
                                          : "rollout/" + std::to_string(getpid());
   options->manager = a.manager;
   options->relays = a.relays;
+  if (!a.host.empty()) options->host = a.host;
   if (!a.coordinator.empty()) {
     auto plan = launch::ClusterPlanOf(*recipe);
     if (!plan.ok()) return fail(plan.status().message());
@@ -235,10 +241,16 @@ int RunRollout(const RoleArgs& a) {
       if (!relay.ok()) return fail(relay.status().message());
       options->relays.push_back((*relay)["control"].get<std::string>());
     }
+    // Pulls from the head's relay, when its own node's is down, arrive at this node's address
+    // on the coordinator's route.
+    auto route = launch::RouteAddress((*client)->coordinator());
+    if (!route.ok()) return fail(route.status().message());
+    options->host = *route;
     std::string relays;
     for (const std::string& e : options->relays) relays += " " + e;
     LAMINAR_LOG(INFO, CLI) << options->id << " via the coordinator at " << a.coordinator
-                           << ": manager " << options->manager << ", relays" << relays;
+                           << ": manager " << options->manager << ", relays" << relays
+                           << "; pulls arrive at " << options->host;
   }
   const std::string manager_endpoint = options->manager;
   auto worker = rollout::RolloutWorker::Create(mc, policy->tokenizer.get(), std::move(*reward),
@@ -257,6 +269,23 @@ int RunActor(const RoleArgs& a) {
   const sigset_t signals = BlockStopSignals();
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return fail(recipe.status().message());
+  // Under a coordinator, data-parallel ranks meet rank 0 on the head, at the coordinator's host
+  // and the port after it, unless the recipe names actor.rendezvous.
+  if (!a.coordinator.empty() && recipe->GetInt("actor.world_size") > 1 &&
+      recipe->GetString("actor.rendezvous").empty()) {
+    auto head = launch::ParseTcpAddress(a.coordinator);
+    if (!head.ok()) return fail("--coordinator " + std::string(head.status().message()));
+    if (head->port == 65535) {
+      return fail("--coordinator " + a.coordinator +
+                  ": the actor ranks meet at the next port, and there is none; set "
+                  "actor.rendezvous");
+    }
+    std::vector<std::string> overrides = a.overrides;
+    overrides.push_back("actor.rendezvous=tcp://" + head->host + ":" +
+                        std::to_string(head->port + 1));
+    recipe = recipe::LoadRecipe(a.recipe, overrides);
+    if (!recipe.ok()) return fail(recipe.status().message());
+  }
   if (Status s = launch::SecureRunTransport(*recipe); !s.ok()) return fail(s.message());
   auto policy = LoadPolicy(*recipe);
   if (!policy.ok()) return fail(policy.status().message());
@@ -274,15 +303,26 @@ int RunActor(const RoleArgs& a) {
     options->draft_model_weights =
         std::make_shared<const model::WeightStore>(params->ToWeightStore());
   }
+  if (a.rank > 0) {
+    // A data-parallel rank: it meets rank 0 at actor.rendezvous and needs no other peer.
+    if (a.rank >= options->collective.world_size) {
+      return fail("--rank " + std::to_string(a.rank) + ": actor.world_size is " +
+                  std::to_string(options->collective.world_size) + " (ranks 0.." +
+                  std::to_string(options->collective.world_size - 1) + ")");
+    }
+    options->collective.rank = a.rank;
+    options->id += "/" + std::to_string(a.rank);
+    const std::string id = options->id;
+    Status st = actor::RunActorRank(
+        policy->checkpoint.config, policy->checkpoint.weights, *options, a.resume,
+        [&] { PrintReady("actor", id, options->collective.rendezvous_address); });
+    if (!st.ok()) return fail(st.message());
+    return 0;
+  }
   std::unique_ptr<launch::CoordinatorClient> coordinator;
   if (!a.coordinator.empty()) {
     auto plan = launch::ClusterPlanOf(*recipe);
     if (!plan.ok()) return fail(plan.status().message());
-    if (a.rank != 0) {
-      return fail("--rank " + std::to_string(a.rank) +
-                  ": there is one actor (0); data-parallel actor ranks in separate processes are "
-                  "not supported yet");
-    }
     auto client = launch::JoinCluster(*plan, "actor", a.rank, a.coordinator,
                                       launch::StopSignalPending(signals));
     if (!client.ok()) return fail(client.status().message());
@@ -313,8 +353,11 @@ int RunActor(const RoleArgs& a) {
   if (!act.ok()) return fail(act.status().message());
   // Rollouts wait for this: only now may they ask the manager for work (see RunRollout).
   if (coordinator) {
-    Status st = coordinator->Register(
-        "actor", 0, {{"id", a.id.empty() ? "actor" : a.id}, {"host", Hostname()}});
+    Status st = coordinator->Register("actor", 0, [&] {
+      nlohmann::json info = launch::ProcessIdentity();  // for OutliveActor
+      info["id"] = a.id.empty() ? "actor" : a.id;
+      return info;
+    }());
     if (!st.ok()) return fail(st.message());
   }
   std::atomic<bool> stop{false};
@@ -326,6 +369,13 @@ int RunActor(const RoleArgs& a) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "%s\n", actor::ConsoleLine(m, elapsed_s).c_str());
   });
+  if (!st.ok() && (*act)->lost_a_rank()) {
+    return CommandFail("actor",
+                       std::string(st.message()) +
+                           "; a data-parallel rank is lost: start every rank again with "
+                           "--resume to continue from the last checkpoint",
+                       kExitLostRank);
+  }
   if (!st.ok()) return fail(st.message());
   return 0;
 }
@@ -336,7 +386,8 @@ void AddCommon(CLI::App* app, RoleArgs* a) {
   app->add_option("--id", a->id, "this process's name in logs and messages");
   app->add_option("--rank", a->rank,
                   "with --coordinator: which instance of the role this is (`laminar "
-                  "cluster-plan` lists them)")
+                  "cluster-plan` lists them); actor: its data-parallel rank (actor.world_size; "
+                  "ranks above 0 meet rank 0 at actor.rendezvous and need no other peer)")
       ->check(CLI::NonNegativeNumber);
 }
 
@@ -351,7 +402,8 @@ CLI::Option* AddCoordinator(CLI::App* app, RoleArgs* a) {
 std::function<int()> NeedsPeers(const std::string& role, std::shared_ptr<RoleArgs> a,
                                 int (*run)(const RoleArgs&)) {
   return [role, a, run] {
-    if (a->coordinator.empty() && (a->manager.empty() || a->relays.empty())) {
+    const bool actor_rank = role == "actor" && a->rank > 0;
+    if (!actor_rank && a->coordinator.empty() && (a->manager.empty() || a->relays.empty())) {
       return CommandFail(role, "give --coordinator, or --manager and --relay", 2);
     }
     return run(*a);
@@ -382,6 +434,10 @@ std::function<int()> SetupRollout(CLI::App* app) {
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->excludes(coordinator);
+  app->add_option("--host", a->host,
+                  "the address of this machine that relays send pulled versions to (default "
+                  "127.0.0.1; with a --relay on another machine, one it reaches)")
       ->excludes(coordinator);
   return NeedsPeers("rollout", a, RunRollout);
 }

@@ -4,7 +4,10 @@
 // or SIGTERM stops the actor first, which saves a checkpoint, then the rest. Prints one line per
 // training step from the run's metrics.jsonl. --resume continues from the newest checkpoint in
 // RUN_DIR/checkpoints.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +15,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,6 +32,7 @@
 #include "core/fault_log.h"
 #include "core/mapped_file.h"
 #include "launch/liveness.h"
+#include "launch/run_folder.h"
 #include "launch/run_keys.h"
 #include "launch/supervisor.h"
 #include "model/model_path.h"
@@ -157,26 +162,13 @@ struct RunFolder {
 };
 
 StatusOr<RunFolder> PrepareRunFolder(const RunArgs& a, const Config& recipe) {
-  fs::path dir = !a.run_dir.empty() ? fs::path(a.run_dir)
-                 : !recipe.GetString("run.dir").empty()
-                     ? fs::path(recipe.GetString("run.dir"))
-                     : fs::path("runs") / fs::path(a.recipe).stem();
+  fs::path dir = launch::RunFolderOf(a.run_dir, recipe, a.recipe);
   std::error_code ec;
   fs::create_directories(dir / "logs", ec);
   if (ec) return InternalError("cannot create " + (dir / "logs").string() + ": " + ec.message());
   std::vector<std::string> overrides = a.overrides;
   if (a.rollouts > 0) overrides.push_back("rollout.num_workers=" + std::to_string(a.rollouts));
-  auto default_path = [&](const std::string& key, const fs::path& value) {
-    if (!recipe.IsSet(key)) overrides.push_back(key + "=" + value.string());
-  };
-  default_path("actor.metrics", dir / "metrics.jsonl");
-  default_path("actor.progress_file", dir / "progress.json");
-  default_path("actor.checkpoint_dir", dir / "checkpoints");
-  default_path("actor.export_dir", dir / "model");
-  default_path("run.faults", dir / "faults.jsonl");
-  if (recipe::RecipeSchema().Find("actor.tensorboard_dir") != nullptr) {
-    default_path("actor.tensorboard_dir", dir / "tensorboard");
-  }
+  for (std::string& o : launch::RunFolderOverrides(recipe, dir)) overrides.push_back(std::move(o));
   LAMINAR_ASSIGN_OR_RETURN(Config effective, recipe::LoadRecipe(a.recipe, overrides));
   RunFolder f{std::move(dir), std::move(overrides), std::move(effective)};
   // A finished or interrupted run is continued with --resume, never silently mixed with a new one.
@@ -231,7 +223,7 @@ std::string FaultSummary(const fs::path& faults, const fs::path& metrics) {
 }
 
 // How the run ended, on the console; returns the exit code.
-int ReportEnd(const RunArgs& a, const RunFolder& f, const launch::RunRoles& roles,
+int ReportEnd(const RunArgs& a, const RunFolder& f, launch::RunRoles& roles,
               const launch::WatchResult& end, Console& console) {
   if (const std::string faults =
           FaultSummary(f.effective.GetString("run.faults"), f.effective.GetString("actor.metrics"));
@@ -248,6 +240,14 @@ int ReportEnd(const RunArgs& a, const RunFolder& f, const launch::RunRoles& role
   if (end.end == launch::RunEnd::kActorExited && end.exit_code != 0) {
     console.Say("[run] the actor failed (exit %d); %s:%s\n", end.exit_code,
                 roles.actor.log.string().c_str(), launch::LogTail(roles.actor.log, 5).c_str());
+    // A data-parallel rank that failed first is the likelier cause.
+    for (launch::SupervisedRole& r : roles.actor_ranks) {
+      auto code = r.process.Wait(0);
+      if (code.ok() && *code != 0) {
+        console.Say("[run] %s failed too (exit %d); %s:%s\n", r.name.c_str(), *code,
+                    r.log.string().c_str(), launch::LogTail(r.log, 5).c_str());
+      }
+    }
     return 1;
   }
   if (end.exit_code == 0) {
@@ -259,13 +259,42 @@ int ReportEnd(const RunArgs& a, const RunFolder& f, const launch::RunRoles& role
   return end.exit_code;
 }
 
+// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick).
+StatusOr<int> FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return InternalError(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) return InternalError("no free port on 127.0.0.1");
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
 int RunJob(const RunArgs& a) {
   // Block the stop signals before any child exists; WatchRun takes them with sigtimedwait.
   const sigset_t stop_signals = launch::BlockStopSignals();
 
   auto recipe = recipe::LoadRecipe(a.recipe, a.overrides);
   if (!recipe.ok()) return Fail(recipe.status().message());
-  if (Status s = CheckRecipe(*recipe); !s.ok()) return Fail(s.message());
+  // Data-parallel actor ranks on this machine meet on a loopback port of this invocation's own,
+  // which only the actor processes are told (the run folder's recipe keeps none).
+  std::vector<std::string> actor_overrides;
+  if (recipe->GetInt("actor.world_size") > 1 && recipe->GetString("actor.rendezvous").empty()) {
+    auto port = FreeLoopbackPort();
+    if (!port.ok()) return Fail(port.status().message());
+    actor_overrides.push_back("actor.rendezvous=tcp://127.0.0.1:" + std::to_string(*port));
+  }
+  {
+    std::vector<std::string> checked = a.overrides;
+    checked.insert(checked.end(), actor_overrides.begin(), actor_overrides.end());
+    auto full = recipe::LoadRecipe(a.recipe, checked);
+    if (!full.ok()) return Fail(full.status().message());
+    if (Status s = CheckRecipe(*full); !s.ok()) return Fail(s.message());
+  }
   auto folder = PrepareRunFolder(a, *recipe);
   if (!folder.ok()) return Fail(folder.status().message());
   const fs::path metrics_path = folder->effective.GetString("actor.metrics");
@@ -306,6 +335,8 @@ int RunJob(const RunArgs& a) {
                             folder->overrides.end());
   launch.log_dir = folder->dir / "logs";
   launch.num_rollouts = static_cast<int>(folder->effective.GetInt("rollout.num_workers"));
+  launch.actor_ranks = static_cast<int>(folder->effective.GetInt("actor.world_size"));
+  launch.actor_overrides = actor_overrides;
   launch.resume = a.resume;
   launch.shm_prefix = launch::RunShmPrefix(getpid());
   launch.keys = folder->effective.GetString("run.keys");

@@ -24,6 +24,12 @@ std::vector<Command>& CommandRegistry();
 // 2: a usage error), so each command reports errors in one form.
 int CommandFail(std::string_view command, std::string_view message, int code = 1);
 
+// `laminar actor`'s exit status when its data-parallel ranks lost one of them (a rank, its host or
+// its link died): EX_TEMPFAIL, the run goes on from its last checkpoint once every rank is started
+// again (scripts/launch_slurm.sh then restarts the roles, a spare node in a dead one's place, or
+// has the job requeued).
+inline constexpr int kExitLostRank = 75;
+
 // For unsigned options (seeds): refuses a leading '-', which CLI11 would wrap ("-5" to 2^64 - 5).
 inline const CLI::Validator kNonNegative(
     [](std::string& text) {

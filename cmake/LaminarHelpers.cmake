@@ -54,9 +54,14 @@ function(laminar_test name)
   # gtest_discover_tests writes properties space-separated, so a list of labels cannot pass
   # through it: the slow ones get both labels here, after discovery has listed them.
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_slow_labels.cmake")
+  # The tests on the machine's one network-namespace cluster (scripts/netns_cluster.sh) run one at
+  # a time, each with a timeout of its own that covers its waits.
   file(WRITE "${labels_file}"
        "foreach(t IN LISTS ${name}_SLOW_TESTS)\n"
        "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${ARG_LABEL};slow\")\n"
+       "  if(t MATCHES \"^SlurmClusterTest\\\\.\")\n"
+       "    set_tests_properties(\"\${t}\" PROPERTIES RESOURCE_LOCK netns_cluster TIMEOUT 900)\n"
+       "  endif()\n"
        "endforeach()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,9 +14,13 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "core/host.h"
+#include "core/logging.h"
 
 namespace laminar::launch {
 namespace {
@@ -55,6 +60,7 @@ StatusOr<ClusterPlan> ClusterPlanOf(const Config& r) {
   p.num_nodes = static_cast<int>(r.GetInt("cluster.nodes"));
   p.coordinator_port = static_cast<int>(r.GetInt("cluster.coordinator_port"));
   p.connect_timeout_s = r.GetFloat("cluster.connect_timeout_s");
+  p.stop_grace_s = r.GetFloat("cluster.stop_grace_s");
   const int64_t rollout_nodes_key = r.GetInt("cluster.rollout_nodes");
   if (rollout_nodes_key > p.num_nodes) {
     return InvalidArgumentError(
@@ -82,9 +88,16 @@ StatusOr<ClusterPlan> ClusterPlanOf(const Config& r) {
     p.rollout_node.push_back(first_rollout_node +
                              static_cast<int>(i * num_rollout_nodes / num_rollouts));
   }
+  const int actor_ranks = static_cast<int>(r.GetInt("actor.world_size"));
+  const int trainer_nodes = first_rollout_node > 0 ? first_rollout_node : p.num_nodes;
+  for (int k = 0; k < actor_ranks; ++k) {
+    p.actor_node.push_back(static_cast<int>(int64_t{k} * trainer_nodes / actor_ranks));
+  }
   p.roles.push_back({"manager", 0, 0});
   p.roles.push_back({"relay", 0, 0});
-  p.roles.push_back({"actor", 0, 0});
+  for (int k = 0; k < actor_ranks; ++k) {
+    p.roles.push_back({"actor", k, p.actor_node[static_cast<size_t>(k)]});
+  }
   for (size_t k = 1; k < p.relay_node.size(); ++k) {
     p.roles.push_back({"relay", static_cast<int>(k), p.relay_node[k]});
   }
@@ -182,6 +195,13 @@ CoordinatorServer::~CoordinatorServer() {
 void CoordinatorServer::Register(const std::string& role, int rank, nlohmann::json info) {
   std::lock_guard<std::mutex> lock(mu_);
   registry_[{role, rank}] = std::move(info);
+}
+
+std::optional<nlohmann::json> CoordinatorServer::Find(const std::string& role, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = registry_.find({role, rank});
+  if (it == registry_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::string CoordinatorServer::Handle(std::string_view request) {
@@ -316,6 +336,89 @@ StatusOr<nlohmann::json> CoordinatorClient::Lookup(const std::string& role, int 
       CallUntil({{"op", "lookup"}, {"role", role}, {"rank", rank}}, Key(role, rank),
                 [](const nlohmann::json& r) { return r.value("found", false); }));
   return reply["info"];
+}
+
+std::optional<nlohmann::json> CoordinatorClient::Peek(const std::string& role, int rank) {
+  const nlohmann::json request = {{"op", "lookup"},        {"role", role},         {"rank", rank},
+                                  {"protocol", kProtocol}, {"plan", fingerprint_}, {"from", from_}};
+  auto reply_bytes = client_->Call(request.dump(), kCallTimeoutMs);
+  if (!reply_bytes.ok()) return std::nullopt;
+  const nlohmann::json reply = nlohmann::json::parse(*reply_bytes, nullptr, false);
+  if (!reply.is_object() || !reply.value("ok", false) || !reply.value("found", false) ||
+      !reply.contains("info")) {
+    return std::nullopt;
+  }
+  return reply["info"];
+}
+
+namespace {
+
+// The pid namespace's inode of process `pid` ("self" for this one); 0 when unknown.
+uint64_t PidNamespace(const std::string& pid) {
+  struct stat st {};
+  if (stat(("/proc/" + pid + "/ns/pid").c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// Process `pid`'s state letter and start time in clock ticks (fields 3 and 22 of
+// /proc/PID/stat); nullopt when it does not exist.
+std::optional<std::pair<char, uint64_t>> ProcessStat(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  if (!in.is_open()) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream rest(text.substr(paren + 1));
+  char state = '?';
+  rest >> state;
+  std::string field;
+  for (int i = 4; i < 22; ++i) rest >> field;  // up to the start time
+  uint64_t start = 0;
+  if (!(rest >> start)) return std::nullopt;
+  return std::make_pair(state, start);
+}
+
+}  // namespace
+
+nlohmann::json ProcessIdentity() {
+  const auto stat = ProcessStat("self");
+  return {{"host", Hostname()},
+          {"pid", getpid()},
+          {"pid_ns", PidNamespace("self")},
+          {"start_ticks", stat ? stat->second : 0}};
+}
+
+void OutliveActor(const std::optional<nlohmann::json>& actor, double grace_s,
+                  const std::string& who) {
+  if (!actor || !actor->is_object() || grace_s <= 0) return;
+  const nlohmann::json& info = *actor;
+  auto number = [&info](const char* key) {
+    return info.contains(key) && info[key].is_number_unsigned() ? info[key].get<uint64_t>() : 0;
+  };
+  const bool same_host =
+      info.contains("host") && info["host"].is_string() && info["host"] == Hostname();
+  if (!info.contains("pid") || !info["pid"].is_number_integer() || !same_host ||
+      number("pid_ns") == 0 || number("pid_ns") != PidNamespace("self")) {
+    return;  // not a process this one can see
+  }
+  const std::string pid = std::to_string(info["pid"].get<int64_t>());
+  const uint64_t start = number("start_ticks");
+  auto alive = [&] {
+    const auto st = ProcessStat(pid);
+    return st && st->second == start && st->first != 'Z' && st->first != 'X';
+  };
+  if (!alive()) return;
+  LAMINAR_LOG(INFO, CLI) << who << ": stopping after the actor (pid " << pid
+                         << "), which may be saving its checkpoint; waiting up to " << grace_s
+                         << " s (cluster.stop_grace_s)";
+  const int64_t deadline_ms = SteadyNowMs() + static_cast<int64_t>(grace_s * 1000);
+  while (alive() && SteadyNowMs() < deadline_ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kRetryMs));
+  }
+  if (alive()) {
+    LAMINAR_LOG(WARN, CLI) << who << ": the actor (pid " << pid << ") still runs after " << grace_s
+                           << " s (cluster.stop_grace_s); stopping anyway";
+  }
 }
 
 StatusOr<std::unique_ptr<CoordinatorClient>> JoinCluster(const ClusterPlan& plan,

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,15 +34,20 @@ struct ClusterRole {
 // actor and relay 0, the master relay that the actor publishes to. The rollout nodes are the last
 // cluster.rollout_nodes nodes (0: all of them); each rollout node other than the head gets its own
 // relay, chained behind the master, and the rollouts are spread evenly over the rollout nodes in
-// rank order. A rollout lists its node's relay first, then the master.
+// rank order. A rollout lists its node's relay first, then the master. Data-parallel actor ranks
+// (actor.world_size) are spread evenly, in rank order, over the nodes before the rollout nodes
+// (over every node when all of them run rollouts): rank 0 always on the head.
 struct ClusterPlan {
   int num_nodes = 1;
   int coordinator_port = 0;
   double connect_timeout_s = 0;
+  double stop_grace_s = 0;
   std::vector<int> relay_node;     // [relays] node of each relay rank
   std::vector<int> rollout_node;   // [rollouts] node of each rollout rank
+  std::vector<int> actor_node;     // [actor ranks] node of each actor rank
   std::vector<int> relay_of_node;  // [nodes] the relay rank on each node, -1 for none
-  // Every role instance in launch order: manager, relay 0, actor, the other relays, rollouts.
+  // Every role instance in launch order: manager, relay 0, actor 0, the other actor ranks, the
+  // other relays, rollouts.
   std::vector<ClusterRole> roles;
 
   // {"nodes", "coordinator_port", "connect_timeout_s", "roles": [{"role","rank","node"}, ...]}.
@@ -89,6 +95,8 @@ class CoordinatorServer {
   ~CoordinatorServer();
   // Registers a role instance of this process (the manager registers itself without a socket).
   void Register(const std::string& role, int rank, nlohmann::json info);
+  // The info `role` `rank` registered, if it has.
+  std::optional<nlohmann::json> Find(const std::string& role, int rank);
   const std::string& endpoint() const { return server_->endpoint(); }
 
  private:
@@ -117,6 +125,9 @@ class CoordinatorClient {
   Status Register(const std::string& role, int rank, nlohmann::json info);
   // The info `role` `rank` registered, once it has.
   StatusOr<nlohmann::json> Lookup(const std::string& role, int rank);
+  // One lookup without waiting: the info, or nullopt when `role` `rank` has not registered or the
+  // coordinator does not answer one call.
+  std::optional<nlohmann::json> Peek(const std::string& role, int rank);
   const TcpAddress& coordinator() const { return coordinator_; }
 
  private:
@@ -141,6 +152,20 @@ StatusOr<std::unique_ptr<CoordinatorClient>> JoinCluster(const ClusterPlan& plan
                                                          const std::string& role, int rank,
                                                          const std::string& coordinator,
                                                          std::function<bool()> stopped);
+
+// This process as another process on the same machine can tell it apart: {"host", "pid",
+// "pid_ns" (the pid namespace's inode), "start_ticks" (its start time, /proc/PID/stat)}. The
+// actor registers it at the coordinator for OutliveActor.
+nlohmann::json ProcessIdentity();
+
+// For a role that the actor's last checkpoint needs (the manager for its snapshot, the master
+// relay for a version being published), stopped while the actor may still run: when `actor` (the
+// actor's registration, holding its ProcessIdentity) names a live process that this one can see
+// (the same host and pid namespace, the same start time: not a reused pid), waits until it has
+// exited (or is a zombie) or `grace_s` has passed, logging the wait as `who`. Returns at once
+// otherwise (no registration, another host or container).
+void OutliveActor(const std::optional<nlohmann::json>& actor, double grace_s,
+                  const std::string& who);
 
 // A `stopped` function for CoordinatorClient: takes SIGTERM or SIGINT if one is pending in
 // `signals` (blocked in every thread, as the role commands do).

@@ -92,8 +92,22 @@ StatusOr<RunRoles> StartRunRoles(const RunLaunch& launch) {
   std::vector<std::string> actor_extra = {"--manager", roles.manager_endpoint, "--relay",
                                           roles.relay_endpoint};
   if (launch.resume) actor_extra.push_back("--resume");
+  actor_extra.insert(actor_extra.end(), launch.actor_overrides.begin(),
+                     launch.actor_overrides.end());
+  // Data-parallel ranks first: rank 0 is ready only once they have all met it.
+  for (int rank = 1; rank < launch.actor_ranks; ++rank) {
+    std::vector<std::string> extra = {"--rank", std::to_string(rank)};
+    if (launch.resume) extra.push_back("--resume");
+    extra.insert(extra.end(), launch.actor_overrides.begin(), launch.actor_overrides.end());
+    const std::string name = "actor/" + std::to_string(rank);
+    roles.actor_ranks.emplace_back(name, role_argv("actor", extra), log_of(name));
+    LAMINAR_RETURN_IF_ERROR(SpawnRole(&roles.actor_ranks.back()));
+  }
   roles.actor = SupervisedRole("actor", role_argv("actor", actor_extra), log_of("actor"));
   LAMINAR_RETURN_IF_ERROR(StartRole(&roles.actor, timeout).status());
+  for (SupervisedRole& r : roles.actor_ranks) {
+    LAMINAR_RETURN_IF_ERROR(AwaitReady(&r, timeout).status());
+  }
   // The rollouts load their models side by side.
   roles.rollouts.resize(static_cast<size_t>(launch.num_rollouts));
   for (int i = 0; i < launch.num_rollouts; ++i) {
@@ -268,6 +282,13 @@ void StopRun(RunRoles& roles, const std::function<void(const std::string&)>& say
     if (!roles.actor.process.Wait(actor_timeout_ms).ok()) {
       roles.actor.process.Signal(SIGKILL);
       (void)roles.actor.process.Wait(5000);
+    }
+  }
+  // The other ranks end when rank 0 tells them, or when it is gone (their collective fails).
+  for (SupervisedRole& r : roles.actor_ranks) {
+    if (r.process.Running() && !r.process.Wait(Process::kTermGraceMs).ok()) {
+      r.process.Signal(SIGKILL);
+      (void)r.process.Wait(5000);
     }
   }
   after_actor();

@@ -47,6 +47,7 @@ StatusOr<nlohmann::json> StartRole(SupervisedRole* role, int timeout_ms);
 // The roles of one run, as StartRunRoles started them.
 struct RunRoles {
   SupervisedRole relay, manager, actor;
+  std::vector<SupervisedRole> actor_ranks;  // data-parallel ranks 1.., which follow the actor
   std::vector<SupervisedRole> rollouts;
   std::string relay_endpoint, manager_endpoint;
   std::string shm_prefix;  // the master relay's shared-memory names
@@ -59,8 +60,10 @@ struct RunLaunch {
   std::vector<std::string> recipe_args;
   std::filesystem::path log_dir;
   int num_rollouts = 1;
-  bool resume = false;            // the actor continues from its newest checkpoint
-  std::string shm_prefix;         // the master relay's shared-memory names
+  int actor_ranks = 1;  // actor.world_size: ranks 1.. start beside the actor and meet it
+  std::vector<std::string> actor_overrides;  // given to every actor rank only
+  bool resume = false;                       // the actor continues from its newest checkpoint
+  std::string shm_prefix;                    // the master relay's shared-memory names
   std::string keys;               // run.keys, for the relay (the others read it in the recipe)
   int start_timeout_ms = 120000;  // loading a model can take a while
 };

@@ -18,7 +18,8 @@ ConfigSchema BuildSchema() {
               "trajectory-level asynchrony with relay pulls and repack (Laminar)",
               {"sync", "one_step_off", "async"});
   s.AddString("run.dir", "",
-              "laminar run: where metrics.jsonl, checkpoints/, tensorboard/ and logs/ go (empty: "
+              "laminar run and scripts/launch_slurm.sh: where metrics.jsonl, trajectories.jsonl, "
+              "faults.jsonl, checkpoints/, model/, tensorboard/ and logs/ go (empty: "
               "runs/<recipe file name>)");
   s.AddString("run.faults", "",
               "faults.jsonl: each fault the supervisor, manager and actor see (crash, hang, "
@@ -157,6 +158,17 @@ ConfigSchema BuildSchema() {
              "(within 4-10 s) is hung, and killed)",
              0.01);
   s.AddInt("actor.groups_per_step", 4, "prompt groups per training step (B)", 1);
+  s.AddInt("actor.world_size", 1,
+           "data-parallel actor ranks (Gloo): each trains on its share of every step's groups, "
+           "balanced by tokens; rank 0 talks to the manager and the relay",
+           1, 1024);
+  s.AddInt("actor.zero_stage", 0,
+           "0: every actor rank keeps the whole optimizer state; 1 (ZeRO-1): each of the "
+           "world_size ranks keeps and updates 1/world_size of it (checkpoints hold all of it)",
+           0, 1);
+  s.AddString("actor.rendezvous", "",
+              "where actor ranks meet, tcp://HOST:PORT on rank 0's machine (empty: laminar run "
+              "picks a loopback port)");
   s.AddInt("actor.max_steps", 0, "global steps to train (0: until the data runs out)", 0);
   s.AddInt("actor.max_staleness", -1,
            "groups older than this many versions are dropped or counted (-1: no bound)", -1);
@@ -199,7 +211,9 @@ ConfigSchema BuildSchema() {
   s.AddString("actor.tensorboard_dir", "",
               "write TensorBoard event files of the per-step metrics here (empty: none)");
   s.AddString("actor.trajectory_log", "",
-              "append one JSON line per trained sample (ids, versions, reward) to this file");
+              "append one JSON line per trained sample (ids, versions, reward) to this file, "
+              "which `laminar audit` checks against the checkpoint's ledger (laminar run: "
+              "<run.dir>/trajectories.jsonl; empty elsewhere: none)");
   s.AddBool("repack.enabled", true,
             "move long-tail trajectories to free rollouts (docs/architecture.md)");
   s.AddInt("repack.max_batch", 64,
@@ -225,6 +239,11 @@ ConfigSchema BuildSchema() {
              "a role started with --coordinator fails, naming the coordinator, when it or a peer "
              "the role needs has not answered for this long",
              0.001);
+  s.AddFloat("cluster.stop_grace_s", 25.0,
+             "stopped while the actor still runs (scancel signals every role at once), the manager "
+             "and the master relay on the actor's node keep serving for up to this long so that "
+             "the actor can save its checkpoint; keep it below Slurm's KillWait (default 30 s)",
+             0.0);
   return s;
 }
 

@@ -89,8 +89,7 @@ void Relay::Stop() {
     // Names first: a send stuck on a dead peer may hold the threads below for a while, and a
     // process killed meanwhile must not leave segments behind. Mappings stay valid.
     MutexLock lock(&mu_);
-    if (newest_) newest_->shm->Unlink();
-    if (inflight_) inflight_->shm->Unlink();
+    for (const auto& segment : segments_) shm_unlink(segment.first.c_str());
   }
   {
     MutexLock lock(&stop_mu_);  // the monitor checks stop_ under it before it waits
@@ -283,10 +282,12 @@ StatusOr<std::shared_ptr<Relay::Slot>> Relay::NewSlotLocked(const proto::WeightM
     shm = ShmVersion::Create(name, manifest);
   }
   if (!shm.ok()) return shm.status();
+  std::erase_if(segments_, [](const auto& s) { return s.second.expired(); });
   auto slot = std::make_shared<Slot>();
   slot->shm = std::move(*shm);
   slot->assembler = std::make_unique<ChunkAssembler>(manifest, slot->shm->mutable_data());
   slot->last_progress_ms = SteadyNowMs();
+  segments_.emplace_back(name, slot);
   // Sends of older versions still queued are pointless now; those of this version's earlier
   // routes are not (a reroute adds relays, it does not take the version from the others).
   slot->generation = ++forward_generation_;

@@ -143,7 +143,11 @@ class Relay {
 
   // Lock order: mu_ before chain_mu_.
   mutable Mutex mu_;
-  std::shared_ptr<Slot> newest_ LAMINAR_GUARDED_BY(mu_);    // newest complete version
+  std::shared_ptr<Slot> newest_ LAMINAR_GUARDED_BY(mu_);  // newest complete version
+  // The segments this relay created whose slot may still live (a freed slot unlinks its own):
+  // Stop unlinks them all, also one an old version's stuck send still holds, so that a process
+  // killed after Stop leaves none. Pruned of freed slots as versions come.
+  std::vector<std::pair<std::string, std::weak_ptr<Slot>>> segments_ LAMINAR_GUARDED_BY(mu_);
   std::shared_ptr<Slot> inflight_ LAMINAR_GUARDED_BY(mu_);  // the version being assembled
   uint64_t forward_generation_ LAMINAR_GUARDED_BY(mu_) = 0;
   uint64_t serve_generation_ LAMINAR_GUARDED_BY(mu_) = 0;

@@ -4,7 +4,8 @@
 # (scripts/fetch_test_data.sh), idempotently. Prints what it did.
 #
 #   scripts/setup.sh            # user setup: build deps + default model + test data
-#   scripts/setup.sh --dev      # + clang/libFuzzer, clang-format, clang-tidy (fuzzing, linting)
+#   scripts/setup.sh --dev      # + clang/libFuzzer, clang-format, clang-tidy (fuzzing, linting),
+#                               #   Slurm and munge (the multi-machine tests)
 #   scripts/setup.sh --bench    # + peers for benchmarks (PyTorch, transformers, TRL, llama.cpp; large)
 #   scripts/setup.sh --no-model # skip the model download
 #   scripts/setup.sh --no-test-data  # skip the test data (tokenizer vocabularies, ~77 MB download)
@@ -17,7 +18,7 @@ for arg in "$@"; do
     --bench) want_bench=1; want_dev=1 ;;
     --no-model) want_model=0 ;;
     --no-test-data) want_test_data=0 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,7 +36,8 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libgloo-dev clang-format gnuplot-nox
 )
 if [ "$want_dev" = 1 ]; then
-  packages+=(clang libclang-rt-14-dev clang-tidy)
+  # iproute2 and Slurm with munge: the multi-machine tests' cluster (scripts/netns_cluster.sh).
+  packages+=(clang libclang-rt-14-dev clang-tidy iproute2 slurmctld slurmd slurm-client munge)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -408,6 +408,8 @@ StatusOr<std::string> SaveTrainingCheckpoint(const std::string& dir, const Param
                                              const CheckpointSaveOptions& options) {
   LAMINAR_CHECK_EQ(optimizer.num_elements(), params.num_elements())
       << "the optimizer was built for another ParameterSet";
+  LAMINAR_CHECK(optimizer.shard_begin() == 0 && optimizer.shard_end() == params.num_elements())
+      << "a sharded optimizer (ZeRO-1) is saved gathered (Trainer::SaveCheckpoint)";
   if (state.global_step < 0) {
     return InvalidArgumentError(dir + ": global_step " + std::to_string(state.global_step) +
                                 " is negative");
@@ -468,6 +470,8 @@ StatusOr<LoadedCheckpoint> LoadTrainingCheckpoint(const std::string& dir, Parame
   LAMINAR_CHECK(params != nullptr && optimizer != nullptr);
   LAMINAR_CHECK_EQ(optimizer->num_elements(), params->num_elements())
       << "the optimizer was built for another ParameterSet";
+  LAMINAR_CHECK(optimizer->shard_begin() == 0 && optimizer->shard_end() == params->num_elements())
+      << "a sharded optimizer (ZeRO-1) loads through an unsharded one (Trainer::LoadCheckpoint)";
   int64_t n = 0;
   if (step) {
     n = *step;

@@ -50,6 +50,10 @@ class Collective {
 
   // Returns once every rank has called Barrier. Errors as AllReduceSum.
   virtual Status Barrier() = 0;
+
+  // The first failed collective's error (OK while none failed): a group that failed is lost (a
+  // peer died or stopped answering), and the ranks can only start over, from a checkpoint.
+  virtual Status error() const = 0;
 };
 
 // How ranks find each other (the recipe's `trainer.collective` section or the command line).
@@ -92,6 +96,7 @@ class LocalCollective : public Collective {
   Status AllReduceSum(std::span<double>) override { return OkStatus(); }
   Status Broadcast(std::span<float> data, int root) override;
   Status Barrier() override { return OkStatus(); }
+  Status error() const override { return OkStatus(); }
 };
 
 // The backends CreateCollective knows, for error messages: "gloo, local, nccl".

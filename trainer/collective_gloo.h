@@ -46,6 +46,7 @@ class GlooCollective : public Collective {
   Status AllReduceSum(std::span<double> data) override;
   Status Broadcast(std::span<float> data, int root) override;
   Status Barrier() override;
+  Status error() const override { return error_; }
 
  private:
   explicit GlooCollective(const CollectiveOptions& options) : options_(options) {}

@@ -67,6 +67,7 @@ class NcclCollective : public Collective {
   Status Broadcast(std::span<float> data, int root) override;
   // An all-reduce of one f32 (NCCL has no barrier).
   Status Barrier() override;
+  Status error() const override { return error_; }
 
  private:
   NcclCollective(const CollectiveOptions& options, int device)

@@ -354,9 +354,28 @@ double ClipGradNorm(std::span<float> grads, double max_norm, ThreadPool* pool) {
 // ---------------------------------------------------------------------------------------------
 
 Optimizer::Optimizer(const OptimizerConfig& config, size_t num_elements,
-                     const std::vector<std::string>& buffer_names, ThreadPool* pool)
+                     const std::vector<std::string>& buffer_names, ThreadPool* pool,
+                     size_t shard_begin, size_t shard_end)
     : config_(config), num_elements_(num_elements), pool_(pool) {
-  for (const auto& name : buffer_names) buffers_[name].assign(num_elements, 0.f);
+  // Only the shard's buffers are ever allocated: a sharded rank never holds all of them.
+  for (const auto& name : buffer_names) buffers_[name];
+  SetShard(shard_begin, std::min(shard_end, num_elements));
+}
+
+void Optimizer::SetShard(size_t begin, size_t end) {
+  LAMINAR_CHECK(begin <= end && end <= num_elements_) << begin << " " << end;
+  shard_begin_ = begin;
+  shard_end_ = end;
+  for (auto& [name, buffer] : buffers_) {
+    buffer.assign(end - begin, 0.f);
+    buffer.shrink_to_fit();
+  }
+}
+
+size_t Optimizer::state_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [name, buffer] : buffers_) bytes += buffer.size() * sizeof(float);
+  return bytes;
 }
 
 std::vector<std::string> Optimizer::buffer_names() const {
@@ -411,11 +430,13 @@ StepResult Optimizer::Step(ParameterSet* params, int64_t lr_step, double loss) {
       if (b < e) Update(args, it->decay, b, e, values, grads);
     }
   };
-  const auto n = static_cast<int64_t>(num_elements_);
+  const auto first = static_cast<int64_t>(shard_begin_);
+  const auto n = static_cast<int64_t>(shard_end_ - shard_begin_);
+  auto run_in_shard = [&](int64_t begin, int64_t end) { run(first + begin, first + end); };
   if (pool_ != nullptr) {
-    pool_->ParallelFor(n, kMinParallelElements, run);
+    pool_->ParallelFor(n, kMinParallelElements, run_in_shard);
   } else {
-    run(0, n);
+    run_in_shard(0, n);
   }
   ++step_;
   result.applied = true;
@@ -424,8 +445,9 @@ StepResult Optimizer::Step(ParameterSet* params, int64_t lr_step, double loss) {
 
 // ---------------------------------------------------------------------------------------------
 
-AdamW::AdamW(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool)
-    : Optimizer(config, num_elements, {"exp_avg", "exp_avg_sq"}, pool) {}
+AdamW::AdamW(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool,
+             size_t shard_begin, size_t shard_end)
+    : Optimizer(config, num_elements, {"exp_avg", "exp_avg_sq"}, pool, shard_begin, shard_end) {}
 
 void AdamW::Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, float* values,
                    const float* grads) {
@@ -443,8 +465,8 @@ void AdamW::Update(const UpdateArgs& args, bool decay, size_t begin, size_t end,
   s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = static_cast<float>(c.eps);
   s.neg_step_size = static_cast<float>(-(args.lr / bias_correction1));
-  float* m = buffer_data("exp_avg") + begin;
-  float* v = buffer_data("exp_avg_sq") + begin;
+  float* m = state_at("exp_avg", begin);
+  float* v = state_at("exp_avg_sq", begin);
   const size_t n = end - begin;
   if (std::abs(s.w) < 0.5f) {
     RunBlocks(n, values + begin, grads + begin, m, v,
@@ -459,11 +481,12 @@ void AdamW::Update(const UpdateArgs& args, bool decay, size_t begin, size_t end,
   }
 }
 
-Sgd::Sgd(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool)
+Sgd::Sgd(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool, size_t shard_begin,
+         size_t shard_end)
     : Optimizer(config, num_elements,
                 config.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
                                      : std::vector<std::string>{},
-                pool) {}
+                pool, shard_begin, shard_end) {}
 
 void Sgd::Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, float* values,
                  const float* grads) {
@@ -475,7 +498,7 @@ void Sgd::Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, f
   s.neg_lr = static_cast<float>(-args.lr);
   const bool with_decay = decay && c.weight_decay != 0;
   const bool with_momentum = c.momentum != 0;
-  float* buf = with_momentum ? buffer_data("momentum_buffer") + begin : nullptr;
+  float* buf = with_momentum ? state_at("momentum_buffer", begin) : nullptr;
   const size_t n = end - begin;
   auto run = [&]<bool kDecay, bool kMomentum>() {
     RunBlocks(n, values + begin, grads + begin, buf, nullptr,
@@ -497,21 +520,27 @@ void Sgd::Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, f
 const std::map<std::string, OptimizerFactory>& OptimizerRegistry() {
   static const auto* kRegistry = new std::map<std::string, OptimizerFactory>{
       {"adamw",
-       [](const OptimizerConfig& c, size_t n, ThreadPool* pool) -> std::unique_ptr<Optimizer> {
-         return std::make_unique<AdamW>(c, n, pool);
+       [](const OptimizerConfig& c, size_t n, ThreadPool* pool, size_t begin,
+          size_t end) -> std::unique_ptr<Optimizer> {
+         return std::make_unique<AdamW>(c, n, pool, begin, end);
        }},
       {"sgd",
-       [](const OptimizerConfig& c, size_t n, ThreadPool* pool) -> std::unique_ptr<Optimizer> {
-         return std::make_unique<Sgd>(c, n, pool);
-       }},
+       [](const OptimizerConfig& c, size_t n, ThreadPool* pool, size_t begin, size_t end)
+           -> std::unique_ptr<Optimizer> { return std::make_unique<Sgd>(c, n, pool, begin, end); }},
   };
   return *kRegistry;
 }
 
 StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,
-                                                     size_t num_elements, ThreadPool* pool) {
+                                                     size_t num_elements, ThreadPool* pool,
+                                                     size_t shard_begin, size_t shard_end) {
   LAMINAR_RETURN_IF_ERROR(config.Validate());
-  return OptimizerRegistry().at(config.name)(config, num_elements, pool);
+  shard_end = std::min(shard_end, num_elements);
+  if (shard_begin > shard_end) {
+    return InvalidArgumentError("optimizer shard [" + std::to_string(shard_begin) + ", " +
+                                std::to_string(shard_end) + ") is empty or reversed");
+  }
+  return OptimizerRegistry().at(config.name)(config, num_elements, pool, shard_begin, shard_end);
 }
 
 }  // namespace laminar::trainer

@@ -93,8 +93,10 @@ struct StepResult {
 
 // The interface every optimizer implements. State: the config, counters, and named f32 buffers of
 // num_elements() each (element i belongs to the same parameter as ParameterSet::values()[i]),
-// named as torch's optimizer state ("exp_avg", "exp_avg_sq", "momentum_buffer"). Owns its buffers;
-// borrows the optional ThreadPool. Not thread-safe.
+// named as torch's optimizer state ("exp_avg", "exp_avg_sq", "momentum_buffer"). Under ZeRO-1
+// (SetShard) the buffers hold one shard [shard_begin(), shard_end()) of the elements: buffer
+// element j belongs to values()[shard_begin() + j]. Owns its buffers; borrows the optional
+// ThreadPool. Not thread-safe.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -109,7 +111,19 @@ class Optimizer {
   // skipped: values, buffers and step() untouched, skipped_steps() + 1, applied = false. Otherwise
   // the gradient is scaled by ClipCoefficient(norm, grad_clip) (the update reads it scaled;
   // params->grads() itself is left as it was) and the update is applied, step() + 1.
+  // Sharded (SetShard): only the shard's elements are updated; the gradient's norm is still over
+  // all of them.
   StepResult Step(ParameterSet* params, int64_t lr_step, double loss = 0.0);
+
+  // ZeRO-1: keeps state for, and updates, elements [begin, end) only (a data-parallel rank's shard;
+  // the caller gathers the other shards' values after each applied step). The buffers become the
+  // shard's, zero (construction sizes them so). CHECK: begin <= end <= num_elements().
+  // Checkpoints (trainer/checkpoint.h) take unsharded optimizers only.
+  void SetShard(size_t begin, size_t end);
+  size_t shard_begin() const { return shard_begin_; }
+  size_t shard_end() const { return shard_end_; }
+  // The bytes of the state buffers this optimizer holds (its shard's when sharded).
+  size_t state_bytes() const;
 
   const OptimizerConfig& config() const { return config_; }
   size_t num_elements() const { return num_elements_; }
@@ -125,8 +139,10 @@ class Optimizer {
   void RestoreCounters(int64_t step, int64_t skipped_steps);
 
  protected:
+  // Buffers for elements [shard_begin, min(shard_end, num_elements)) (SetShard), zero.
   Optimizer(const OptimizerConfig& config, size_t num_elements,
-            const std::vector<std::string>& buffer_names, ThreadPool* pool);
+            const std::vector<std::string>& buffer_names, ThreadPool* pool, size_t shard_begin,
+            size_t shard_end);
 
   // What one applied step needs, fixed before the element loop.
   struct UpdateArgs {
@@ -139,11 +155,15 @@ class Optimizer {
   virtual void Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, float* values,
                       const float* grads) = 0;
 
-  float* buffer_data(const std::string& name) { return mutable_buffer(name).data(); }
+  // The state of element `begin` (an index into values()) of buffer `name`.
+  float* state_at(const std::string& name, size_t begin) {
+    return mutable_buffer(name).data() + (begin - shard_begin_);
+  }
 
  private:
   OptimizerConfig config_;
   size_t num_elements_ = 0;
+  size_t shard_begin_ = 0, shard_end_ = 0;  // all elements unless SetShard
   std::map<std::string, std::vector<float>> buffers_;
   ThreadPool* pool_ = nullptr;
   int64_t step_ = 0;
@@ -162,7 +182,9 @@ class Optimizer {
 // code are bit-reproducible whatever the thread pool. Buffers: "exp_avg" (m), "exp_avg_sq" (v).
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool = nullptr);
+  // [shard_begin, shard_end): the elements it keeps state for (all by default; SetShard).
+  AdamW(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool = nullptr,
+        size_t shard_begin = 0, size_t shard_end = SIZE_MAX);
 
  private:
   void Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, float* values,
@@ -176,7 +198,8 @@ class AdamW final : public Optimizer {
 // A zero initial buffer gives torch's first step (buf = g) exactly.
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool = nullptr);
+  Sgd(const OptimizerConfig& config, size_t num_elements, ThreadPool* pool = nullptr,
+      size_t shard_begin = 0, size_t shard_end = SIZE_MAX);
 
  private:
   void Update(const UpdateArgs& args, bool decay, size_t begin, size_t end, float* values,
@@ -184,15 +207,20 @@ class Sgd final : public Optimizer {
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(
-    const OptimizerConfig& config, size_t num_elements, ThreadPool* pool)>;
+    const OptimizerConfig& config, size_t num_elements, ThreadPool* pool, size_t shard_begin,
+    size_t shard_end)>;
 // "adamw" -> AdamW, "sgd" -> Sgd.
 const std::map<std::string, OptimizerFactory>& OptimizerRegistry();
 
 // The optimizer config.name names, for `num_elements` parameters (ParameterSet::num_elements()),
-// its buffers zero. `pool` (may be null, borrowed) splits the element loops. Errors: Validate()'s
-// (an unknown name is InvalidArgument listing the registered names).
+// its buffers zero: for elements [shard_begin, shard_end) only (ZeRO-1, SetShard; shard_end is
+// capped at num_elements), all of them by default. `pool` (may be null, borrowed) splits the
+// element loops. Errors: Validate()'s (an unknown name is InvalidArgument listing the registered
+// names); InvalidArgument for shard_begin > shard_end.
 StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,
                                                      size_t num_elements,
-                                                     ThreadPool* pool = nullptr);
+                                                     ThreadPool* pool = nullptr,
+                                                     size_t shard_begin = 0,
+                                                     size_t shard_end = SIZE_MAX);
 
 }  // namespace laminar::trainer

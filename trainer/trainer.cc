@@ -46,6 +46,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const model::ModelConfig& mod
     return InvalidArgumentError("trainer.ppo_epochs must be >= 1, got " +
                                 std::to_string(config.ppo_epochs));
   }
+  if (config.zero_stage != 0 && config.zero_stage != 1) {
+    return InvalidArgumentError("trainer.zero_stage must be 0 or 1, got " +
+                                std::to_string(config.zero_stage));
+  }
   std::unique_ptr<Trainer> t(new Trainer());
   t->model_ = model;
   t->config_ = config;
@@ -53,8 +57,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const model::ModelConfig& mod
   LAMINAR_ASSIGN_OR_RETURN(t->params_, ParameterSet::FromWeights(model, weights));
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   if (threads > 1) t->pool_ = std::make_unique<ThreadPool>(threads - 1);
+  // ZeRO-1: the rank's shard of the state, never the whole of it.
+  const auto [shard_begin, shard_end] =
+      t->sharded() ? t->ShardOf(t->rank()) : std::pair<size_t, size_t>(0, SIZE_MAX);
   LAMINAR_ASSIGN_OR_RETURN(
-      t->optimizer_, CreateOptimizer(config.optimizer, t->params_.num_elements(), t->pool_.get()));
+      t->optimizer_, CreateOptimizer(config.optimizer, t->params_.num_elements(), t->pool_.get(),
+                                     shard_begin, shard_end));
   t->graph_ =
       std::make_unique<LlamaGraph<float>>(model, t->params_.params(), config.graph, t->pool_.get());
   t->rng_.seed(config.seed);
@@ -351,6 +359,7 @@ StatusOr<std::map<std::string, double>> Trainer::Update(std::span<const TrainSam
     sums.clear();
   }
   StepResult step = optimizer_->Step(&params_, global_step_, global_loss[0]);
+  if (step.applied && sharded()) LAMINAR_RETURN_IF_ERROR(GatherUpdatedShards());
   if (!step.applied) {
     LAMINAR_LOG(WARN, TRAINER) << "update skipped: the loss (" << global_loss[0]
                                << ") or the gradient norm (" << step.grad_norm
@@ -453,9 +462,8 @@ StatusOr<std::map<std::string, double>> Trainer::RunUpdates(std::span<const Trai
 
 Status Trainer::AddRolloutMismatch(std::span<const TrainSample> samples,
                                    std::map<std::string, double>& metrics) {
-  // The rollout-vs-trainer mismatch of the behaviour logprobs under pi_old: the mean over all
-  // ranks, the max over this rank's tokens. diff: {sum |pi_old - mu|, tokens, sum of
-  // per-sequence perplexity ratios, sequences}.
+  // The rollout-vs-trainer mismatch of the behaviour logprobs under pi_old, over all ranks. diff:
+  // {sum |pi_old - mu|, tokens, sum of per-sequence perplexity ratios, sequences}.
   std::vector<double> diff{0.0, 0.0, 0.0, 0.0};
   double diff_max = 0;
   if (HasBehaviorLogprobs(samples)) {
@@ -479,16 +487,31 @@ Status Trainer::AddRolloutMismatch(std::span<const TrainSample> samples,
     }
   }
   LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(diff)));
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<double> max, MaxOverRanks({diff_max}));
   if (diff[1] > 0) {
     metrics["rollout_corr/abs_logprob_diff_mean"] = diff[0] / diff[1];
-    metrics["rollout_corr/abs_logprob_diff_max"] = diff_max;
+    metrics["rollout_corr/abs_logprob_diff_max"] = max[0];
   }
   if (diff[3] > 0) metrics["rollout_corr/ppl_ratio"] = diff[2] / diff[3];
   return OkStatus();
 }
 
-void Trainer::AddBatchMetrics(std::span<const TrainSample> samples,
-                              std::map<std::string, double>& metrics) const {
+StatusOr<std::vector<double>> Trainer::MaxOverRanks(const std::vector<double>& local) {
+  if (world_size() == 1) return local;
+  // One slot per rank: the sum of a slot is its rank's value.
+  const size_t k = local.size();
+  std::vector<double> slots(k * static_cast<size_t>(world_size()), 0.0);
+  std::copy(local.begin(), local.end(), slots.begin() + static_cast<std::ptrdiff_t>(k * rank()));
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(slots)));
+  std::vector<double> out(local.size(), -std::numeric_limits<double>::infinity());
+  for (size_t r = 0; r < static_cast<size_t>(world_size()); ++r) {
+    for (size_t i = 0; i < k; ++i) out[i] = std::max(out[i], slots[r * k + i]);
+  }
+  return out;
+}
+
+Status Trainer::AddBatchMetrics(std::span<const TrainSample> samples,
+                                std::map<std::string, double>& metrics) {
   double adv_sum = 0, adv_max = -1e300, adv_min = 1e300, masked = 0;
   for (size_t j = 0; j < all_.mask.size(); ++j) {
     if (all_.mask[j] == 0) continue;
@@ -502,15 +525,21 @@ void Trainer::AddBatchMetrics(std::span<const TrainSample> samples,
     score_sum += static_cast<float>(s.score);
     response_tokens += static_cast<double>(s.response_ids.size());
   }
-  const double n = static_cast<double>(samples.size());
-  metrics["critic/score/mean"] = score_sum / n;
+  std::vector<double> sums{adv_sum, masked, score_sum, response_tokens,
+                           static_cast<double>(samples.size())};
+  LAMINAR_RETURN_IF_ERROR(collective_->AllReduceSum(std::span<double>(sums)));
+  LAMINAR_ASSIGN_OR_RETURN(std::vector<double> max, MaxOverRanks({adv_max, -adv_min}));
+  masked = sums[1];
+  const double n = sums[4];
+  metrics["critic/score/mean"] = sums[2] / n;
   // verl's sequence reward after any in-reward KL penalty; the KL term here is in the loss
   // (kl_coef), so it equals the score.
   metrics["critic/rewards/mean"] = metrics["critic/score/mean"];
-  metrics["critic/advantages/mean"] = masked > 0 ? adv_sum / masked : 0;
-  metrics["critic/advantages/max"] = masked > 0 ? adv_max : 0;
-  metrics["critic/advantages/min"] = masked > 0 ? adv_min : 0;
-  metrics["response_length/mean"] = response_tokens / n;
+  metrics["critic/advantages/mean"] = masked > 0 ? sums[0] / masked : 0;
+  metrics["critic/advantages/max"] = masked > 0 ? max[0] : 0;
+  metrics["critic/advantages/min"] = masked > 0 ? -max[1] : 0;
+  metrics["response_length/mean"] = sums[3] / n;
+  return OkStatus();
 }
 
 StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSample> samples) {
@@ -537,7 +566,7 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
   LAMINAR_RETURN_IF_ERROR(AddRolloutMismatch(samples, metrics));
   ++global_step_;
   ++policy_version_;
-  AddBatchMetrics(samples, metrics);
+  LAMINAR_RETURN_IF_ERROR(AddBatchMetrics(samples, metrics));
   metrics["timing_s/old_log_prob"] = old_s;
   metrics["timing_s/update_actor"] = update_s;
   metrics["timing_s/step"] = Since(step_start);
@@ -545,6 +574,18 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
       static_cast<double>(all_.mask.size()) * config_.ppo_epochs / std::max(update_s, 1e-9);
   metrics["actor/skipped_steps"] = static_cast<double>(optimizer_->skipped_steps());
   metrics["actor/activation_bytes"] = static_cast<double>(graph_->activation_bytes());
+  // Per rank: the largest shard's optimizer state (all of it without ZeRO-1), and with the f32
+  // values and gradients every rank holds, the rank's training state.
+  size_t state_elements = params_.num_elements();
+  if (sharded()) {
+    const auto [begin, end] = ShardOf(world_size() - 1);  // the last shard is the largest
+    state_elements = end - begin;
+  }
+  const double optimizer_bytes =
+      static_cast<double>(state_elements * optimizer_->buffer_names().size() * sizeof(float));
+  metrics["actor/optimizer_state_bytes"] = optimizer_bytes;
+  metrics["actor/rank_state_bytes"] =
+      optimizer_bytes + static_cast<double>(2 * params_.num_elements() * sizeof(float));
   metrics["actor/policy_version"] = static_cast<double>(policy_version_);
   return metrics;
 }
@@ -552,6 +593,10 @@ StatusOr<std::map<std::string, double>> Trainer::Step(std::span<const TrainSampl
 StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& dir, const nlohmann::json& user,
                                               int keep_last) {
   std::string path = dir + "/step_" + std::to_string(global_step_);
+  std::unique_ptr<Optimizer> whole;  // ZeRO-1: the gathered state, on rank 0
+  if (sharded()) {
+    LAMINAR_ASSIGN_OR_RETURN(whole, GatherOptimizerState());
+  }
   if (rank() == 0) {
     TrainingState state;
     state.global_step = global_step_;
@@ -562,16 +607,35 @@ StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& dir, const nloh
     state.user = user;
     CheckpointSaveOptions options;
     options.keep_last = keep_last;
-    LAMINAR_ASSIGN_OR_RETURN(path,
-                             SaveTrainingCheckpoint(dir, params_, *optimizer_, state, options));
+    auto saved = SaveTrainingCheckpoint(dir, params_, whole ? *whole : *optimizer_, state, options);
+    // The other ranks wait at the barrier whether or not the save succeeded.
+    LAMINAR_RETURN_IF_ERROR(collective_->Barrier());
+    return saved;
   }
   LAMINAR_RETURN_IF_ERROR(collective_->Barrier());
   return path;
 }
 
 StatusOr<nlohmann::json> Trainer::LoadCheckpoint(const std::string& dir) {
-  LAMINAR_ASSIGN_OR_RETURN(LoadedCheckpoint loaded,
-                           LoadTrainingCheckpoint(dir, &params_, optimizer_.get()));
+  // ZeRO-1: the whole state is loaded, and this rank keeps its shard.
+  std::unique_ptr<Optimizer> whole;
+  if (sharded()) {
+    LAMINAR_ASSIGN_OR_RETURN(
+        whole, CreateOptimizer(config_.optimizer, params_.num_elements(), pool_.get()));
+  }
+  LAMINAR_ASSIGN_OR_RETURN(
+      LoadedCheckpoint loaded,
+      LoadTrainingCheckpoint(dir, &params_, whole ? whole.get() : optimizer_.get()));
+  if (whole) {
+    const size_t begin = optimizer_->shard_begin(), end = optimizer_->shard_end();
+    for (const std::string& name : optimizer_->buffer_names()) {
+      std::span<const float> all = whole->buffer(name);
+      std::copy(all.begin() + static_cast<ptrdiff_t>(begin),
+                all.begin() + static_cast<ptrdiff_t>(end),
+                optimizer_->mutable_buffer(name).begin());
+    }
+    optimizer_->RestoreCounters(whole->step(), whole->skipped_steps());
+  }
   global_step_ = loaded.state.global_step;
   policy_version_ = loaded.state.policy_version;
   auto it = loaded.state.rng_states.find(kShuffleRng);
@@ -586,13 +650,62 @@ StatusOr<nlohmann::json> Trainer::LoadCheckpoint(const std::string& dir) {
 Status Trainer::ExportHuggingFace(const std::string& dir,
                                   const std::map<std::string, std::string>& tokenizer_files,
                                   DType dtype, bool overwrite) {
+  Status exported = OkStatus();
   if (rank() == 0) {
-    LAMINAR_RETURN_IF_ERROR(
-        trainer::ExportHuggingFace(dir, model_, params_, tokenizer_files, dtype, overwrite));
+    exported = trainer::ExportHuggingFace(dir, model_, params_, tokenizer_files, dtype, overwrite);
   }
-  return collective_->Barrier();
+  // The other ranks wait at the barrier whether or not the export succeeded.
+  LAMINAR_RETURN_IF_ERROR(collective_->Barrier());
+  return exported;
 }
 
 int64_t Trainer::skipped_steps() const { return optimizer_->skipped_steps(); }
+
+std::pair<size_t, size_t> Trainer::ShardOf(int r) const {
+  const size_t n = params_.num_elements();
+  const auto w = static_cast<size_t>(world_size());
+  const auto ur = static_cast<size_t>(r);
+  return {n * ur / w, n * (ur + 1) / w};
+}
+
+Status Trainer::GatherUpdatedShards() {
+  std::span<float> values = params_.values();
+  for (int r = 0; r < world_size(); ++r) {
+    const auto [begin, end] = ShardOf(r);
+    LAMINAR_RETURN_IF_ERROR(collective_->Broadcast(values.subspan(begin, end - begin), r),
+                            "ZeRO-1: rank " + std::to_string(r) + "'s updated parameters");
+  }
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Optimizer>> Trainer::GatherOptimizerState() {
+  std::unique_ptr<Optimizer> whole;
+  if (rank() == 0) {
+    LAMINAR_ASSIGN_OR_RETURN(whole,
+                             CreateOptimizer(config_.optimizer, params_.num_elements(), nullptr));
+    whole->RestoreCounters(optimizer_->step(), optimizer_->skipped_steps());
+  }
+  std::vector<float> shard;
+  for (const std::string& name : optimizer_->buffer_names()) {
+    for (int r = 0; r < world_size(); ++r) {
+      const auto [begin, end] = ShardOf(r);
+      // The owner's shard travels in place; the others receive into `shard`.
+      std::span<float> data;
+      if (r == rank()) {
+        data = optimizer_->mutable_buffer(name);
+      } else {
+        shard.assign(end - begin, 0.f);
+        data = shard;
+      }
+      LAMINAR_RETURN_IF_ERROR(collective_->Broadcast(data, r),
+                              "ZeRO-1: rank " + std::to_string(r) + "'s " + name);
+      if (whole) {
+        std::copy(data.begin(), data.end(),
+                  whole->mutable_buffer(name).begin() + static_cast<ptrdiff_t>(begin));
+      }
+    }
+  }
+  return whole;
+}
 
 }  // namespace laminar::trainer

@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -55,6 +56,12 @@ struct TrainerConfig {
   int ppo_epochs = 1;
   bool shuffle = false;  // reorder samples before each epoch (seeded; saved in checkpoints)
   uint64_t seed = 1;
+  // ZeRO stage of the data-parallel ranks: 0, every rank keeps the whole optimizer state; 1
+  // (ZeRO-1, Rajbhandari et al. 2020), each of N ranks keeps the state of 1/N of the parameters
+  // and updates only those, and the ranks then broadcast their updated shards to each other. The
+  // same update either way; checkpoints hold the whole state (gathered to rank 0), so a run
+  // resumes with any N and either stage. No effect on one rank.
+  int zero_stage = 0;
 };
 
 // Owns the parameters, optimizer, graph and collective. Not thread-safe; one per rank.
@@ -69,7 +76,7 @@ class Trainer {
 
   // One global step over this rank's samples. Returns verl-named metrics (actor/pg_loss,
   // actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/grad_norm, actor/lr, rollout_corr/kl,
-  // rollout_corr/abs_logprob_diff_{mean,max} (|pi_old − mu| per response token; max on this rank),
+  // rollout_corr/abs_logprob_diff_{mean,max} (|pi_old − mu| per response token, over all ranks),
   // rollout_corr/ppl_ratio (per sequence exp(mean(log mu − log pi_old)), the trainer's perplexity
   // over the rollout's, averaged over sequences), critic/score/mean, critic/rewards/mean (equal to
   // the score: the KL term is in the loss), critic/advantages/{mean,max,min}, response_length/mean,
@@ -99,7 +106,7 @@ class Trainer {
   // Every rank loads DIR's latest checkpoint: weights, optimizer, step, version, shuffle RNG.
   // Returns the saved `user` JSON. Errors as LoadTrainingCheckpoint (nothing changed on error).
   StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir);
-  // Rank 0 writes a Hugging Face folder of the current policy.
+  // Rank 0 writes a Hugging Face folder of the current policy; every rank waits for it.
   Status ExportHuggingFace(const std::string& dir,
                            const std::map<std::string, std::string>& tokenizer_files, DType dtype,
                            bool overwrite = false);
@@ -112,6 +119,9 @@ class Trainer {
   const model::ModelConfig& model_config() const { return model_; }
   int rank() const { return collective_->rank(); }
   int world_size() const { return collective_->world_size(); }
+  // The ranks' collective, for a caller's own messages between steps (the same ordering rules).
+  Collective& collective() { return *collective_; }
+  const Collective& collective() const { return *collective_; }
 
  private:
   // Tokens of a set of samples packed for the graph, with per-token loss inputs.
@@ -156,9 +166,19 @@ class Trainer {
   // rollout_corr/*: the behaviour logprobs against pi_old (a collective).
   Status AddRolloutMismatch(std::span<const TrainSample> samples,
                             std::map<std::string, double>& metrics);
-  // critic/* and response_length/mean of the step's batch.
-  void AddBatchMetrics(std::span<const TrainSample> samples,
-                       std::map<std::string, double>& metrics) const;
+  // critic/* and response_length/mean of the step's batch, over all ranks (collectives).
+  Status AddBatchMetrics(std::span<const TrainSample> samples,
+                         std::map<std::string, double>& metrics);
+  // Each value's maximum over the ranks (a collective; world_size values each).
+  StatusOr<std::vector<double>> MaxOverRanks(const std::vector<double>& local);
+  // ZeRO-1: the elements [begin, end) of the parameters whose optimizer state rank `r` keeps.
+  std::pair<size_t, size_t> ShardOf(int r) const;
+  bool sharded() const { return config_.zero_stage == 1 && world_size() > 1; }
+  // ZeRO-1, after an applied update: every rank's shard of the values broadcast by its owner.
+  Status GatherUpdatedShards();
+  // ZeRO-1: an unsharded optimizer holding the whole state (on rank 0; the others take part in
+  // the broadcasts and get null), for SaveCheckpoint.
+  StatusOr<std::unique_ptr<Optimizer>> GatherOptimizerState();
 
   model::ModelConfig model_;
   TrainerConfig config_;

@@ -473,8 +473,8 @@ void ManagerServer::OnHeartbeat(const proto::Heartbeat& hb, double now,
     if (hb.unanswered() >= 2 && hb.unanswered_s() >= options_.heartbeat_timeout_s) {
       char detail[160];
       std::snprintf(detail, sizeof(detail),
-                    "alive, but %d of its requests over %.1f s got no answer: the link failed, "
-                    "not the process",
+                    "alive, but %d sends of its requests over %.1f s got no answer: the link "
+                    "failed, not the process",
                     hb.unanswered(), hb.unanswered_s());
       LAMINAR_LOG(WARN, MANAGER) << hb.id() << " is back: " << detail;
       RecordFault({.kind = FaultKind::kLostLink,
@@ -689,6 +689,10 @@ void ManagerServer::OnTakeBatch(const proto::TakeBatchRequest& take, proto::Mana
   for (const char* k : {"reward/error_count", "reward/timeout_count"}) m[k] = counter_totals_[k];
   m["relay/pull_wait_s"] = window_.counter_growth["relay/pull_wait_s"];
   m["rollout/weight_build_s"] = window_.counter_growth["rollout/weight_build_s"];
+  // Which relay served the rollouts' pulls: their own node's, or another node's (a fallback).
+  for (const char* k : {"relay/pulls_own_relay", "relay/pulls_other_relay"}) {
+    m[k] = window_.counter_growth[k];
+  }
   // Speculative decoding over the step (rollout/speculation/cost_model.h SpecStats): the enabled
   // fraction is 0 when nothing was drafted, and the acceptance metrics are then absent (a 0 would
   // read as every draft rejected).

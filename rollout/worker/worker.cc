@@ -93,6 +93,7 @@ StatusOr<std::unique_ptr<RolloutWorker>> RolloutWorker::Create(const model::Mode
   relay::RelayClientOptions ro;
   ro.id = w->options_.id;
   ro.relays = w->options_.relays;
+  ro.host = w->options_.host;
   ro.request_timeout_ms = w->options_.request_timeout_ms;
   LAMINAR_ASSIGN_OR_RETURN(w->relay_, relay::RelayClient::Create(std::move(ro)));
   w->manager_ = std::make_unique<ZmqRequestClient>(w->options_.manager);
@@ -130,7 +131,9 @@ StatusOr<proto::ManagerReply> RolloutWorker::Call(proto::ManagerRequest request)
   auto bytes = manager_->Call(proto::Encode(request), options_.request_timeout_ms,
                               options_.request_attempts);
   if (!bytes.ok()) {
-    if (unanswered_++ == 0) unanswered_since_ = last_manager_ok_;
+    // A failed call sent every attempt without an answer (ZmqRequestClient::Call).
+    if (unanswered_ == 0) unanswered_since_ = last_manager_ok_;
+    unanswered_ += std::max(options_.request_attempts, 1);
     return bytes.status();
   }
   // The count goes to the manager with the next heartbeat: only an answered one has told it.
@@ -283,6 +286,8 @@ proto::ManagerRequest RolloutWorker::BuildHeartbeat(bool busy) {
     // A rollout that spent an interval pulling was waiting, not straggling.
     c["relay/pull_wait_s"] = stats_.pull_wait_s;
     c["rollout/weight_build_s"] = stats_.weight_build_s;
+    c["relay/pulls_own_relay"] = static_cast<double>(stats_.pulls_own_relay);
+    c["relay/pulls_other_relay"] = static_cast<double>(stats_.pulls_other_relay);
     c["rollout/tokens_generated"] = static_cast<double>(stats_.tokens_generated);
   }
   if (engine_) {

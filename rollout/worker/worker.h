@@ -34,7 +34,11 @@ struct RolloutWorkerOptions {
   std::string id = "rollout/0";
   std::string manager;              // the manager's control endpoint
   std::vector<std::string> relays;  // relay control endpoints, the local one first
-  RolloutEngineConfig engine;       // token_bytes and weight_version are set by the worker
+  // The address of this machine that the relays send pulled versions to over the bulk transport
+  // (a pull from the own machine's relay maps its shared memory instead): one that a relay on
+  // another machine reaches when the relays include one.
+  std::string host = "127.0.0.1";
+  RolloutEngineConfig engine;  // token_bytes and weight_version are set by the worker
   // rollout.speculative.draft_model: the draft_model drafter's checkpoint (a path or model name;
   // the recipe keeps it here) and its architecture, which the caller reads from it. The weights
   // come with each pulled version (relay::kDraftModelPrefix; the actor publishes them): the
@@ -83,7 +87,9 @@ struct RolloutWorkerStats {
   int64_t reward_timeouts = 0;  // it ran past its deadline (DeadlineExceeded; likewise)
   double pull_wait_s = 0;       // seconds spent pulling (served or not) and loading new versions
   double weight_build_s = 0;    // of which building the model (quantizing: rollout.weight_dtype)
-  int64_t version = -1;         // the version held (-1: none yet)
+  // Versions pulled from this node's relay (the first of `relays`), and from another node's.
+  int64_t pulls_own_relay = 0, pulls_other_relay = 0;
+  int64_t version = -1;  // the version held (-1: none yet)
   // The most prompt groups held at once, and the most samples waiting for the engine's KV pool
   // (back-pressure: a rollout asks for no group while any sample waits).
   int64_t peak_groups_held = 0;
@@ -182,8 +188,8 @@ class RolloutWorker {
   int64_t actor_version_ = -1;
   uint64_t seq_ = 0;
   std::chrono::steady_clock::time_point last_manager_ok_{};
-  // Requests to the manager that got no answer since an answered heartbeat, and the last answer
-  // before the first of them.
+  // Sends to the manager that got no answer since an answered heartbeat (every attempt of a
+  // failed request), and the last answer before the first of them.
   int32_t unanswered_ = 0;
   std::chrono::steady_clock::time_point unanswered_since_{};
   // Since when every pull failed to reach a relay (nullopt: the last one reached one).

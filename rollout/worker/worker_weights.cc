@@ -105,7 +105,8 @@ Status RolloutWorker::MaybeUpdateWeights() {
                                      ? ", its draft model as " +
                                            engine::WeightFormatName(options_.draft_weight_format)
                                      : std::string())
-                             << " in " << build_s << " s";
+                             << " in " << build_s << " s (pulled from " << v.relay() << " by "
+                             << v.source() << ")";
   // The engine now uses the new models; the old ones and their weights can go (models first).
   model_ = std::move(model);
   if (policy_draft) draft_model_ = std::move(policy_draft);
@@ -115,6 +116,7 @@ Status RolloutWorker::MaybeUpdateWeights() {
   stats_.version = v.version();
   stats_.pull_wait_s += Seconds(Clock::now() - pulled_at);
   stats_.weight_build_s += build_s;
+  ++(v.relay() == options_.relays.front() ? stats_.pulls_own_relay : stats_.pulls_other_relay);
   return OkStatus();
 }
 

@@ -4,14 +4,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "model/safetensors.h"
 #include "tests/test_util.h"
 
 namespace laminar::testing {
@@ -21,6 +26,40 @@ struct CliResult {
   std::string out;
   std::string err;
 };
+
+// The tensors of a safetensors file of f32 tensors (a checkpoint's model.safetensors), by name.
+inline std::map<std::string, std::vector<float>> F32Tensors(const std::filesystem::path& file) {
+  auto f = model::SafetensorsFile::Open(file.string());
+  EXPECT_TRUE(f.ok()) << f.status();
+  std::map<std::string, std::vector<float>> out;
+  if (!f.ok()) return out;
+  for (const auto& t : f->tensors()) {
+    std::vector<float> v(t.size_bytes / sizeof(float));
+    std::memcpy(v.data(), t.data, t.size_bytes);
+    out[t.name] = std::move(v);
+  }
+  return out;
+}
+
+// Expects `got` to hold `want`'s tensors, each element within `rel` x max(1, |want|) (the first
+// element off in each tensor is reported).
+inline void ExpectTensorsNear(const std::map<std::string, std::vector<float>>& want,
+                              const std::map<std::string, std::vector<float>>& got, float rel) {
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    ASSERT_TRUE(it != got.end()) << name;
+    const std::vector<float>& g = it->second;
+    ASSERT_EQ(g.size(), w.size()) << name;
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (std::abs(g[i] - w[i]) > rel * std::max(1.f, std::abs(w[i]))) {
+        ADD_FAILURE() << name << "[" << i << "] is " << g[i] << ", not " << w[i];
+        break;
+      }
+    }
+  }
+}
 
 inline std::string Slurp(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -41,6 +80,15 @@ inline CliResult RunLaminar(const std::string& args, const std::string& input = 
   r.out = Slurp(dir / "out");
   r.err = Slurp(dir / "err");
   return r;
+}
+
+// Runs `command` in bash; its stdout and stderr, and exit code.
+inline CliResult RunBash(const std::string& command) {
+  const std::filesystem::path dir = TempDir("bash");
+  const std::string cmd =
+      "bash -c '" + command + "' > " + (dir / "out").string() + " 2> " + (dir / "err").string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(dir / "out"), Slurp(dir / "err")};
 }
 
 // A small RL run on the stories260K policy for the role and launcher tests: writes

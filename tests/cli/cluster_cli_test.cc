@@ -115,11 +115,12 @@ TEST(ClusterCliTest, RolesFindEachOtherThroughTheCoordinatorAlone) {
   auto log_has = [&](const std::string& log, const std::string& line) {
     return WaitFor([&] { return Slurp(dir / log).find(line) != std::string::npos; }, 30000, 20);
   };
-  EXPECT_TRUE(
-      log_has("rollout0.log", "manager " + manager_endpoint + ", relays " + relay0_control + "\n"))
+  // Each pulls over the bulk transport at its machine's address on the coordinator's route.
+  EXPECT_TRUE(log_has("rollout0.log", "manager " + manager_endpoint + ", relays " + relay0_control +
+                                          "; pulls arrive at 127.0.0.1\n"))
       << Slurp(dir / "rollout0.log");
   EXPECT_TRUE(log_has("rollout1.log", "manager " + manager_endpoint + ", relays " + relay1_control +
-                                          " " + relay0_control + "\n"))
+                                          " " + relay0_control + "; pulls arrive at 127.0.0.1\n"))
       << Slurp(dir / "rollout1.log");
   EXPECT_NE(Slurp(dir / "actor0.log").find("master relay " + relay0_control), std::string::npos)
       << Slurp(dir / "actor0.log");
@@ -216,15 +217,42 @@ TEST(ClusterCliTest, ClusterPlanPlacesEveryRoleInstance) {
                                          "relay 2 2",   "rollout 0 1", "rollout 1 1", "rollout 2 1",
                                          "rollout 3 2", "rollout 4 2"};
   EXPECT_EQ(got, want);
-  // rollout_nodes 0: every node, the head included, runs rollouts.
+  // rollout_nodes 0: every node, the head included, runs rollouts. The run's files go under the
+  // run folder, except those the recipe places itself; its checkpoint folder holds one.
+  const fs::path run = dir / "run";
+  fs::create_directories(run / "checkpoints");
+  std::ofstream(run / "checkpoints" / "latest") << "step_1\n";
   auto all = RunLaminar("cluster-plan --recipe " + recipe +
-                        " cluster.rollout_nodes=0 cluster.coordinator_port=4000 --format lines");
+                        " cluster.rollout_nodes=0 cluster.coordinator_port=4000 --format lines " +
+                        "run.faults=/elsewhere/faults.jsonl --run-dir " + run.string());
   ASSERT_EQ(all.exit_code, 0) << all.err;
-  EXPECT_EQ(
-      all.out,
-      "nodes 3\ncoordinator_port 4000\nconnect_timeout_s 600\nkeys_needed 1\nrole manager 0 0\n"
-      "role relay 0 0\nrole actor 0 0\nrole relay 1 1\nrole relay 2 2\nrole rollout 0 0\n"
-      "role rollout 1 0\nrole rollout 2 1\nrole rollout 3 1\nrole rollout 4 2\n");
+  const std::string folder = run.string();
+  EXPECT_EQ(all.out,
+            "nodes 3\ncoordinator_port 4000\nconnect_timeout_s 600\nkeys_needed 1\nrun_dir " +
+                folder + "\noverride actor.metrics=" + folder +
+                "/metrics.jsonl\noverride actor.progress_file=" + folder +
+                "/progress.json\noverride actor.checkpoint_dir=" + folder +
+                "/checkpoints\noverride actor.export_dir=" + folder +
+                "/model\noverride actor.tensorboard_dir=" + folder +
+                "/tensorboard\noverride actor.trajectory_log=" + folder +
+                "/trajectories.jsonl\ncheckpoint 1\nrole manager 0 0\n"
+                "role relay 0 0\nrole actor 0 0\nrole relay 1 1\nrole relay 2 2\nrole rollout 0 0\n"
+                "role rollout 1 0\nrole rollout 2 1\nrole rollout 3 1\nrole rollout 4 2\n");
+  // Actor ranks go to the nodes before the rollout nodes (the head alone here), or spread over
+  // every node when all of them run rollouts.
+  auto ranks = [&](const std::string& overrides) {
+    auto plan4 = RunLaminar("cluster-plan --recipe " + recipe + " actor.world_size=4 " + overrides);
+    EXPECT_EQ(plan4.exit_code, 0) << plan4.err;
+    std::vector<int> nodes;
+    const auto parsed = nlohmann::json::parse(plan4.exit_code == 0 ? plan4.out : "{}");
+    for (const auto& role : parsed.value("roles", nlohmann::json::array())) {
+      if (role["role"] == "actor") nodes.push_back(role["node"].get<int>());
+    }
+    return nodes;
+  };
+  EXPECT_EQ(ranks(""), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(ranks("cluster.rollout_nodes=1"), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(ranks("cluster.rollout_nodes=0"), (std::vector<int>{0, 0, 1, 2}));
   auto too_many = RunLaminar("cluster-plan --recipe " + recipe + " cluster.rollout_nodes=4");
   EXPECT_EQ(too_many.exit_code, 1);
   EXPECT_NE(too_many.err.find("cluster.rollout_nodes: 4 is more than cluster.nodes 3"),
@@ -235,15 +263,6 @@ TEST(ClusterCliTest, ClusterPlanPlacesEveryRoleInstance) {
   EXPECT_NE(too_few.err.find("rollout.num_workers: 1 rollouts for 2 rollout nodes"),
             std::string::npos)
       << too_few.err;
-}
-
-// Runs `command` in bash; its stdout and stderr, and exit code.
-CliResult RunBash(const std::string& command) {
-  const fs::path dir = TempDir("bash");
-  const std::string cmd =
-      "bash -c '" + command + "' > " + (dir / "out").string() + " 2> " + (dir / "err").string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(dir / "out"), Slurp(dir / "err")};
 }
 
 std::vector<std::string> SplitLines(const std::string& text) {
@@ -261,13 +280,26 @@ TEST(ClusterCliTest, LaunchSlurmDryRunStartsEachRoleOnItsNode) {
   const std::string script = std::string(LAMINAR_SOURCE_DIR) + "/scripts/launch_slurm.sh";
   const std::string env = "LAMINAR_BIN=" + std::string(LAMINAR_BINARY) + " ";
   const std::string recipe = (dir / "recipe.yaml").string();
-  auto r = RunBash(env + "SLURM_JOB_NODELIST=\"gpu[08-10],spare\" " + script + " --dry-run " +
-                   "--run-dir " + (dir / "run").string() + " " + recipe + " actor.lr=2e-6");
+  auto r = RunBash("unset SLURM_CONF; " + env + "SLURM_JOB_NODELIST=\"gpu[08-10],spare\" " +
+                   script + " --dry-run " + "--run-dir " + (dir / "run").string() + " " + recipe +
+                   " actor.lr=2e-6");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string tail = " --recipe " + recipe + " --rank ";
-  // The recipe names no keys: the launcher passes the run folder's (made only for a real launch).
-  const std::string coordinator = " --coordinator tcp://gpu08:29555 actor.lr=2e-6 run.keys=" +
-                                  (dir / "run" / "run.keys").string();
+  // The run's files go under the run folder, as laminar run puts them; the recipe names no keys:
+  // the launcher passes the run folder's (made only for a real launch).
+  const fs::path run = dir / "run";
+  std::string coordinator = " --coordinator tcp://gpu08:29555 actor.lr=2e-6";
+  for (const auto& [key, file] : std::vector<std::pair<std::string, std::string>>{
+           {"actor.metrics", "metrics.jsonl"},
+           {"actor.progress_file", "progress.json"},
+           {"actor.checkpoint_dir", "checkpoints"},
+           {"actor.export_dir", "model"},
+           {"run.faults", "faults.jsonl"},
+           {"actor.tensorboard_dir", "tensorboard"},
+           {"actor.trajectory_log", "trajectories.jsonl"}}) {
+    coordinator += " " + key + "=" + (run / file).string();
+  }
+  coordinator += " run.keys=" + (run / "run.keys").string();
   auto srun = [&](const std::string& node, const std::string& role, int rank) {
     return "srun --nodes=1 --ntasks=1 --overlap -w " + node + " --job-name laminar-" + role + "-" +
            std::to_string(rank) + " " + LAMINAR_BINARY + " " + role + tail + std::to_string(rank) +
@@ -292,45 +324,6 @@ TEST(ClusterCliTest, LaunchSlurmDryRunStartsEachRoleOnItsNode) {
   EXPECT_NE(outside.err.find("run inside sbatch or salloc"), std::string::npos) << outside.err;
   auto syntax = RunBash("bash -n " + script);
   EXPECT_EQ(syntax.exit_code, 0) << syntax.err;
-}
-
-// The launcher for real, on two "nodes" that are both this machine, with a stand-in srun that
-// drops srun's options and runs the command: the job trains and the launcher returns.
-TEST(ClusterCliTest, LaunchSlurmRunsAJobWithAStandInSrun) {
-  const std::string model = TinyModel();
-  const std::string tok = TinyModel();
-  const fs::path dir = TempDir("cluster_slurm_run");
-  const std::string recipe = WriteClusterRecipe(dir, model, tok);
-  fs::create_directories(dir / "bin");
-  std::ofstream(dir / "bin" / "srun") << "#!/usr/bin/env bash\n"
-                                      << "while [ $# -gt 0 ]; do\n"
-                                      << "  case \"$1\" in\n"
-                                      << "    -w|--job-name) shift 2 ;;\n"
-                                      << "    -*) shift ;;\n"
-                                      << "    *) break ;;\n"
-                                      << "  esac\n"
-                                      << "done\n"
-                                      << "exec \"$@\"\n";
-  fs::permissions(dir / "bin" / "srun", fs::perms::owner_all);
-  const std::string script = std::string(LAMINAR_SOURCE_DIR) + "/scripts/launch_slurm.sh";
-  auto r = RunBash(
-      "PATH=" + (dir / "bin").string() + ":$PATH SLURM_JOB_NODELIST=localhost,localhost" +
-      " LAMINAR_BIN=" + LAMINAR_BINARY + " " + script + " --run-dir " + (dir / "run").string() +
-      " " + recipe + " cluster.coordinator_port=" + std::to_string(FreePort()));
-  ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(dir / "run" / "logs" / "actor_0.log");
-  EXPECT_NE(r.err.find("coordinator tcp://localhost:"), std::string::npos) << r.err;
-  // The launcher made the run's keys, and every role used them.
-  EXPECT_TRUE(fs::exists(dir / "run" / "run.keys"));
-  EXPECT_EQ(CountLines(dir / "metrics.jsonl"), 2u);
-  // Rollout 1 runs on node 1, behind its relay 1 and then relay 0. Rollout 0 can serve both steps
-  // alone, so the job may end while rollout 1 still waits for relay 1 to register (1 run in 5 on
-  // a fast machine): then it was stopped looking for its own node's relay, which is the routing.
-  const std::string rollout1 = Slurp(dir / "run" / "logs" / "rollout_1.log");
-  EXPECT_TRUE(rollout1.find("rollout/1 via the coordinator") != std::string::npos ||
-              rollout1.find("stopped by a signal while waiting for relay/1") != std::string::npos)
-      << rollout1;
-  EXPECT_NE(Slurp(dir / "run" / "logs" / "relay_1.log").find("(relay 1, node 1) registered"),
-            std::string::npos);
 }
 
 // The Kubernetes example parses, and its containers' ranks are the plan of its own recipe.

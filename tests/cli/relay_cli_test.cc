@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "core/process.h"
@@ -291,6 +292,53 @@ TEST(RelayProcessTest, CorruptedChunksInTheChainAreDetectedAndSentAgain) {
   for (RelayProcess* r : {&r1, &r2, &master}) {
     r->process.Signal(SIGTERM);
     EXPECT_EQ(*r->process.Wait(10000), 0);
+  }
+  EXPECT_EQ(LeftoverSegments(), 0u);
+}
+
+// `laminar bench broadcast --master` against relays that run already (bench/relay_hosts.sh runs
+// them on hosts of their own), with a `laminar bench pull` rollout on the relay: every version
+// reaches the chain and the rollout, which pulls it by shared memory.
+TEST(RelayProcessTest, TheBroadcastBenchTimesRunningRelaysAndTheirRolloutsPulls) {
+  const auto logs = TempDir("logs");
+  RelayProcess master = StartRelay(logs, "m", "");
+  RelayProcess r1 = StartRelay(logs, "r1", master.control);
+  const std::string pulls = (logs / "pulls.jsonl").string();
+  auto puller = Process::Spawn({LAMINAR_BINARY, "bench", "pull", "--relay", r1.control,
+                                "--versions", "2", "--timeout", "60", "--out", pulls},
+                               (logs / "pull.log").string());
+  ASSERT_TRUE(puller.ok()) << puller.status();
+  auto r = RunLaminar("bench broadcast --master " + master.control +
+                      " --relays 1 --bytes 3e6 --chunk-bytes 1e6 --repeats 2 --link-rate 1e9 "
+                      "--timeout 60 --pull-logs " +
+                      pulls);
+  ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(logs / "pull.log");
+  const auto out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["relays"], 1);
+  EXPECT_EQ(out["pulls"], 2);
+  EXPECT_GT(out["median_s"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(out["link_s"].get<double>(), 3e6 * 8 / 1e9);
+  EXPECT_GE(out["held_max_s"].get<double>(), out["pull_max_s"].get<double>());
+  EXPECT_EQ(*puller->Wait(30000), 0) << Slurp(logs / "pull.log");
+  int lines = 0;
+  std::istringstream in(Slurp(pulls));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["version"], ++lines);
+    EXPECT_EQ(j["source"], "shm");
+    EXPECT_EQ(j["bytes"], 3'000'000);
+  }
+  EXPECT_EQ(lines, 2);
+  // Relays that never join are reported, in the time given.
+  auto missing = RunLaminar("bench broadcast --master " + master.control +
+                            " --relays 2 --bytes 1e6 --timeout 1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("has 1 relays in its chain, not 2"), std::string::npos) << missing.err;
+  EXPECT_NE(RunLaminar("bench broadcast --master " + master.control + " --relays 1,2").exit_code,
+            0);
+  for (RelayProcess* p : {&r1, &master}) {
+    p->process.Signal(SIGTERM);
+    EXPECT_EQ(*p->process.Wait(10000), 0);
   }
   EXPECT_EQ(LeftoverSegments(), 0u);
 }

@@ -162,6 +162,61 @@ class RlThreadsTest : public ::testing::Test {
   std::unique_ptr<model::Tokenizer> tok_;
 };
 
+// Two-sample groups with these response lengths (and a one-token prompt each).
+std::vector<trainer::TrainSample> GroupsOfTwo(const std::vector<int>& lengths) {
+  std::vector<trainer::TrainSample> samples;
+  for (size_t g = 0; g < lengths.size(); ++g) {
+    for (int k = 0; k < 2; ++k) {
+      trainer::TrainSample s;
+      s.prompt_ids = {1};
+      s.response_ids.assign(static_cast<size_t>(lengths[g]), 2);
+      s.group_id = static_cast<int64_t>(g);
+      samples.push_back(s);
+    }
+  }
+  return samples;
+}
+
+// Rank `rank`'s share as its groups, in order.
+std::vector<int64_t> GroupsOfShare(const std::vector<trainer::TrainSample>& samples, int rank,
+                                   int world, int64_t mini_batch = 0) {
+  auto share = actor::ShareOfBatch(samples, rank, world, mini_batch);
+  EXPECT_TRUE(share.ok()) << share.status();
+  std::vector<int64_t> groups;
+  for (const auto& s : share.ok() ? *share : std::vector<trainer::TrainSample>()) {
+    if (groups.empty() || groups.back() != s.group_id) groups.push_back(s.group_id);
+  }
+  return groups;
+}
+
+// Data-parallel shares: whole groups, as many per rank, the longest first to the lightest rank,
+// each rank's in the batch's order; with mini-batches, each split so.
+TEST(ShareOfBatchTest, WholeGroupsAsManyPerRankBalancedByTokens) {
+  // Tokens per group 22, 22, 4, 4, 14, 12: the 22s to different ranks, the 14 to rank 0 (a tie
+  // goes to the lower rank), the 12 and a 4 to rank 1, the last 4 to rank 0 (rank 1 has three).
+  const auto samples = GroupsOfTwo({10, 10, 1, 1, 6, 5});
+  EXPECT_EQ(GroupsOfShare(samples, 0, 2), (std::vector<int64_t>{0, 3, 4}));
+  EXPECT_EQ(GroupsOfShare(samples, 1, 2), (std::vector<int64_t>{1, 2, 5}));
+  // One long group: the count, not the tokens, sends the last short one to its rank.
+  const auto long_one = GroupsOfTwo({100, 1, 1, 1});
+  EXPECT_EQ(GroupsOfShare(long_one, 0, 2), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(GroupsOfShare(long_one, 1, 2), (std::vector<int64_t>{1, 2}));
+  // Mini-batches of 4 samples (two groups): each rank gets one group of each, in order.
+  EXPECT_EQ(GroupsOfShare(samples, 0, 2, 4), (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(GroupsOfShare(samples, 1, 2, 4), (std::vector<int64_t>{1, 3, 5}));
+  auto uneven = actor::ShareOfBatch(samples, 0, 4);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("6 groups do not split evenly over 4 ranks"),
+            std::string::npos)
+      << uneven.status();
+  auto cut = actor::ShareOfBatch(samples, 0, 2, 3);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("mini-batch of samples 0..2 ends inside a group"),
+            std::string::npos)
+      << cut.status();
+  EXPECT_FALSE(actor::ShareOfBatch(samples, 2, 2).ok());
+}
+
 TEST_F(RlThreadsTest, AllRolesAsThreadsTrainAndEveryGroupIsTrainedOnce) {
   // Every fifth score fails and every fifth (another) runs past its deadline: the samples count
   // as 0 and the run goes on.
@@ -675,7 +730,8 @@ TEST(ManagerServerTest, BusyHeartbeatsKeepARolloutInALongCallAlive) {
 
 // A rollout declared hung that comes back having sent requests no one answered was alive behind a
 // lost link: its hang record is reclassified as lost_link, recovered when it came back. One that
-// comes back having sent nothing (stopped, stuck) stays a hang.
+// comes back having sent nothing (stuck), or missed only the attempt in flight when it was
+// stopped, stays a hang.
 TEST(ManagerServerTest, ALostLinkIsToldFromAHang) {
   auto t = StartWithThreeHeldGroups(1.0);
   ASSERT_TRUE(t.ok()) << t.status();
@@ -689,7 +745,8 @@ TEST(ManagerServerTest, ALostLinkIsToldFromAHang) {
     a.Heartbeat(0, {t->group_a.prompt_id()}, -1, "host-a");
   }
   b.Heartbeat(0, {}, -1, "host-b", -1, false, /*unanswered=*/6, /*unanswered_s=*/2.4);
-  c.Heartbeat(0, {}, -1, "host-c");
+  // c was stopped in the middle of a request: the one attempt in flight went unanswered.
+  c.Heartbeat(0, {}, -1, "host-c", -1, false, /*unanswered=*/1, /*unanswered_s=*/2.4);
   t->server->Stop();
   auto by_kind = FaultsByKind(t->faults);
   ASSERT_EQ(by_kind["lost_link"].size(), 1u);
@@ -698,7 +755,7 @@ TEST(ManagerServerTest, ALostLinkIsToldFromAHang) {
   EXPECT_EQ(lost["host"], "host-b");
   EXPECT_EQ(lost["supersedes"], "hang");
   EXPECT_GT(lost["recovery_s"].get<double>(), 0);
-  EXPECT_NE(lost["detail"].get<std::string>().find("6 of its requests over 2.4 s"),
+  EXPECT_NE(lost["detail"].get<std::string>().find("6 sends of its requests over 2.4 s"),
             std::string::npos)
       << lost;
   ASSERT_EQ(by_kind["hang"].size(), 1u);  // b's hang record was replaced; c's stays

@@ -90,6 +90,89 @@ pid_t FindProcess(const std::vector<std::string>& words) {
   return -1;
 }
 
+// actor.world_size 2: two actor processes each train on half of every mini-batch's groups
+// (balanced by tokens) and all-reduce their gradients. In sync mode the rollouts sample the same
+// groups either way, so two ranks end with one rank's weights, within f32 reduction-order
+// rounding, and report the same batch metrics; the checkpoint resumes with one rank or two.
+TEST(RunCliTest, TwoActorRanksTrainAsOneRankOnTheSameGlobalBatch) {
+  const std::string model = TinyModel();
+  const fs::path dir = TempDir("dp_run");
+  // A reward that differs within a group, so that every step has a policy gradient.
+  std::ofstream(dir / "reward.py")
+      << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+      << "    return float(len(solution_str) % 7) / 6\n";
+  StoriesRun run;
+  run.num_prompts = 8;
+  run.reward = "{python: {path: " + (dir / "reward.py").string() + ", num_workers: 1}}";
+  run.rollout = "num_workers: 2";
+  run.actor = "save_every: 2, compute: f32";
+  run.extra = "mode: sync\n";
+  const std::string recipe = WriteStoriesRecipe(dir, model, model, run);
+  // Four groups a step, one update (the order in which groups finish, which timing decides even
+  // in sync mode, would change what several mini-batches hold).
+  const std::string batch = " actor.groups_per_step=4";
+  auto one = RunLaminar("run " + recipe + batch + " actor.max_steps=4 --run-dir " +
+                        (dir / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  auto two = RunLaminar("run " + recipe + batch + " actor.max_steps=4 actor.world_size=2 " +
+                        "--run-dir " + (dir / "two").string());
+  ASSERT_EQ(two.exit_code, 0) << two.err << Slurp(dir / "two" / "logs" / "actor_1.log");
+  const std::string rank1 = Slurp(dir / "two" / "logs" / "actor_1.log");
+  EXPECT_NE(rank1.find("actor rank 1 of 2 joined at step 0"), std::string::npos) << rank1;
+  EXPECT_NE(rank1.find("step 4: trained 4 of 8 samples"), std::string::npos) << rank1;
+  EXPECT_NE(rank1.find("rank 0 ended the run at step 4"), std::string::npos) << rank1;
+  const auto m1 = Lines(dir / "one" / "metrics.jsonl");
+  const auto m2 = Lines(dir / "two" / "metrics.jsonl");
+  ASSERT_EQ(m1.size(), 4u);
+  ASSERT_EQ(m2.size(), 4u);
+  double grad_norm = 0;
+  for (size_t i = 0; i < m1.size(); ++i) {
+    grad_norm = std::max(grad_norm, m1[i]["actor/grad_norm"].get<double>());
+    // The whole batch's metrics, whichever rank trained which group.
+    for (const char* k : {"critic/score/mean", "response_length/mean", "critic/advantages/max",
+                          "critic/advantages/min", "actor/grad_norm"}) {
+      EXPECT_NEAR(m2[i][k].get<double>(), m1[i][k].get<double>(),
+                  1e-4 * std::max(1.0, std::abs(m1[i][k].get<double>())))
+          << k << " at step " << i + 1;
+    }
+  }
+  EXPECT_GT(grad_norm, 0) << "no step had a gradient: the comparison below proves nothing";
+  // Adam's normalized steps carry the rounding of the gradient's sum order (about 1e-5 after
+  // four steps); ranks that trained on their halves alone differ by the step size.
+  ExpectTensorsNear(F32Tensors(dir / "one" / "checkpoints" / "step_4" / "model.safetensors"),
+                    F32Tensors(dir / "two" / "checkpoints" / "step_4" / "model.safetensors"),
+                    1e-4f);
+  // Every rank holds the whole state: a checkpoint of two ranks resumes with one, and that one's
+  // with two again.
+  auto resumed = RunLaminar("run " + recipe + batch + " actor.max_steps=5 --resume --run-dir " +
+                            (dir / "two").string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  // (with two mini-batches of two groups: each rank updates on one group of each)
+  auto again = RunLaminar("run " + recipe + batch +
+                          " actor.mini_batch_size=4 actor.max_steps=6 actor.world_size=2 "
+                          "--resume --run-dir " +
+                          (dir / "two").string());
+  ASSERT_EQ(again.exit_code, 0) << again.err << Slurp(dir / "two" / "logs" / "actor_1.log");
+  EXPECT_EQ(Lines(dir / "two" / "metrics.jsonl").size(), 6u);
+  EXPECT_NE(Slurp(dir / "two" / "logs" / "actor_1.log").find("joined at step 5"),
+            std::string::npos);
+  // Steps or mini-batches that do not split evenly over the ranks are refused before anything
+  // starts.
+  auto uneven =
+      RunLaminar("run " + recipe + " actor.world_size=3 --run-dir " + (dir / "three").string());
+  EXPECT_EQ(uneven.exit_code, 1);
+  EXPECT_NE(uneven.err.find("actor.groups_per_step 2 is not a multiple of actor.world_size 3"),
+            std::string::npos)
+      << uneven.err;
+  auto cut = RunLaminar("run " + recipe + " actor.world_size=2 actor.mini_batch_size=2 " +
+                        "--run-dir " + (dir / "cut").string());
+  EXPECT_EQ(cut.exit_code, 1);
+  EXPECT_NE(cut.err.find("actor.mini_batch_size 2 is not a multiple of actor.world_size 2 x "
+                         "rollout.n 2"),
+            std::string::npos)
+      << cut.err;
+}
+
 TEST(RunCliTest, TrainsAFewStepsAndTheExportedPolicyLoadsInGenerate) {
   const std::string model = TinyModel();
   const std::string tok = TinyModel();

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -56,19 +55,6 @@ TEST(TrainCliTest, TrainerLogprobsEqualThoseGenerateRecorded) {
   EXPECT_EQ(lines[0]["actor/policy_version"].get<double>(), 1.0);
 }
 
-std::map<std::string, std::vector<float>> Tensors(const std::filesystem::path& file) {
-  auto f = model::SafetensorsFile::Open(file.string());
-  EXPECT_TRUE(f.ok()) << f.status();
-  std::map<std::string, std::vector<float>> out;
-  if (!f.ok()) return out;
-  for (const auto& t : f->tensors()) {
-    std::vector<float> v(t.size_bytes / sizeof(float));
-    std::memcpy(v.data(), t.data, t.size_bytes);
-    out[t.name] = std::move(v);
-  }
-  return out;
-}
-
 TEST(TrainCliTest, TwoRankProcessesEqualOneRankOnTheCombinedBatch) {
   const std::string model = TinyModel();
   const auto dir = TempDir("dp");
@@ -113,16 +99,8 @@ TEST(TrainCliTest, TwoRankProcessesEqualOneRankOnTheCombinedBatch) {
     ASSERT_TRUE(code.ok()) << code.status();
     EXPECT_EQ(*code, 0) << Slurp(dir / ("rank" + std::to_string(r) + ".log"));
   }
-  auto want = Tensors(dir / "one" / "step_2" / "model.safetensors");
-  auto got = Tensors(dir / "two" / "step_2" / "model.safetensors");
-  ASSERT_EQ(want.size(), got.size());
-  for (const auto& [name, w] : want) {
-    const auto& g = got[name];
-    ASSERT_EQ(g.size(), w.size()) << name;
-    for (size_t i = 0; i < w.size(); ++i) {
-      ASSERT_NEAR(g[i], w[i], 1e-5f * std::max(1.f, std::abs(w[i]))) << name << "[" << i << "]";
-    }
-  }
+  ExpectTensorsNear(F32Tensors(dir / "one" / "step_2" / "model.safetensors"),
+                    F32Tensors(dir / "two" / "step_2" / "model.safetensors"), 1e-5f);
 }
 
 TEST(TrainCliTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {

@@ -246,6 +246,55 @@ TEST(TrainerTest, TwoDataParallelRanksEqualOneRankOnTheCombinedBatch) {
   }
 }
 
+// ZeRO-1: 2 ranks that each keep half of the AdamW state train as 1 rank on the whole batch; the
+// checkpoint they save holds the whole state, so 1 rank resumed from it goes on as they would.
+TEST(TrainerTest, ZeroOneRanksKeepHalfTheOptimizerStateAndTrainAsOneRank) {
+  auto config = BaseConfig();
+  config.optimizer.name = "adamw";
+  std::vector<std::vector<TrainSample>> halves = {Samples(2, 5, 0), Samples(2, 6, 2)};
+  std::vector<TrainSample> combined = halves[0];
+  combined.insert(combined.end(), halves[1].begin(), halves[1].end());
+  const auto dir = laminar::testing::TempDir("zero1_ckpt").string();
+  auto zero = config;
+  zero.zero_stage = 1;
+  std::vector<std::unique_ptr<Trainer>> ranks(2);
+  std::vector<std::map<std::string, double>> metrics(2);
+  auto status = RunRanks(2, [&](int r, std::unique_ptr<Collective> c) {
+    ranks[r] = MakeTrainer(zero, std::move(c));
+    for (int step = 0; step < 2; ++step) {
+      LAMINAR_ASSIGN_OR_RETURN(metrics[r], ranks[r]->Step(halves[r]));
+    }
+    LAMINAR_RETURN_IF_ERROR(ranks[r]->SaveCheckpoint(dir, {}).status());
+    return ranks[r]->Step(halves[r]).status();
+  });
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  auto single = MakeTrainer(config);
+  std::map<std::string, double> single_metrics;
+  for (int step = 0; step < 2; ++step) {
+    auto m = single->Step(combined);
+    ASSERT_TRUE(m.ok()) << m.status();
+    single_metrics = *m;
+  }
+  auto resumed = MakeTrainer(config);
+  ASSERT_TRUE(resumed->LoadCheckpoint(dir).ok());
+  ASSERT_TRUE(resumed->Step(combined).ok());
+  ASSERT_TRUE(single->Step(combined).ok());
+  auto want = single->params().values();
+  for (const Trainer* t : {ranks[0].get(), ranks[1].get(), resumed.get()}) {
+    auto got = t->params().values();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::abs(want[i]))) << i;
+    }
+  }
+  const double whole = single_metrics.at("actor/optimizer_state_bytes");
+  EXPECT_EQ(whole, static_cast<double>(single->params().num_elements() * 2 * sizeof(float)));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(metrics[r].at("actor/optimizer_state_bytes") / whole, 0.5, 1e-3) << "rank " << r;
+    EXPECT_LT(metrics[r].at("actor/rank_state_bytes"), single_metrics.at("actor/rank_state_bytes"));
+  }
+}
+
 TEST(TrainerTest, ResumeFromACheckpointContinuesBitIdentically) {
   auto config = BaseConfig();
   config.shuffle = true;
