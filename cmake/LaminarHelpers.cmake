@@ -55,12 +55,15 @@ function(laminar_test name)
   # through it: the slow ones get both labels here, after discovery has listed them.
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_slow_labels.cmake")
   # The tests on the machine's one network-namespace cluster (scripts/netns_cluster.sh) run one at
-  # a time, each with a timeout of its own that covers its waits.
+  # a time, each with a timeout of its own that covers its waits. The chaos run judges stragglers
+  # and hangs by timing: it never shares the machine with a whole cluster's job either.
   file(WRITE "${labels_file}"
        "foreach(t IN LISTS ${name}_SLOW_TESTS)\n"
        "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${ARG_LABEL};slow\")\n"
        "  if(t MATCHES \"^SlurmClusterTest\\\\.\")\n"
        "    set_tests_properties(\"\${t}\" PROPERTIES RESOURCE_LOCK netns_cluster TIMEOUT 900)\n"
+       "  elseif(t MATCHES \"^ChaosCliTest\\\\.\")\n"
+       "    set_tests_properties(\"\${t}\" PROPERTIES RESOURCE_LOCK netns_cluster)\n"
        "  endif()\n"
        "endforeach()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
