@@ -38,6 +38,7 @@ python3 scripts/make_fuzz_seeds.py "$SEEDS"
 declare -A REAL=(
   [gguf]="models/stories260K/stories260K.gguf tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf"
   [llama2c]=""
+  [llama2c_tokenizer]="models/stories260K/tok512.bin"
   [safetensors]="safetensors/overall.safetensors safetensors/B.safetensors safetensors/d.safetensors safetensors/e.safetensors"
 )
 

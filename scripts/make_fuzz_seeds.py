@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes small seed inputs for the fuzz targets in tests/fuzz (rerunnable; no dependencies).
 
-  make_fuzz_seeds.py OUT_DIR   ->  OUT_DIR/gguf/*.gguf, OUT_DIR/llama2c/*.bin
+  make_fuzz_seeds.py OUT_DIR   ->  OUT_DIR/gguf/*.gguf, OUT_DIR/llama2c/*.bin and the tokenizer
+                                   files: OUT_DIR/gguf_tokenizer/*.gguf (vocabulary only),
+                                   OUT_DIR/llama2c_tokenizer/*.bin, OUT_DIR/encoder_json/* (encoder.json,
+                                   a NUL byte, vocab.bpe: what encoder_json_fuzz splits)
 
-Formats: GGUF v3 (ggml docs/gguf.md) and llama2.c's legacy and version-1 checkpoints
-(karpathy/llama2.c run.c and export.py). Tensor contents are arbitrary bytes of the right size.
+Formats: GGUF v3 (ggml docs/gguf.md), llama2.c's legacy and version-1 checkpoints and its
+tokenizer.bin (karpathy/llama2.c run.c and export.py), GPT-2's encoder.json and vocab.bpe. Tensor contents are arbitrary bytes of the right size.
 """
 import os
 import struct
@@ -112,13 +115,60 @@ def llama2c(version):
     return header + struct.pack(f"<{floats}f", *[0.01 * i for i in range(floats)])
 
 
+def spm_vocab_gguf():
+    """tokenizer.ggml.model "llama": SentencePiece pieces with scores, types and byte fallback."""
+    pieces = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xE6>", "\u2581", "\u2581a", "a", "b", "ab",
+              "\u2581ab"]
+    types = [2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1]
+    kvs = [string("general.architecture", "llama"), string("tokenizer.ggml.model", "llama"),
+           str_arr("tokenizer.ggml.tokens", pieces),
+           arr("tokenizer.ggml.scores", 6, "f", [0.0] * 5 + [-1.0 * i for i in range(6)]),
+           arr("tokenizer.ggml.token_type", 5, "i", types),
+           u32("tokenizer.ggml.bos_token_id", 1), u32("tokenizer.ggml.eos_token_id", 2),
+           u32("tokenizer.ggml.unknown_token_id", 0)]
+    return gguf(kvs, [])
+
+
+def bpe_vocab_gguf(pre):
+    """tokenizer.ggml.model "gpt2": byte-level pieces, merges and a pre-tokenizer name."""
+    pieces = ["a", "b", "c", "\u0120", "ab", "\u0120a", "\u0120ab", "1", "<|endoftext|>"]
+    types = [1] * 8 + [3]
+    kvs = [string("general.architecture", "gpt2"), string("tokenizer.ggml.model", "gpt2"),
+           string("tokenizer.ggml.pre", pre), str_arr("tokenizer.ggml.tokens", pieces),
+           arr("tokenizer.ggml.token_type", 5, "i", types),
+           str_arr("tokenizer.ggml.merges", ["a b", "\u0120 a", "\u0120a b"]),
+           u32("tokenizer.ggml.bos_token_id", 8), u32("tokenizer.ggml.eos_token_id", 8)]
+    return gguf(kvs, [])
+
+
+def llama2c_tokenizer():
+    """llama2.c tokenizer.bin: u32 max token length, then per token f32 score, i32 length, bytes."""
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n", b"<0x0A>", b" a", b"a", b"b", b" ab", b"ab"]
+    out = struct.pack("<I", max(len(p) for p in pieces))
+    for i, p in enumerate(pieces):
+        out += struct.pack("<fi", -float(i), len(p)) + p
+    return out
+
+
+def encoder_json():
+    """GPT-2's pair: encoder.json (piece -> id, <|endoftext|> last), NUL, vocab.bpe."""
+    pieces = ["a", "b", "c", "\u0120", "ab", "\u0120a", "\u0120ab", "1", "<|endoftext|>"]
+    encoder = "{" + ", ".join(f'"{p}": {i}' for i, p in enumerate(pieces)) + "}"
+    merges = "#version: 0.2\na b\n\u0120 a\n\u0120a b\n"
+    return encoder.encode() + b"\0" + merges.encode()
+
+
 def main():
     out = sys.argv[1]
-    os.makedirs(os.path.join(out, "gguf"), exist_ok=True)
-    os.makedirs(os.path.join(out, "llama2c"), exist_ok=True)
     seeds = {"gguf/tiny_llama.gguf": tiny_llama(), "gguf/every_value_type.gguf": every_value_type(),
-             "llama2c/legacy.bin": llama2c(0), "llama2c/v1.bin": llama2c(1)}
+             "llama2c/legacy.bin": llama2c(0), "llama2c/v1.bin": llama2c(1),
+             "gguf_tokenizer/spm.gguf": spm_vocab_gguf(),
+             "gguf_tokenizer/gpt2.gguf": bpe_vocab_gguf("gpt2"),
+             "gguf_tokenizer/qwen2.gguf": bpe_vocab_gguf("qwen2"),
+             "llama2c_tokenizer/tokenizer.bin": llama2c_tokenizer(),
+             "encoder_json/gpt2": encoder_json()}
     for name, data in seeds.items():
+        os.makedirs(os.path.join(out, os.path.dirname(name)), exist_ok=True)
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
 

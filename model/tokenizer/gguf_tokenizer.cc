@@ -1,4 +1,4 @@
-// LoadGgufTokenizer: a tokenizer from GGUF tokenizer.ggml.* metadata (llama.cpp's conventions):
+// GgufTokenizer: a tokenizer from GGUF tokenizer.ggml.* metadata (llama.cpp's conventions):
 // model "llama" → SentencePiece-style BPE, model "gpt2" → byte-level BPE with tokenizer.ggml.pre.
 #include "model/gguf.h"
 #include "model/tokenizer/bpe_tokenizer.h"
@@ -91,6 +91,11 @@ StatusOr<std::unique_ptr<Tokenizer>> ByteLevelFromGguf(const GgufFile& gguf, Voc
 
 StatusOr<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path) {
   LAMINAR_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Open(path));
+  return GgufTokenizer(gguf);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const GgufFile& gguf) {
+  const std::string& path = gguf.name();
   LAMINAR_ASSIGN_OR_RETURN(std::string model, gguf.GetString("tokenizer.ggml.model"));
   if (model == "llama") {
     LAMINAR_ASSIGN_OR_RETURN(Vocab vocab, ReadGgufVocab(gguf, /*spm=*/true));

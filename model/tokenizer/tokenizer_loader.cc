@@ -71,8 +71,13 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 
 StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path) {
   LAMINAR_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
-  const uint8_t* p = file->data();
-  const size_t size = file->size();
+  return ParseLlama2cTokenizer(std::span<const uint8_t>(file->data(), file->size()), path);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> ParseLlama2cTokenizer(std::span<const uint8_t> bytes,
+                                                           const std::string& path) {
+  const uint8_t* p = bytes.data();
+  const size_t size = bytes.size();
   if (size < 4) return InvalidArgumentError(path + ": too short for a llama2.c tokenizer.bin");
   uint32_t max_len = 0;
   std::memcpy(&max_len, p, 4);
@@ -124,6 +129,13 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadEncoderJsonTokenizer(
   const std::string bpe_path = (fs::path(encoder_json_path).parent_path() / "vocab.bpe").string();
   LAMINAR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(encoder_json_path));
   LAMINAR_ASSIGN_OR_RETURN(std::string bpe_text, ReadFileToString(bpe_path));
+  return ParseEncoderJsonTokenizer(text, bpe_text, encoder_json_path, bpe_path);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> ParseEncoderJsonTokenizer(const std::string& text,
+                                                               const std::string& bpe_text,
+                                                               const std::string& encoder_json_path,
+                                                               const std::string& bpe_path) {
   auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {
     return InvalidArgumentError(encoder_json_path + ": not a JSON object of piece → id");

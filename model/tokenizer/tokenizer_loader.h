@@ -2,14 +2,18 @@
 // exporting one as Hugging Face tokenizer files.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/status.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace laminar::model {
+
+class GgufFile;
 
 // Loads the tokenizer at `path`, which may be:
 //   - a GGUF file (vocab-only or a full model): tokenizer.ggml.model "llama" or "gpt2";
@@ -30,10 +34,20 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_path,
                                                            const std::string& tokenizer_path);
 
-// Individual loaders (LoadTokenizer dispatches to these).
+// Individual loaders (LoadTokenizer dispatches to these), each also over content already read
+// (the Parse forms name the paths they are given in errors; nothing is read from them).
 StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path);
+StatusOr<std::unique_ptr<Tokenizer>> ParseLlama2cTokenizer(std::span<const uint8_t> bytes,
+                                                           const std::string& path);
+// encoder.json with the vocab.bpe beside it.
 StatusOr<std::unique_ptr<Tokenizer>> LoadEncoderJsonTokenizer(const std::string& encoder_json_path);
+StatusOr<std::unique_ptr<Tokenizer>> ParseEncoderJsonTokenizer(const std::string& text,
+                                                               const std::string& bpe_text,
+                                                               const std::string& encoder_json_path,
+                                                               const std::string& bpe_path);
 StatusOr<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const std::string& path);
+// From a parsed GGUF file's tokenizer.ggml.* metadata; errors name gguf.name().
+StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const GgufFile& gguf);
 // `tokenizer_json` is the file's text; `config_json` the text of tokenizer_config.json or empty.
 // `source` names the file in errors.
 StatusOr<std::unique_ptr<Tokenizer>> ParseHfTokenizer(const std::string& tokenizer_json,

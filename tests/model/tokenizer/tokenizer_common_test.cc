@@ -127,6 +127,34 @@ TEST(TokenizerLoader, RejectsWhatIsNotATokenizer) {
   EXPECT_NE(huge.status().message().find("invalid JSON"), std::string::npos) << huge.status();
 }
 
+// GPT-2's pair of files from their content (what the fuzz target feeds): each error names the
+// file at fault, and the loader over files gives the same tokenizer.
+TEST(TokenizerLoader, EncoderJsonPairFromContentNamesTheFileAtFault) {
+  const std::string encoder = R"({"a": 0, "b": 1, "ab": 2, "\u0120": 3, "<|endoftext|>": 4})";
+  const std::string merges = "#version: 0.2\na b\n";
+  auto tok = ParseEncoderJsonTokenizer(encoder, merges, "m/encoder.json", "m/vocab.bpe");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto ids = (*tok)->Encode("ab a", {.add_special = false, .parse_special = false});
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(IdsToString(*ids), " 2 3 0");
+  auto dir = ::laminar::testing::TempDir("encoder_json_pair");
+  std::ofstream(dir / "encoder.json") << encoder;
+  std::ofstream(dir / "vocab.bpe") << merges;
+  auto loaded = LoadTokenizer((dir / "encoder.json").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(IdsToString(*(*loaded)->Encode("ab a", {.add_special = false})), " 2 3 0");
+
+  auto bad_merge = ParseEncoderJsonTokenizer(encoder, "a b\nab\n", "m/encoder.json", "m/vocab.bpe");
+  ASSERT_FALSE(bad_merge.ok());
+  EXPECT_NE(bad_merge.status().message().find("m/vocab.bpe: merge line 2"), std::string::npos)
+      << bad_merge.status();
+  auto repeated = ParseEncoderJsonTokenizer(R"({"a": 0, "b": 0, "<|endoftext|>": 2})", merges,
+                                            "m/encoder.json", "m/vocab.bpe");
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_NE(repeated.status().message().find("m/encoder.json: piece 'b'"), std::string::npos)
+      << repeated.status();
+}
+
 TEST(TokenizerLoader, HfMergesAsPairsAndAddedTokens) {
   auto dir = ::laminar::testing::TempDir("tokenizer_hf_pairs");
   std::ofstream(dir / "tokenizer.json") << R"({

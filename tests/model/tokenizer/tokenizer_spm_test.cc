@@ -2,6 +2,7 @@
 // and llama2.c tokenizer.bin), llama2.c's test.c encodings, and stories260K's tok512.bin.
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "model/tokenizer/spm_tokenizer.h"
@@ -157,6 +158,17 @@ TEST(TokenizerSpm, TruncatedTokenizerBinIsAnError) {
   auto whole = LoadLlama2cTokenizer(path);
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ((*whole)->vocab_size(), 6);
+  // The same bytes from memory (what the fuzz target feeds) give the same tokenizer.
+  auto parsed = ParseLlama2cTokenizer(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "mem/tok.bin");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(IdsToString(*(*parsed)->Encode("ab a", {})),
+            IdsToString(*(*whole)->Encode("ab a", {})));
+  auto short_one = ParseLlama2cTokenizer(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size() - 3), "mem/tok.bin");
+  ASSERT_FALSE(short_one.ok());
+  EXPECT_NE(short_one.status().message().find("mem/tok.bin: token 5"), std::string::npos)
+      << short_one.status();
   for (const size_t cut : {size_t{3}, size_t{5}}) {  // into its bytes, into its header
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - cut);
     auto tok = LoadLlama2cTokenizer(path);
