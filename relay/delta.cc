@@ -47,6 +47,19 @@ StatusOr<std::vector<TensorView>> Tensors(const proto::WeightManifest& m, const 
     v.n = v.bytes / v.esize;
     out.push_back(std::move(v));
   }
+  std::vector<const TensorView*> by_offset;
+  by_offset.reserve(out.size());
+  for (const TensorView& v : out) by_offset.push_back(&v);
+  std::ranges::sort(by_offset, {}, [](const TensorView* v) { return v->offset; });
+  const TensorView* last = nullptr;  // the one reaching furthest so far (empty ones take no room)
+  for (const TensorView* v : by_offset) {
+    if (v->bytes == 0) continue;
+    if (last != nullptr && v->offset < last->offset + last->bytes) {
+      return InvalidArgumentError(what + ": tensors '" + last->name + "' and '" + v->name +
+                                  "' overlap");
+    }
+    last = v;
+  }
   return out;
 }
 
@@ -85,7 +98,8 @@ int QuantAt(DeltaCoding coding, const uint8_t* q, size_t i) {
 // held[i] += q[i] * scale for one block, rounded to the tensor's dtype. The sender and every
 // receiver run this one function, so all of them hold the same bits (the result checksum says
 // so); it is never inlined and never contracts into a fused multiply-add that one call site
-// might use and another not.
+// might use and another not. (A process that flushes subnormals to zero gets other bits for
+// them: the result checksum then fails, and a full snapshot is needed.)
 #if defined(__GNUC__) && !defined(__clang__)
 [[gnu::noinline, gnu::optimize("fp-contract=off")]]
 #else
@@ -93,9 +107,14 @@ int QuantAt(DeltaCoding coding, const uint8_t* q, size_t i) {
 #endif
 void ApplyQuantBlock(DType dtype, DeltaCoding coding, float scale, const uint8_t* q, size_t m,
                      uint8_t* held) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
   const size_t esize = DTypeSize(dtype);
   for (size_t i = 0; i < m; ++i) {
-    const float step = static_cast<float>(QuantAt(coding, q, i)) * scale;
+    const int level = QuantAt(coding, q, i);
+    if (level == 0) continue;  // the element's bits stay (a -0.0 included)
+    const float step = static_cast<float>(level) * scale;
     StoreFloat(dtype, LoadFloat(dtype, held + i * esize) + step, held + i * esize);
   }
 }
@@ -234,7 +253,7 @@ class SectionReader {
   }
 
  private:
-  Status Bad(const std::string& what) const { return DataLossError(source_ + ": delta " + what); }
+  Status Bad(const std::string& what) const { return DataLossError(source_ + ": " + what); }
   Status Need(size_t bytes, const TensorView& t) const {
     if (static_cast<size_t>(end_ - p_) < bytes) {
       return Bad("ends inside the section of tensor '" + t.name + "'");
@@ -347,10 +366,19 @@ StatusOr<std::string> EncodeDelta(const proto::WeightManifest& manifest, DeltaCo
                                 std::to_string(manifest.total_bytes()));
   }
   const bool quantize = coding != DeltaCoding::kExact;
-  // Checked before `held` changes: a version that cannot be coded leaves it as it was.
-  for (const TensorView& t : tensors) {
-    for (size_t i = 0; quantize && t.quantizable() && i < t.n; ++i) {
-      if (!std::isfinite(LoadFloat(t.dtype, target.data() + t.offset + i * t.esize))) {
+  // Checked before `held` changes: a version that cannot be coded leaves it as it was. A tensor
+  // goes lossy only where every element held is finite and its difference to the target is far
+  // from f32's range (a version sent whole with a NaN is then repaired exactly, not stuck).
+  std::vector<bool> lossy(tensors.size(), false);
+  for (size_t k = 0; quantize && k < tensors.size(); ++k) {
+    const TensorView& t = tensors[k];
+    lossy[k] = t.quantizable();
+    for (size_t i = 0; t.quantizable() && i < t.n; ++i) {
+      const float x = LoadFloat(t.dtype, target.data() + t.offset + i * t.esize);
+      const float h = LoadFloat(t.dtype, held.data() + t.offset + i * t.esize);
+      constexpr double kLargest = 1e37;
+      lossy[k] = lossy[k] && std::isfinite(h) && std::fabs(static_cast<double>(x) - h) < kLargest;
+      if (!std::isfinite(x)) {
         return InvalidArgumentError(what + ": element " + std::to_string(i) + " of tensor '" +
                                     t.name + "' is not finite; a " +
                                     std::string(DeltaCodingName(coding)) +
@@ -363,14 +391,15 @@ StatusOr<std::string> EncodeDelta(const proto::WeightManifest& manifest, DeltaCo
   s = DeltaStats{.full_bytes = manifest.total_bytes()};
   std::string out(kHeaderBytes, '\0');
   const uint64_t base_hash = Checksum(held);
-  for (const TensorView& t : tensors) {
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorView& t = tensors[k];
     s.elements += t.n;
     uint8_t* h = held.data() + t.offset;
     const uint8_t* x = target.data() + t.offset;
     // A lossy section only where it is smaller than the exact one: a tensor that changed in few
     // elements (bf16 weights under small steps) goes exactly, and costs less.
     const ExactPlan plan = PlanExact(t, h, x);
-    if (quantize && t.quantizable() && QuantSectionBytes(t, coding) < plan.bytes) {
+    if (lossy[k] && QuantSectionBytes(t, coding) < plan.bytes) {
       EncodeQuantTensor(t, coding, h, x, &out, &s);
     } else {
       s.changed += plan.count;
@@ -404,6 +433,9 @@ StatusOr<DeltaHeader> ReadDeltaHeader(std::string_view delta, const std::string&
   if (coding < 1 || coding > 3) {
     return DataLossError(source + ": weight delta of unknown coding " + std::to_string(coding));
   }
+  if (delta[9] != 0 || delta[10] != 0 || delta[11] != 0) {
+    return DataLossError(source + ": weight delta header has nonzero padding");
+  }
   h.coding = static_cast<DeltaCoding>(coding);
   std::memcpy(&h.num_tensors, delta.data() + 12, 4);
   std::memcpy(&h.base_version, delta.data() + 16, 8);
@@ -419,6 +451,10 @@ Status ApplyDelta(std::string_view delta, const proto::WeightManifest& manifest,
   LAMINAR_ASSIGN_OR_RETURN(DeltaHeader h, ReadDeltaHeader(delta, source));
   const std::string what =
       source + ": delta " + std::to_string(h.base_version) + " -> " + std::to_string(h.version);
+  if (h.version != manifest.version() || h.version <= h.base_version) {
+    return DataLossError(what + " is not a delta to version " + std::to_string(manifest.version()) +
+                         " from an older one");
+  }
   if (h.base_version != held_version) {
     return FailedPreconditionError(what + " needs version " + std::to_string(h.base_version) +
                                    ", version " + std::to_string(held_version) +

@@ -37,7 +37,8 @@ inline constexpr size_t kDeltaBlock = 64;
 
 struct DeltaStats {
   uint64_t elements = 0;     // every element of the version
-  uint64_t changed = 0;      // elements whose bits differ from what receivers held
+  uint64_t changed = 0;      // elements whose bits differ from what receivers held (all of
+                             // them for a version sent whole)
   uint64_t bytes = 0;        // of the encoded delta
   uint64_t full_bytes = 0;   // of the version whole
   double max_abs_error = 0;  // max |target - what receivers hold after it| (0 for kExact)
@@ -58,9 +59,9 @@ struct DeltaHeader {
 // against `held`, the bytes every receiver holds for `base_version` (same layout), and updates
 // `held` to what they hold once they apply it: `target`'s tensors themselves for kExact, within
 // the quantization error for kInt8/kInt4 (bytes between tensors, alignment padding, stay). Errors:
-// InvalidArgument when a buffer's size is not the manifest's, a tensor is out of its bounds or has
-// an unknown dtype, or (kInt8/kInt4) a float element of `target` is not finite (named by tensor and
-// index; send the version whole).
+// InvalidArgument when a buffer's size is not the manifest's, a tensor is out of its bounds,
+// overlaps another or has an unknown dtype, or (kInt8/kInt4) a float element of `target` is not
+// finite (named by tensor and index; send the version whole).
 StatusOr<std::string> EncodeDelta(const proto::WeightManifest& manifest, DeltaCoding coding,
                                   int64_t base_version, std::span<uint8_t> held, int64_t version,
                                   std::span<const uint8_t> target, DeltaStats* stats = nullptr);
@@ -68,10 +69,13 @@ StatusOr<std::string> EncodeDelta(const proto::WeightManifest& manifest, DeltaCo
 // Reads and checks a delta's fixed header. DataLoss naming `source` when it is not one.
 StatusOr<DeltaHeader> ReadDeltaHeader(std::string_view delta, const std::string& source);
 
-// Applies `delta` in place to `held`, the bytes of `held_version` laid out by `manifest`. Checked
-// before a byte is written: FailedPrecondition naming both versions when the delta's base is not
-// `held_version` or not these bytes (the receiver needs a full snapshot); DataLoss naming
-// `source` when it does not match the manifest's layout or a section runs out of bounds. After:
+// Applies `delta` in place to `held`, the bytes of `held_version` laid out by `manifest` (the
+// manifest of the version the delta makes). Checked before a byte is written: FailedPrecondition
+// naming both versions when the delta's base is not `held_version` or not these bytes (the
+// receiver needs a full snapshot); DataLoss naming `source` when it is not a delta to
+// manifest.version() from an older version, does not match the manifest's layout or a section
+// runs out of bounds; InvalidArgument when the manifest itself is malformed (tensors out of
+// bounds or overlapping, an unknown dtype). After:
 // DataLoss when the result's XXH64 is not the one the delta names (then `held` holds neither
 // version, and the receiver needs a full snapshot).
 Status ApplyDelta(std::string_view delta, const proto::WeightManifest& manifest,

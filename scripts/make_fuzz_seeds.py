@@ -166,7 +166,11 @@ def main():
              "gguf_tokenizer/gpt2.gguf": bpe_vocab_gguf("gpt2"),
              "gguf_tokenizer/qwen2.gguf": bpe_vocab_gguf("qwen2"),
              "llama2c_tokenizer/tokenizer.bin": llama2c_tokenizer(),
-             "encoder_json/gpt2": encoder_json()}
+             "encoder_json/gpt2": encoder_json(),
+             # delta_fuzz: coding, stride, step exponent, then (offset, offset, value) edits.
+             "delta/exact": bytes([0, 0, 10]), "delta/int8": bytes([1, 3, 12]),
+             "delta/int4_edited": bytes([2, 1, 8, 60, 0, 7, 200, 0, 0]),
+             "delta/cut": bytes([0, 5, 4, 90, 0])}
     for name, data in seeds.items():
         os.makedirs(os.path.join(out, os.path.dirname(name)), exist_ok=True)
         with open(os.path.join(out, name), "wb") as f:

@@ -113,6 +113,10 @@ int RunDelta(const DeltaBenchArgs& a) {
                                        " does not hold what the encoder holds"));
       }
       const relay::DeltaStats& st = u->stats;
+      if (st.elements == 0 || st.full_bytes == 0) {
+        return BenchFail(
+            InvalidArgumentError("bench delta: " + a.checkpoints[i] + " holds no tensor elements"));
+      }
       rows.push_back({{"coding", relay::DeltaCodingName(coding)},
                       {"version", version},
                       {"full", u->full},

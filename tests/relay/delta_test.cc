@@ -203,6 +203,73 @@ TEST(WeightDeltaTest, ADamagedDeltaIsRefusedOrGivesExactlyTheBytesItNames) {
   }
 }
 
+// Sections made by hand, as a hostile peer would: counts past the tensor, an index at its end,
+// overlong indices, a section of the wrong kind. Each is DataLoss, and nothing is written.
+TEST(WeightDeltaTest, CraftedSectionsAreRefusedBeforeAByteIsWritten) {
+  const Version v0 = MakeVersion(0, 1);
+  Version v1 = v0;
+  v1.manifest.set_version(1);
+  v1.Store("odd", 69, 3);
+  std::vector<uint8_t> sender = v0.bytes;
+  auto valid = EncodeDelta(v1.manifest, DeltaCoding::kExact, 0, Span(sender), 1, CSpan(v1.bytes));
+  ASSERT_TRUE(valid.ok());
+  // The header and the sections of w, e and ids (unchanged: kind, count 0, no index bytes).
+  const std::string head = valid->substr(0, 56 + 3 * 17);
+  auto section = [](uint64_t count, const std::string& gaps, size_t values, uint8_t kind = 1) {
+    std::string out(1, static_cast<char>(kind));
+    const uint64_t gap_bytes = gaps.size();
+    out.append(reinterpret_cast<const char*>(&count), 8);
+    out.append(reinterpret_cast<const char*>(&gap_bytes), 8);
+    return out + gaps + std::string(values, '\x01');
+  };
+  const std::vector<std::pair<std::string, std::string>> crafted = {
+      {section(71, std::string(71, '\0'), 71 * 4), "claims 71 elements"},
+      {section(1, std::string(1, '\x46'), 4), "index 0 of tensor 'odd' is past its 70"},
+      {section(2, std::string("\x45\x00", 2), 8), "index 1 of tensor 'odd' is past its 70"},
+      {section(1, std::string(11, '\xff'), 4), "index 0 of tensor 'odd' is malformed"},
+      {section(1, std::string("\x01\x01"), 4), "have bytes left over"},
+      {section(0, "", 0, 2), "has kind 2"},
+      {section(0, "", 0, 9), "has kind 9"},
+      {section(0, "", 0) + "x", "1 bytes after its sections"}};
+  for (const auto& [bad, expected] : crafted) {
+    std::vector<uint8_t> held = v0.bytes;
+    Status s = ApplyDelta(head + bad, v1.manifest, 0, Span(held), "peer");
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << s;
+    EXPECT_EQ(held, v0.bytes);
+  }
+  std::string huge_gap_bytes = section(1, "", 4);
+  const uint64_t huge = uint64_t{1} << 63;
+  std::memcpy(huge_gap_bytes.data() + 9, &huge, 8);
+  std::vector<uint8_t> held = v0.bytes;
+  EXPECT_EQ(ApplyDelta(head + huge_gap_bytes, v1.manifest, 0, Span(held), "peer").code(),
+            StatusCode::kDataLoss);
+
+  // A manifest whose tensors overlap is refused; an empty tensor anywhere is fine.
+  proto::WeightManifest overlapping = v1.manifest;
+  overlapping.mutable_tensors(1)->set_offset(overlapping.tensors(0).offset() + 8);
+  EXPECT_EQ(ApplyDelta(*valid, overlapping, 0, Span(held), "peer").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeDelta(overlapping, DeltaCoding::kExact, 0, Span(held), 1, CSpan(v1.bytes))
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  Version with_empty = v0;
+  proto::TensorEntry* empty = with_empty.manifest.add_tensors();
+  empty->set_name("empty");
+  empty->set_dtype("f32");
+  empty->set_offset(8);
+  empty->set_size_bytes(0);
+  Version target = with_empty;
+  target.manifest.set_version(1);
+  target.Store("w", 0, 7);
+  std::vector<uint8_t> s2 = with_empty.bytes, r2 = with_empty.bytes;
+  auto d = EncodeDelta(target.manifest, DeltaCoding::kInt8, 0, Span(s2), 1, CSpan(target.bytes));
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(ApplyDelta(*d, target.manifest, 0, Span(r2), "peer").ok());
+  EXPECT_EQ(r2, s2);
+}
+
 // The stream of versions an optimizer makes: small steps on every weight, now and then a large
 // one. Each lossy delta codes what the receivers lack; their error stays within a step of the
 // quantization, where quantizing each version's own difference lets the error add up.
@@ -303,20 +370,38 @@ TEST(WeightDeltaTest, TheEncoderSendsAFullSnapshotEveryKVersionsAndWhenAsked) {
   EXPECT_EQ(full, (std::vector<bool>{true, false, false, true, false, true, false, false}));
   EXPECT_FALSE(encoder.Next(v.manifest, 7, CSpan(v.bytes)).ok()) << "versions only go up";
 
-  // Another layout (a tensor more) is sent whole.
-  Version other = MakeVersion(8, 1);
+  // Another layout (a tensor renamed), right after a full version, is sent whole.
+  DeltaEncoder relayout(DeltaCoding::kExact, /*full_every=*/100);
+  ASSERT_TRUE(relayout.Next(v.manifest, 0, CSpan(v.bytes)).ok());
+  auto same = relayout.Next(v.manifest, 1, CSpan(v.bytes));
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->full);
+  Version other = MakeVersion(2, 1);
   other.manifest.mutable_tensors(0)->set_name("renamed");
-  auto renamed = encoder.Next(other.manifest, 8, CSpan(other.bytes));
+  auto renamed = relayout.Next(other.manifest, 2, CSpan(other.bytes));
   ASSERT_TRUE(renamed.ok());
   EXPECT_TRUE(renamed->full);
 
-  // A non-finite weight cannot ride a lossy delta: that version goes whole.
+  // A non-finite weight cannot ride a lossy delta: that version goes whole, and the next finite
+  // one repairs the tensor exactly (a lossy step from a NaN would keep it).
   DeltaEncoder lossy(DeltaCoding::kInt4, 100);
+  const Version finite = other;
   ASSERT_TRUE(lossy.Next(other.manifest, 0, CSpan(other.bytes)).ok());
   other.Store("renamed", 3, std::numeric_limits<float>::quiet_NaN());
+  other.manifest.set_version(1);
   auto nan = lossy.Next(other.manifest, 1, CSpan(other.bytes));
   ASSERT_TRUE(nan.ok());
   EXPECT_TRUE(nan->full);
+  std::vector<uint8_t> receiver_of_nan = other.bytes;
+  Version repaired = finite;
+  repaired.manifest.set_version(2);
+  for (size_t i = 0; i < 1000; ++i) repaired.Store("renamed", i, finite.F32("renamed", i) + 1e-3f);
+  auto after = lossy.Next(repaired.manifest, 2, CSpan(repaired.bytes));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(after->full);
+  ASSERT_TRUE(ApplyDelta(after->delta, repaired.manifest, 1, Span(receiver_of_nan), "r").ok());
+  EXPECT_EQ(receiver_of_nan, repaired.bytes);
+  other.manifest.set_version(2);
   std::vector<uint8_t> held = other.bytes;
   auto refused =
       EncodeDelta(other.manifest, DeltaCoding::kInt8, 1, Span(held), 2, CSpan(other.bytes));
