@@ -124,14 +124,6 @@ void Put(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
 size_t VarintBytes(uint64_t v) { return v < 0x80 ? 1 : 1 + VarintBytes(v >> 7); }
 
 // What the exact section of one tensor holds: its changed elements, the bytes of their indices,
@@ -173,16 +165,21 @@ void EncodeExactTensor(const TensorView& t, const ExactPlan& plan, const uint8_t
   out->push_back(static_cast<char>(Section::kSparse));
   Put(out, plan.count);
   Put(out, plan.gap_bytes);
+  // One pass: the indices at the section's end, the values after them (their sizes are known).
+  const size_t gaps_at = out->size();
+  out->resize(gaps_at + plan.gap_bytes + plan.count * t.esize);
+  char* gap = out->data() + gaps_at;
+  char* value = gap + plan.gap_bytes;
   size_t last = 0;
   for (size_t i = 0; i < t.n; ++i) {
     if (std::memcmp(held + i * t.esize, target + i * t.esize, t.esize) != 0) {
-      PutVarint(out, i - last);
+      for (uint64_t v = i - last;; v >>= 7) {
+        *gap++ = static_cast<char>(v < 0x80 ? v : (v & 0x7f) | 0x80);
+        if (v < 0x80) break;
+      }
+      std::memcpy(value, target + i * t.esize, t.esize);
+      value += t.esize;
       last = i + 1;
-    }
-  }
-  for (size_t i = 0; i < t.n; ++i) {
-    if (std::memcmp(held + i * t.esize, target + i * t.esize, t.esize) != 0) {
-      out->append(reinterpret_cast<const char*>(target + i * t.esize), t.esize);
     }
   }
 }

@@ -137,15 +137,7 @@ StatusOr<double> Publisher::Publish(int64_t version, const std::vector<TensorByt
   v->buffer = pool_->Take(total);
   v->data = {v->buffer.get(), total};
   v->pool = pool_;
-  size_t end = 0;  // of the previous tensor: the alignment padding after it is zeroed
-  for (int i = 0; i < v->manifest.tensors_size(); ++i) {
-    const auto& bytes = tensors[static_cast<size_t>(i)].bytes;
-    const size_t offset = v->manifest.tensors(i).offset();
-    std::memset(v->data.data() + end, 0, offset - end);
-    if (!bytes.empty()) std::memcpy(v->data.data() + offset, bytes.data(), bytes.size());
-    end = offset + bytes.size();
-  }
-  std::memset(v->data.data() + end, 0, total - end);
+  CopyToLayout(v->manifest, tensors, v->data);
   const double stall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   MutexLock lock(&mu_);

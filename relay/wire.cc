@@ -2,6 +2,7 @@
 #include "relay/wire.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "core/check.h"
@@ -77,6 +78,19 @@ ChunkRange ChunkAt(const proto::WeightManifest& manifest, uint32_t index) {
   r.offset = static_cast<uint64_t>(index) * manifest.chunk_bytes();
   r.size = std::min<uint64_t>(manifest.chunk_bytes(), manifest.total_bytes() - r.offset);
   return r;
+}
+
+void CopyToLayout(const proto::WeightManifest& manifest, const std::vector<TensorBytes>& tensors,
+                  std::span<uint8_t> data) {
+  size_t end = 0;  // of the previous tensor: the alignment padding after it is zeroed
+  for (int i = 0; i < manifest.tensors_size(); ++i) {
+    const auto& bytes = tensors[static_cast<size_t>(i)].bytes;
+    const size_t offset = manifest.tensors(i).offset();
+    std::memset(data.data() + end, 0, offset - end);
+    if (!bytes.empty()) std::memcpy(data.data() + offset, bytes.data(), bytes.size());
+    end = offset + bytes.size();
+  }
+  std::memset(data.data() + end, 0, data.size() - end);
 }
 
 void FillChecksums(std::span<const uint8_t> data, proto::WeightManifest* manifest) {

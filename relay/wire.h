@@ -48,6 +48,10 @@ struct TensorBytes {
 StatusOr<proto::WeightManifest> LayoutManifest(int64_t version,
                                                const std::vector<TensorBytes>& tensors,
                                                uint64_t chunk_bytes);
+// Copies `tensors` (the ones LayoutManifest laid out as `manifest`, in the same order) into
+// `data` (total_bytes long) at their offsets, and zeroes the alignment padding between them.
+void CopyToLayout(const proto::WeightManifest& manifest, const std::vector<TensorBytes>& tensors,
+                  std::span<uint8_t> data);
 // Sets manifest.chunk_xxhash64 from `data` (total_bytes long).
 void FillChecksums(std::span<const uint8_t> data, proto::WeightManifest* manifest);
 

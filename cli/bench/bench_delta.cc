@@ -61,11 +61,8 @@ StatusOr<FlatVersion> ReadVersion(const std::string& path, int64_t version, bool
   }
   FlatVersion v;
   LAMINAR_ASSIGN_OR_RETURN(v.manifest, relay::LayoutManifest(version, tensors, 4 << 20));
-  v.bytes.assign(v.manifest.total_bytes(), 0);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::memcpy(v.bytes.data() + v.manifest.tensors(static_cast<int>(i)).offset(),
-                tensors[i].bytes.data(), tensors[i].bytes.size());
-  }
+  v.bytes.resize(v.manifest.total_bytes());
+  relay::CopyToLayout(v.manifest, tensors, v.bytes);
   return v;
 }
 
